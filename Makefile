@@ -1,0 +1,72 @@
+# Escra for bare-metal Docker hosts. `make help` lists the targets.
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+
+GO       ?= go
+VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS  := -s -w -X github.com/escra-dev/escra/internal/version.Version=$(VERSION)
+BIN      := bin
+BINARIES := $(BIN)/escrad $(BIN)/escra-controller $(BIN)/escractl
+
+.PHONY: help build test run proto lint kmod kernel vm-test bench deb fuzz setup clean \
+	bench-controller bench-daemon bench-kernel soak
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+setup: ## install packages and start dockerd (idempotent; root)
+	@scripts/setup.sh
+
+build: ## build escrad, escra-controller and escractl into bin/ (static)
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escrad ./daemon/cmd/escrad
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escra-controller ./controller/cmd/escra-controller
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escractl ./controller/cmd/escractl
+
+test: ## set-up, then every test CI must prove
+	@scripts/setup.sh
+	@scripts/test.sh
+
+run: ## set-up, then the main job on this host
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory build
+	@scripts/run.sh
+
+proto: ## regenerate proto/escrapb from proto/escra.proto (pinned tools)
+	scripts/genproto.sh
+
+lint: ## gofmt, go vet, staticcheck (pinned, from the Go module proxy)
+	@scripts/lint.sh
+
+fuzz: ## run every fuzz target for FUZZTIME (default 60s)
+	@FUZZTIME=$${FUZZTIME:-60s} scripts/fuzz.sh
+
+kmod: ## build escra.ko against the patched kernel tree
+	@scripts/not-yet.sh kmod "the kernel-path issue"
+
+kernel: ## build the patched 6.1 kernel (cached by input hash)
+	@scripts/not-yet.sh kernel "the kernel-path issue"
+
+vm-test: ## boot the patched kernel in QEMU and run the kernel-path scenarios
+	@scripts/not-yet.sh vm-test "the kernel-path issue"
+
+bench: ## quick benchmark report against the peers (FULL=1 for the full matrix)
+	@scripts/not-yet.sh bench "the benchmark issue"
+
+bench-controller: ## controller containers-per-core and decision latency
+	@scripts/not-yet.sh bench-controller "the controller issue"
+
+bench-daemon: ## daemon apply latency and OOM rescue
+	@scripts/not-yet.sh bench-daemon "the daemon issue"
+
+bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM
+	@scripts/not-yet.sh bench-kernel "the kernel-path issue"
+
+soak: ## 30-minute soak with 1,000 simulated containers
+	@scripts/not-yet.sh soak "the trust-and-failure issue"
+
+deb: ## Debian packages for escrad, escra-controller and escra-dkms
+	@scripts/not-yet.sh deb "the main-job issue"
+
+clean: ## remove build outputs (not the kernel cache)
+	rm -rf $(BIN) results

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * Escra generic netlink interface, shared by escra.ko and escrad.
+ *
+ * The daemon watches cgroups (by cgroup v2 id); the module multicasts one
+ * telemetry record per CFS bandwidth period of each watched cgroup on the
+ * "telemetry" group, and one OOM request per blocked charge on the "oom"
+ * group. The daemon answers an OOM request with ESCRA_CMD_OOM_REPLY; until
+ * then (or a timeout) the charging task waits in try_charge_memcg.
+ *
+ * The Go side keeps the same numbers in daemon/genl/abi.go; a test there
+ * parses this file and fails when the two disagree.
+ */
+#ifndef _UAPI_LINUX_ESCRA_H
+#define _UAPI_LINUX_ESCRA_H
+
+#define ESCRA_GENL_NAME		"escra"
+#define ESCRA_GENL_VERSION	1
+
+#define ESCRA_MCGRP_TELEMETRY	"telemetry"
+#define ESCRA_MCGRP_OOM		"oom"
+
+enum escra_cmd {
+	ESCRA_CMD_UNSPEC,
+	ESCRA_CMD_WATCH,	/* admin: start reporting a cgroup */
+	ESCRA_CMD_UNWATCH,	/* admin: stop reporting a cgroup */
+	ESCRA_CMD_OOM_REPLY,	/* admin: verdict for an OOM request */
+	ESCRA_CMD_GET_STATS,	/* read module counters */
+	ESCRA_CMD_TELEMETRY,	/* event: nested ESCRA_A_RECORD list */
+	ESCRA_CMD_OOM_REQUEST,	/* event: one blocked charge */
+	__ESCRA_CMD_MAX,
+};
+#define ESCRA_CMD_MAX (__ESCRA_CMD_MAX - 1)
+
+enum escra_attr {
+	ESCRA_A_UNSPEC,
+	ESCRA_A_PAD,
+	ESCRA_A_CGROUP_ID,	/* u64: cgroup v2 id (kernfs inode) */
+	ESCRA_A_REQUEST_ID,	/* u64: OOM request id */
+	ESCRA_A_GRANTED,	/* u8: 1 when memory.max was raised */
+	ESCRA_A_RECORD,		/* nested escra_rec_attr, repeated */
+	ESCRA_A_USAGE_BYTES,	/* u64: memcg usage at the failed charge */
+	ESCRA_A_MAX_BYTES,	/* u64: memory.max at the failed charge */
+	ESCRA_A_NR_PAGES,	/* u32: pages the charge wanted */
+	ESCRA_A_STATS,		/* nested escra_stat_attr */
+	__ESCRA_A_MAX,
+};
+#define ESCRA_A_MAX (__ESCRA_A_MAX - 1)
+
+/* One CFS bandwidth period of one cgroup (seed 000 §IV-B). */
+enum escra_rec_attr {
+	ESCRA_REC_UNSPEC,
+	ESCRA_REC_PAD,
+	ESCRA_REC_CGROUP_ID,	/* u64 */
+	ESCRA_REC_SEQ,		/* u64: per-cgroup period counter */
+	ESCRA_REC_QUOTA_NS,	/* u64 */
+	ESCRA_REC_PERIOD_NS,	/* u64 */
+	ESCRA_REC_UNUSED_NS,	/* u64: runtime left at the period's end */
+	ESCRA_REC_THROTTLED,	/* u8: throttled during the period */
+	ESCRA_REC_NR_THROTTLED,	/* u32: cumulative */
+	ESCRA_REC_THROTTLED_NS,	/* u64: cumulative throttled time */
+	ESCRA_REC_TIMESTAMP_NS,	/* u64: ktime at the period boundary */
+	__ESCRA_REC_MAX,
+};
+#define ESCRA_REC_MAX (__ESCRA_REC_MAX - 1)
+
+/* Module counters returned by ESCRA_CMD_GET_STATS. */
+enum escra_stat_attr {
+	ESCRA_STAT_UNSPEC,
+	ESCRA_STAT_PAD,
+	ESCRA_STAT_WATCHED,		/* u32 */
+	ESCRA_STAT_RECORDS_SENT,	/* u64 */
+	ESCRA_STAT_RECORDS_DROPPED,	/* u64 */
+	ESCRA_STAT_OOM_REQUESTS,	/* u64 */
+	ESCRA_STAT_OOM_GRANTED,		/* u64 */
+	ESCRA_STAT_OOM_TIMEOUTS,	/* u64 */
+	ESCRA_STAT_HOOK_NS_TOTAL,	/* u64 */
+	ESCRA_STAT_HOOK_CALLS,		/* u64 */
+	__ESCRA_STAT_MAX,
+};
+#define ESCRA_STAT_MAX (__ESCRA_STAT_MAX - 1)
+
+#endif /* _UAPI_LINUX_ESCRA_H */

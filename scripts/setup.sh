@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Set up this Debian 12 host for building, testing and running Escra.
+# Idempotent and quiet when there is nothing to do. Run as root.
+#  - installs what the build and the tests need from Debian's packages;
+#  - starts dockerd when no engine answers (also after an unclean death).
+# It downloads nothing except through apt and the Go module proxy.
+set -euo pipefail
+
+say() { echo "setup: $*" >&2; }
+die() { echo "setup: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "must run as root (it installs packages and starts dockerd)"
+[ -r /etc/debian_version ] || die "needs Debian 12 (apt and Debian's package names)"
+
+# Packages, grouped by what needs them.
+pkgs=(
+	# engine and containers
+	docker.io
+	# kernel path: build Debian's 6.1 with our patches, boot it in QEMU
+	linux-source-6.1 linux-headers-amd64 build-essential bc bison flex
+	libelf-dev libssl-dev dwarves kmod xz-utils cpio busybox-static
+	qemu-system-x86
+	# wire contract
+	protobuf-compiler
+	# misc tools used by scripts
+	rsync iproute2 procps psmisc curl ca-certificates
+)
+[ -n "${ESCRA_EXTRA_PKGS:-}" ] && read -r -a extra <<<"$ESCRA_EXTRA_PKGS" && pkgs+=("${extra[@]}")
+
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+	say "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q >/tmp/escra-apt.log 2>&1 || { tail -20 /tmp/escra-apt.log >&2; die "apt-get update failed (log: /tmp/escra-apt.log)"; }
+	apt-get install -y -q --no-install-recommends "${missing[@]}" >>/tmp/escra-apt.log 2>&1 ||
+		{ tail -20 /tmp/escra-apt.log >&2; die "apt-get install failed (log: /tmp/escra-apt.log)"; }
+fi
+
+command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || die "Go is missing: install Go >= 1.26 at /usr/local/go"
+
+# --- Docker Engine -------------------------------------------------------
+# Debian's client is /usr/bin/docker; a newer client elsewhere on PATH works
+# too (API version negotiation).
+docker_ok() { timeout 10 docker -H unix:///var/run/docker.sock version >/dev/null 2>&1; }
+
+if ! docker_ok; then
+	pidfile=/var/run/docker.pid
+	if [ -f "$pidfile" ]; then
+		pid=$(cat "$pidfile" 2>/dev/null || true)
+		if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q dockerd "/proc/$pid/comm" 2>/dev/null; then
+			say "dockerd (pid $pid) runs but does not answer; waiting for it"
+		else
+			say "removing stale dockerd pid file and socket"
+			rm -f "$pidfile" /var/run/docker.sock
+		fi
+	fi
+	# A containerd left behind by a killed dockerd keeps its pid file too.
+	cpid=/var/run/docker/containerd/containerd.pid
+	if [ -f "$cpid" ] && ! kill -0 "$(cat "$cpid" 2>/dev/null || echo 0)" 2>/dev/null; then
+		rm -f "$cpid" /var/run/docker/containerd/containerd.sock
+	fi
+	if ! pgrep -x dockerd >/dev/null; then
+		say "starting dockerd (no bridge network; log /var/log/escra-dockerd.log)"
+		# No bridge, no iptables: project containers use host networking or none.
+		setsid nohup /usr/sbin/dockerd --bridge=none --iptables=false --ip-masq=false \
+			--exec-opt native.cgroupdriver=cgroupfs \
+			>>/var/log/escra-dockerd.log 2>&1 </dev/null &
+	fi
+	for _ in $(seq 1 60); do
+		docker_ok && break
+		sleep 0.5
+	done
+	docker_ok || { tail -20 /var/log/escra-dockerd.log >&2; die "dockerd did not answer within 30 s"; }
+fi
+exit 0
