@@ -1,0 +1,209 @@
+// Package spec reads the YAML description of a Distributed Container (seed
+// 000 §IV-A): one app, its global CPU and memory limits, σ, the allocator's
+// parameters, and the containers that share the budget. Every error names the
+// file, line and field, so a user can fix a spec without guessing.
+//
+// The schema is documented in docs/spec.md; examples are in docs/examples/.
+package spec
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// Defaults from the paper (seed 000 §V: κ = 0.8, γ = 0.2, Υ = 20; §IV-C:
+// reclaim every 5 s with a 50 MiB safe margin). The window length n and σ are
+// not given there; these are our choices (docs/spec.md says why).
+const (
+	DefaultSigma           = 0.1
+	DefaultPolicy          = "escra"
+	DefaultKappa           = 0.8
+	DefaultGamma           = 0.2
+	DefaultUpsilon         = 20.0
+	DefaultWindow          = 10
+	DefaultPeriod          = 100 * time.Millisecond
+	DefaultReclaimInterval = 5 * time.Second
+	DefaultReclaimMargin   = 50 << 20
+	DefaultReplicas        = 1
+	DefaultNetwork         = "none"
+)
+
+// App is one Distributed Container: containers on any hosts that share one
+// global CPU and memory budget.
+type App struct {
+	Name        string
+	CPU         float64 // global CPU limit in cores (Ω_l of §IV-D-1)
+	MemoryBytes int64   // global memory limit
+	Sigma       float64 // share of memory withheld at deploy for OOM grants (§IV-A eq. 2)
+	Allocator   Allocator
+	Containers  []Container
+}
+
+// Allocator holds the resource allocator's parameters (seed 000 §IV-C/D).
+type Allocator struct {
+	Policy             string        // "escra"; later issues add others
+	Kappa              float64       // κ: scale-down rate
+	Gamma              float64       // γ: unused share of the quota above which the quota shrinks
+	Upsilon            float64       // Υ: scale-up rate
+	Window             int           // n: periods in the sliding windows
+	Period             time.Duration // CFS period
+	ReclaimInterval    time.Duration // memory reclaim loop
+	ReclaimMarginBytes int64         // δ: reclaim safe margin
+}
+
+// Container is one container template, run Replicas times.
+type Container struct {
+	Name     string
+	Image    string
+	Command  []string
+	Env      map[string]string
+	Replicas int
+	Host     string // optional: only on this host id
+	Network  string // "none" (loopback only) or "host"
+	MinCPU   float64
+	MinBytes int64
+	Line     int // where the entry starts in the file
+}
+
+// Replicas is the total number of containers the app runs.
+func (a *App) Replicas() int {
+	n := 0
+	for _, c := range a.Containers {
+		n += c.Replicas
+	}
+	return n
+}
+
+// Bootstrap is the CPU (cores) and memory (bytes) each replica of c starts
+// with, before the controller takes over (seed 000 §IV-A eq. 2): every replica
+// gets its minimum, and what is left of the global CPU limit, and of the global
+// memory limit less the withheld share σ, is split equally over all replicas.
+func (a *App) Bootstrap(c *Container) (cpu float64, mem int64) {
+	n := float64(a.Replicas())
+	if n == 0 {
+		return 0, 0
+	}
+	var minCPU float64
+	var minMem int64
+	for _, o := range a.Containers {
+		minCPU += o.MinCPU * float64(o.Replicas)
+		minMem += o.MinBytes * int64(o.Replicas)
+	}
+	cpu = c.MinCPU + math.Max(0, a.CPU-minCPU)/n
+	memPool := float64(a.MemoryBytes) * (1 - a.Sigma)
+	mem = c.MinBytes + int64(math.Max(0, memPool-float64(minMem))/n)
+	return cpu, mem
+}
+
+// Error is one problem in a spec, at a line of a file.
+type Error struct {
+	File  string
+	Line  int
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Errors is every problem found in one spec, in file order. Its message is the
+// first problem, plus how many more there are, so it fits on one line.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	if len(es) == 0 {
+		return "no errors"
+	}
+	if len(es) == 1 {
+		return es[0].Error()
+	}
+	return fmt.Sprintf("%s (and %d more)", es[0].Error(), len(es)-1)
+}
+
+// Load reads and validates the spec in path.
+func Load(path string) (*App, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, unwrapPathErr(err))
+	}
+	return Parse(filepath.Base(path), data)
+}
+
+func unwrapPathErr(err error) error {
+	if pe, ok := err.(*os.PathError); ok {
+		return pe.Err
+	}
+	return err
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	envRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
+)
+
+// validate checks what no single field can: limits against minimums, names
+// unique. It runs after decoding, so every field already has a value.
+func (d *decoder) validate(a *App, top map[string]int) {
+	if a.Name == "" && d.ok() {
+		d.errAt(1, "name", "is required")
+	}
+	if _, ok := top["cpu"]; !ok && d.ok() {
+		d.errAt(1, "cpu", "is required (the app's global CPU limit in cores)")
+	}
+	if _, ok := top["memory"]; !ok && d.ok() {
+		d.errAt(1, "memory", "is required (the app's global memory limit, e.g. 2GiB)")
+	}
+	if _, ok := top["containers"]; !ok && d.ok() {
+		d.errAt(1, "containers", "is required (at least one container)")
+	}
+	if !d.ok() {
+		return
+	}
+	seen := map[string]int{}
+	var minCPU float64
+	var minMem int64
+	for i, c := range a.Containers {
+		f := fmt.Sprintf("containers[%d]", i)
+		if prev, dup := seen[c.Name]; dup {
+			d.errAt(c.Line, f+".name", fmt.Sprintf("%q is already used by containers[%d]", c.Name, prev))
+		}
+		seen[c.Name] = i
+		if c.MinCPU > a.CPU {
+			d.errAt(c.Line, f+".min_cpu", fmt.Sprintf("%g cores is above the app's cpu limit of %g", c.MinCPU, a.CPU))
+		}
+		if c.MinBytes > a.MemoryBytes {
+			d.errAt(c.Line, f+".min_memory", fmt.Sprintf("%s is above the app's memory limit of %s", FormatBytes(c.MinBytes), FormatBytes(a.MemoryBytes)))
+		}
+		minCPU += c.MinCPU * float64(c.Replicas)
+		minMem += c.MinBytes * int64(c.Replicas)
+	}
+	if !d.ok() {
+		return
+	}
+	// An impossible budget: the minimums alone exceed the global limit.
+	const eps = 1e-9
+	if minCPU > a.CPU+eps {
+		d.errAt(top["cpu"], "cpu", fmt.Sprintf("the containers' min_cpu × replicas add up to %g cores, above the limit of %g", minCPU, a.CPU))
+	}
+	if minMem > a.MemoryBytes {
+		d.errAt(top["memory"], "memory", fmt.Sprintf("the containers' min_memory × replicas add up to %s, above the limit of %s", FormatBytes(minMem), FormatBytes(a.MemoryBytes)))
+	}
+}
