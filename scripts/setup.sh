@@ -22,6 +22,8 @@ pkgs=(
 	qemu-system-x86
 	# wire contract
 	protobuf-compiler
+	# benchmarks: real third-party servers and clients (bench/, scripts/bench/)
+	nginx-light redis-server redis-tools wrk
 	# misc tools used by scripts
 	rsync iproute2 procps psmisc curl ca-certificates
 )

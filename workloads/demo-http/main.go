@@ -1,0 +1,103 @@
+// Command demo-http is the benchmark's own HTTP service (issue 7 workload 1):
+// a CPU-heavy endpoint and a memory-growing endpoint, so a policy's CPU and
+// memory limits both show up in client latency.
+//
+//	GET /cpu?ms=N            hash for about N ms of single-core work
+//	GET /mem?mib=N&hold=MS   allocate and touch N MiB, hold MS ms, release
+//	GET /healthz             200 "ok"
+package main
+
+import (
+	"crypto/sha256"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"time"
+)
+
+// hashesPerMs is calibrated once at start so that /cpu?ms=N is a fixed
+// amount of work (not wall time): under throttling the request takes longer,
+// which is exactly what the client should see.
+var hashesPerMs = 1
+
+func calibrate() {
+	var buf [32]byte
+	n := 0
+	start := time.Now()
+	for time.Since(start) < 50*time.Millisecond {
+		for i := 0; i < 100; i++ {
+			buf = sha256.Sum256(buf[:])
+		}
+		n += 100
+	}
+	if per := int(float64(n) / (float64(time.Since(start)) / float64(time.Millisecond))); per > 0 {
+		hashesPerMs = per
+	}
+}
+
+func burn(ms int) [32]byte {
+	var buf [32]byte
+	for i := 0; i < ms*hashesPerMs; i++ {
+		buf = sha256.Sum256(buf[:])
+	}
+	return buf
+}
+
+func intParam(r *http.Request, name string, def, max int) (int, error) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, nil
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 || v > max {
+		return 0, fmt.Errorf("%s must be an integer in [0,%d]", name, max)
+	}
+	return v, nil
+}
+
+func main() {
+	addr := flag.String("listen", "127.0.0.1:8080", "address to listen on (containers use --network host)")
+	flag.Parse()
+	calibrate()
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/cpu", func(w http.ResponseWriter, r *http.Request) {
+		ms, err := intParam(r, "ms", 5, 60000)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		sum := burn(ms)
+		fmt.Fprintf(w, "%x\n", sum[:4])
+	})
+	mux.HandleFunc("/mem", func(w http.ResponseWriter, r *http.Request) {
+		mib, err := intParam(r, "mib", 16, 16384)
+		if err == nil {
+			var hold int
+			hold, err = intParam(r, "hold", 100, 600000)
+			if err == nil {
+				b := make([]byte, mib<<20)
+				for i := 0; i < len(b); i += 4096 { // touch every page so it is charged
+					b[i] = 1
+				}
+				time.Sleep(time.Duration(hold) * time.Millisecond)
+				fmt.Fprintf(w, "%d\n", len(b)>>20)
+				b = nil
+				debug.FreeOSMemory() // give the pages back so usage falls again
+				return
+			}
+		}
+		http.Error(w, err.Error(), http.StatusBadRequest)
+	})
+	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	slog.Info("demo-http listening", "addr", *addr, "hashes_per_ms", hashesPerMs)
+	if err := srv.ListenAndServe(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo-http:", err)
+		os.Exit(1)
+	}
+}

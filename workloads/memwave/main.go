@@ -1,0 +1,76 @@
+// Command memwave is a memory workload whose working set grows and shrinks
+// in a wave (issue 7 workload 3): it exercises OOM handling and memory slack.
+// The resident set follows
+//
+//	ws(t) = min + (max-min) * (1 - cos(2πt/period)) / 2
+//
+// stepping every -step; pages are touched when grown and returned to the
+// kernel when shrunk, so the cgroup's usage follows ws(t).
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime/debug"
+	"time"
+)
+
+func main() {
+	minMiB := flag.Int("min", 32, "smallest working set, MiB")
+	maxMiB := flag.Int("max", 256, "largest working set, MiB")
+	period := flag.Duration("period", 20*time.Second, "wave period")
+	step := flag.Duration("step", 100*time.Millisecond, "time between adjustments")
+	touch := flag.Bool("touch", true, "re-touch the whole working set every step (keeps it hot)")
+	duration := flag.Duration("duration", 0, "exit after this long (0 = run until killed)")
+	flag.Parse()
+	if *minMiB < 0 || *maxMiB < *minMiB || *period <= 0 || *step <= 0 {
+		fmt.Fprintln(os.Stderr, "memwave: need 0 <= -min <= -max, -period > 0, -step > 0")
+		os.Exit(2)
+	}
+	// Chunks of 1 MiB: growing appends, shrinking drops the tail chunks.
+	var chunks [][]byte
+	start := time.Now()
+	tick := time.NewTicker(*step)
+	defer tick.Stop()
+	lastLog := time.Time{}
+	for now := range tick.C {
+		t := now.Sub(start)
+		if *duration > 0 && t > *duration {
+			return
+		}
+		phase := 2 * math.Pi * t.Seconds() / period.Seconds()
+		want := *minMiB + int(math.Round(float64(*maxMiB-*minMiB)*(1-math.Cos(phase))/2))
+		shrunk := false
+		for len(chunks) < want {
+			c := make([]byte, 1<<20)
+			for i := 0; i < len(c); i += 4096 {
+				c[i] = 1
+			}
+			chunks = append(chunks, c)
+		}
+		if len(chunks) > want {
+			for i := want; i < len(chunks); i++ {
+				chunks[i] = nil
+			}
+			chunks = chunks[:want]
+			shrunk = true
+		}
+		if *touch {
+			for _, c := range chunks {
+				for i := 0; i < len(c); i += 4096 {
+					c[i]++
+				}
+			}
+		}
+		if shrunk {
+			debug.FreeOSMemory()
+		}
+		if now.Sub(lastLog) >= time.Second {
+			slog.Info("memwave", "t_s", int(t.Seconds()), "working_set_mib", len(chunks))
+			lastLog = now
+		}
+	}
+}
