@@ -1,0 +1,393 @@
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Key names a member: the controller packs (session id, handle) into it.
+type Key uint64
+
+// Budget is a Distributed Container's global limits (seed 000 §IV-A).
+type Budget struct {
+	CPUCores    float64 // Ω in cores
+	MemoryBytes int64   // global memory limit
+	Sigma       float64 // share of memory withheld from bootstrap for OOM grants
+}
+
+// Validate rejects budgets the allocator cannot honour.
+func (b Budget) Validate() error {
+	switch {
+	case !(b.CPUCores > 0) || b.CPUCores > 1e5:
+		return fmt.Errorf("cpu %v cores: want > 0", b.CPUCores)
+	case b.MemoryBytes < 4*MiB || b.MemoryBytes > 1<<50:
+		return fmt.Errorf("memory %d bytes: want >= 4 MiB", b.MemoryBytes)
+	case !(b.Sigma >= 0) || b.Sigma >= 1:
+		return fmt.Errorf("sigma %v: want 0 <= sigma < 1", b.Sigma)
+	}
+	return nil
+}
+
+// Reason says why a decision was made; it travels to logs and events.
+type Reason string
+
+const (
+	ReasonBootstrap  Reason = "bootstrap"   // eq. (2) on join
+	ReasonRebalance  Reason = "rebalance"   // a join or a smaller budget took runtime back
+	ReasonThrottled  Reason = "throttled"   // §IV-D-1 scale up
+	ReasonUnused     Reason = "unused"      // §IV-D-1 scale down
+	ReasonOOMGrant   Reason = "oom-grant"   // §IV-D-2
+	ReasonPoolFilled Reason = "pool-filled" // memory assigned after reclaim refilled the pool
+)
+
+// Decision is one container's new limits; zero fields stay unchanged.
+// Gen increases per member with every decision, so the daemon can drop a
+// stale one (docs/protocol.md).
+type Decision struct {
+	Key      Key
+	Gen      uint64
+	QuotaUs  int64
+	MemLimit int64
+	Reason   Reason
+}
+
+// Join describes a member at registration.
+type Join struct {
+	Key       Key
+	HostMaxUs int64 // host cores × period: the most one member can use
+	MemUsage  int64
+}
+
+// Member is the allocator's view of one container.
+type Member struct {
+	Key       Key
+	HostMaxUs int64
+	QuotaUs   int64
+	MemLimit  int64 // 0: not assigned yet (pool was empty at join)
+	MemUsage  int64
+	Gen       uint64
+
+	// Sliding windows of the last n periods (§IV-D-1).
+	th        []bool
+	unused    []int64
+	pos, fill int
+	thSum     int
+	unusedSum int64
+	lastSeq   uint64
+	seen      bool
+
+	Periods, Throttles                uint64
+	OOMRequests, OOMGrants, OOMDenies uint64
+	LastUsageUs                       int64
+}
+
+// AvgThrottle is Σ th / n over the window (divided by n as in the paper,
+// so the first periods of a new member ramp up gently).
+func (m *Member) AvgThrottle() float64 {
+	return float64(m.thSum) / float64(len(m.th))
+}
+
+// AvgUnusedUs is Σ (q − u) / n over the window.
+func (m *Member) AvgUnusedUs() float64 {
+	return float64(m.unusedSum) / float64(len(m.unused))
+}
+
+func (m *Member) push(throttled bool, unused int64) {
+	n := len(m.th)
+	if m.fill == n {
+		if m.th[m.pos] {
+			m.thSum--
+		}
+		m.unusedSum -= m.unused[m.pos]
+	} else {
+		m.fill++
+	}
+	m.th[m.pos], m.unused[m.pos] = throttled, unused
+	if throttled {
+		m.thSum++
+	}
+	m.unusedSum += unused
+	m.pos = (m.pos + 1) % n
+}
+
+// App is one Distributed Container and its global pools.
+type App struct {
+	Name   string
+	P      Params
+	Policy Policy
+
+	budget   Budget
+	omegaUs  int64 // Ω × period
+	members  map[Key]*Member
+	order    []Key // sorted, for deterministic iteration
+	cpuAlloc int64 // Σ quotas
+	memAlloc int64 // Σ assigned memory limits
+}
+
+// NewApp makes an empty app; pol nil means the Escra policy.
+func NewApp(name string, b Budget, p Params, pol Policy) (*App, error) {
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if pol == nil {
+		pol = Escra{}
+	}
+	a := &App{Name: name, P: p, Policy: pol, members: map[Key]*Member{}}
+	a.setBudget(b)
+	return a, nil
+}
+
+func (a *App) setBudget(b Budget) {
+	a.budget = b
+	a.omegaUs = int64(math.Floor(b.CPUCores * float64(a.P.PeriodUs())))
+}
+
+// Budget is the app's current budget.
+func (a *App) Budget() Budget { return a.budget }
+
+// OmegaUs is Ω in µs per period.
+func (a *App) OmegaUs() int64 { return a.omegaUs }
+
+// CPUAllocatedUs is Σ member quotas.
+func (a *App) CPUAllocatedUs() int64 { return a.cpuAlloc }
+
+// MemAllocated is Σ assigned member memory limits.
+func (a *App) MemAllocated() int64 { return a.memAlloc }
+
+// CPUUnallocatedUs is Ω − Σ quotas.
+func (a *App) CPUUnallocatedUs() int64 { return max(0, a.omegaUs-a.cpuAlloc) }
+
+// MemUnallocated is the global memory limit minus Σ limits.
+func (a *App) MemUnallocated() int64 { return max(0, a.budget.MemoryBytes-a.memAlloc) }
+
+// Len is λ, the number of members.
+func (a *App) Len() int { return len(a.order) }
+
+// Member returns a member or nil.
+func (a *App) Member(k Key) *Member { return a.members[k] }
+
+// Members returns the members in key order.
+func (a *App) Members() []*Member {
+	out := make([]*Member, 0, len(a.order))
+	for _, k := range a.order {
+		out = append(out, a.members[k])
+	}
+	return out
+}
+
+// floorUs is the floor, lowered to Ω/λ when the budget cannot give every
+// member the configured floor (so Σ ≤ Ω always wins).
+func (a *App) floorUs(lambda int) int64 {
+	f := a.P.CPUFloorUs
+	if lambda > 0 {
+		f = min(f, a.omegaUs/int64(lambda))
+	}
+	return max(f, 1)
+}
+
+func (a *App) decide(m *Member, quota, mem int64, r Reason) Decision {
+	d := Decision{Key: m.Key, Reason: r}
+	if quota > 0 && quota != m.QuotaUs {
+		a.cpuAlloc += quota - m.QuotaUs
+		m.QuotaUs = quota
+		d.QuotaUs = quota
+	}
+	if mem > 0 && mem != m.MemLimit {
+		a.memAlloc += mem - m.MemLimit
+		m.MemLimit = mem
+		d.MemLimit = mem
+	}
+	if d.QuotaUs == 0 && d.MemLimit == 0 {
+		return Decision{}
+	}
+	m.Gen++
+	d.Gen = m.Gen
+	return d
+}
+
+var (
+	ErrDuplicate = errors.New("allocator: member already joined")
+	ErrUnknown   = errors.New("allocator: unknown member")
+)
+
+// Join bootstraps a member per seed 000 §IV-A eq. (2): CPU Ω/λ and memory
+// (1−σ)·M/λ with λ counting the newcomer. CPU it cannot take from the pool
+// it takes from members above that fair share (their excess always
+// covers it), so Σ quotas ≤ Ω holds. Memory is never taken by force (that
+// would OOM-kill): the newcomer gets min(fair share, unallocated); when the
+// pool is empty its limit stays unassigned until reclaim refills the pool
+// (FillPending) or an OOM request is granted.
+func (a *App) Join(j Join) ([]Decision, error) {
+	if _, ok := a.members[j.Key]; ok {
+		return nil, ErrDuplicate
+	}
+	n := a.P.Window
+	m := &Member{Key: j.Key, HostMaxUs: j.HostMaxUs, MemUsage: max(0, j.MemUsage),
+		th: make([]bool, n), unused: make([]int64, n)}
+	if m.HostMaxUs <= 0 {
+		m.HostMaxUs = a.P.PeriodUs()
+	}
+	lambda := len(a.order) + 1
+	fair := max(a.floorUs(lambda), min(a.omegaUs/int64(lambda), m.HostMaxUs))
+	var out []Decision
+	if need := fair - a.CPUUnallocatedUs(); need > 0 {
+		out = a.takeCPU(need, a.omegaUs/int64(lambda))
+	}
+	quota := min(fair, a.CPUUnallocatedUs())
+	a.members[j.Key] = m
+	i := sort.Search(len(a.order), func(i int) bool { return a.order[i] >= j.Key })
+	a.order = append(a.order, 0)
+	copy(a.order[i+1:], a.order[i:])
+	a.order[i] = j.Key
+	memFair := int64((1 - a.budget.Sigma) * float64(a.budget.MemoryBytes) / float64(lambda))
+	mem := min(memFair, a.MemUnallocated())
+	if mem < 4*MiB {
+		mem = 0 // leave unassigned rather than set an unusable limit
+	}
+	if d := a.decide(m, quota, mem, ReasonBootstrap); d.Gen != 0 {
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// takeCPU lowers members above fairUs toward it, in proportion to their
+// excess, until need µs are free. It returns the decisions.
+func (a *App) takeCPU(need, fairUs int64) []Decision {
+	var excess int64
+	for _, k := range a.order {
+		if m := a.members[k]; m.QuotaUs > fairUs {
+			excess += m.QuotaUs - fairUs
+		}
+	}
+	if excess <= 0 {
+		return nil
+	}
+	var out []Decision
+	total := need
+	for _, k := range a.order {
+		m := a.members[k]
+		if m.QuotaUs <= fairUs || need <= 0 {
+			continue
+		}
+		ex := m.QuotaUs - fairUs
+		cut := min(ex, (total*ex+excess-1)/excess, need)
+		need -= cut
+		if d := a.decide(m, m.QuotaUs-cut, 0, ReasonRebalance); d.Gen != 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Leave returns a member's quota and memory to the pools. With fewer
+// members the floor may rise (it is min(floor, Ω/λ)); members below it are
+// raised.
+func (a *App) Leave(k Key) ([]Decision, error) {
+	m, ok := a.members[k]
+	if !ok {
+		return nil, ErrUnknown
+	}
+	a.cpuAlloc -= m.QuotaUs
+	a.memAlloc -= m.MemLimit
+	delete(a.members, k)
+	i := sort.Search(len(a.order), func(i int) bool { return a.order[i] >= k })
+	a.order = append(a.order[:i], a.order[i+1:]...)
+	return a.ensureFloor(), nil
+}
+
+// ensureFloor raises members below the floor, from the pool first and then
+// from members above the floor. It always succeeds: λ·floor ≤ Ω.
+func (a *App) ensureFloor() []Decision {
+	floor := a.floorUs(len(a.order))
+	var need int64
+	for _, k := range a.order {
+		if m := a.members[k]; m.QuotaUs < floor {
+			need += floor - m.QuotaUs
+		}
+	}
+	if need == 0 {
+		return nil
+	}
+	var out []Decision
+	if short := need - a.CPUUnallocatedUs(); short > 0 {
+		out = a.takeCPU(short, floor)
+	}
+	for _, k := range a.order {
+		if m := a.members[k]; m.QuotaUs < floor {
+			if d := a.decide(m, floor, 0, ReasonRebalance); d.Gen != 0 {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// SetBudget replaces the budget. When Σ quotas exceed the new Ω, members
+// are scaled down (proportionally, then the largest first) so the
+// invariant holds again. Memory above a smaller budget is not cut (that
+// would kill); it returns through reclaim, and grants wait until then.
+func (a *App) SetBudget(b Budget) ([]Decision, error) {
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	a.setBudget(b)
+	return append(a.fitCPU(), a.ensureFloor()...), nil
+}
+
+func (a *App) fitCPU() []Decision {
+	if a.cpuAlloc <= a.omegaUs || len(a.order) == 0 {
+		return nil
+	}
+	floor := a.floorUs(len(a.order))
+	scale := float64(a.omegaUs) / float64(a.cpuAlloc)
+	got := map[Key]Decision{}
+	for _, k := range a.order {
+		m := a.members[k]
+		q := max(floor, int64(float64(m.QuotaUs)*scale))
+		if d := a.decide(m, q, 0, ReasonRebalance); d.Gen != 0 {
+			got[k] = d
+		}
+	}
+	for a.cpuAlloc > a.omegaUs { // floors pushed us over: trim the largest
+		var big *Member
+		for _, k := range a.order {
+			if m := a.members[k]; big == nil || m.QuotaUs > big.QuotaUs {
+				big = m
+			}
+		}
+		cut := min(a.cpuAlloc-a.omegaUs, big.QuotaUs-floor)
+		if cut <= 0 {
+			break // unreachable: λ·floor ≤ Ω by floorUs
+		}
+		if d := a.decide(big, big.QuotaUs-cut, 0, ReasonRebalance); d.Gen != 0 {
+			got[big.Key] = d
+		}
+	}
+	out := make([]Decision, 0, len(got))
+	for _, k := range a.order {
+		if d, ok := got[k]; ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// SetHostMax changes a member's ceiling (host cores × period).
+func (a *App) SetHostMax(k Key, maxUs int64) []Decision {
+	m := a.members[k]
+	if m == nil || maxUs <= 0 {
+		return nil
+	}
+	m.HostMaxUs = maxUs
+	if m.QuotaUs > maxUs {
+		if d := a.decide(m, maxUs, 0, ReasonRebalance); d.Gen != 0 {
+			return []Decision{d}
+		}
+	}
+	return nil
+}

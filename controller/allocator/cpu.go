@@ -1,0 +1,87 @@
+package allocator
+
+import "errors"
+
+// Stat is one container's CFS period (seed 000 §IV-B), already validated
+// by the ingest.
+type Stat struct {
+	Seq       uint64
+	QuotaUs   int64 // quota in force during the period (-1: unlimited)
+	PeriodUs  int64
+	UnusedUs  int64
+	Throttled bool
+	UsageUs   int64
+}
+
+var (
+	ErrStale  = errors.New("allocator: duplicate or reordered period")
+	ErrAbsurd = errors.New("allocator: absurd statistic")
+)
+
+// maxGapFill bounds how many missing periods are replayed into the window.
+const maxGapFill = 1 << 16
+
+// CPU consumes one period's statistic and returns the decision for the
+// next period, if the quota changes (§IV-D-1). Gaps in Seq are periods
+// without a record: the kernel backend stops an idle group's period timer,
+// so they count as unthrottled, fully unused periods.
+func (a *App) CPU(k Key, s Stat) (Decision, error) {
+	m := a.members[k]
+	if m == nil {
+		return Decision{}, ErrUnknown
+	}
+	if s.PeriodUs <= 0 || s.UnusedUs < 0 || s.QuotaUs < -1 || s.UsageUs < 0 ||
+		s.PeriodUs > 1_000_000 || s.UnusedUs > 1_000_000_000 || s.QuotaUs > 1_000_000_000 {
+		return Decision{}, ErrAbsurd
+	}
+	if m.seen && s.Seq <= m.lastSeq {
+		return Decision{}, ErrStale
+	}
+	pUs := a.P.PeriodUs()
+	// Normalise to the allocator's period when the daemon's differs.
+	unused := s.UnusedUs
+	if s.PeriodUs != pUs {
+		unused = unused * pUs / s.PeriodUs
+	}
+	if s.QuotaUs > 0 {
+		unused = min(unused, s.QuotaUs*pUs/s.PeriodUs)
+	}
+	unused = min(unused, m.QuotaUs) // measured against the quota we assigned
+	if m.seen {
+		gap := min(s.Seq-m.lastSeq-1, uint64(len(m.th)), maxGapFill)
+		for range gap {
+			m.push(false, m.QuotaUs)
+		}
+	}
+	m.seen, m.lastSeq = true, s.Seq
+	m.push(s.Throttled, unused)
+	m.Periods++
+	if s.Throttled {
+		m.Throttles++
+	}
+	m.LastUsageUs = s.UsageUs
+	if m.QuotaUs <= 0 {
+		return Decision{}, nil // not assigned yet
+	}
+	in := CPUInput{P: a.P, QuotaUs: m.QuotaUs, UnusedUs: unused, Throttled: s.Throttled,
+		AvgThrottle: m.AvgThrottle(), AvgUnusedUs: m.AvgUnusedUs(),
+		UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order)}
+	q, r := a.Policy.NextQuota(in)
+	q = a.clampQuota(m, q)
+	return a.decide(m, q, 0, r), nil
+}
+
+// clampQuota enforces floor ≤ q ≤ host max and Σ ≤ Ω (a raise comes only
+// from the unallocated pool).
+func (a *App) clampQuota(m *Member, q int64) int64 {
+	if q > m.QuotaUs {
+		q = min(q, m.QuotaUs+a.CPUUnallocatedUs())
+	}
+	q = min(q, m.HostMaxUs)
+	floor := a.floorUs(len(a.order))
+	if q < floor {
+		// Raise to the floor only from the pool; never push Σ over Ω.
+		q = min(floor, max(q, m.QuotaUs+a.CPUUnallocatedUs()))
+	}
+	return q
+}

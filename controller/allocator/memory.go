@@ -1,0 +1,141 @@
+package allocator
+
+// OOMAction is what the controller must do with an OOM request.
+type OOMAction int
+
+const (
+	OOMGrant   OOMAction = iota + 1 // apply Decision, then send the verdict
+	OOMReclaim                      // reclaim from Reclaim first, then call OOM again with mayReclaim=false
+	OOMDeny
+)
+
+// OOMOutcome is the allocator's answer to an OOM request.
+type OOMOutcome struct {
+	Action   OOMAction
+	Decision Decision // OOMGrant: the raised limit
+	Reclaim  []Key    // OOMReclaim: members with limit > usage + δ
+	Reason   string
+}
+
+// OOM handles an out-of-memory request (seed 000 §IV-D-2): grant a step
+// from the unallocated pool; when the pool cannot cover it and mayReclaim,
+// ask for a reclaim of the app's other members first (§IV-C); otherwise
+// grant what the allocation needs if the pool holds that, else deny.
+func (a *App) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome {
+	m := a.members[k]
+	if m == nil {
+		return OOMOutcome{Action: OOMDeny, Reason: "unknown container"}
+	}
+	if usage < 0 || limit < 0 || want < 0 || want > 1<<40 {
+		return OOMOutcome{Action: OOMDeny, Reason: "absurd request"}
+	}
+	if usage > 0 {
+		m.MemUsage = usage
+	}
+	if mayReclaim {
+		m.OOMRequests++ // the retry after reclaim is the same request
+	}
+	// The new limit starts from what the container holds: our limit, or
+	// its usage when that is higher (unassigned member, or our view is
+	// behind). Memory above our accounting must come from the pool too.
+	base := max(m.MemLimit, usage)
+	pool := a.MemUnallocated() - (base - m.MemLimit)
+	step := a.Policy.OOMStep(OOMInput{P: a.P, LimitBytes: m.MemLimit, UsageBytes: usage,
+		WantBytes: want, Unallocated: pool})
+	need := max(want, 4096)
+	grant := min(step, pool)
+	if grant < step && mayReclaim {
+		if ks := a.ReclaimCandidates(k); len(ks) > 0 {
+			return OOMOutcome{Action: OOMReclaim, Reclaim: ks, Reason: "pool empty: reclaiming"}
+		}
+	}
+	if grant < need {
+		m.OOMDenies++
+		return OOMOutcome{Action: OOMDeny, Reason: "application memory pool exhausted"}
+	}
+	m.OOMGrants++
+	d := a.decide(m, 0, base+grant, ReasonOOMGrant)
+	return OOMOutcome{Action: OOMGrant, Decision: d, Reason: "granted from pool"}
+}
+
+// UndoGrant returns a grant the daemon failed to apply.
+func (a *App) UndoGrant(k Key, gen uint64, prevLimit int64) {
+	m := a.members[k]
+	if m == nil || m.Gen != gen {
+		return // superseded: the newer decision owns the limit
+	}
+	a.memAlloc += prevLimit - m.MemLimit
+	m.MemLimit = prevLimit
+	m.OOMGrants--
+	m.OOMDenies++
+}
+
+// ReclaimCandidates are the members other than except whose limit exceeds
+// usage + δ (§IV-C), by the last usage the controller saw.
+func (a *App) ReclaimCandidates(except Key) []Key {
+	var out []Key
+	for _, k := range a.order {
+		m := a.members[k]
+		if k != except && m.MemLimit > 0 && m.MemLimit > m.MemUsage+a.P.SafeMarginBytes {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// Reclaimed records what a daemon did for one member: the limit went to
+// newLimit; the difference returns to the pool. A result that would set a
+// limit below usage is refused (returns false) and changes nothing.
+func (a *App) Reclaimed(k Key, newLimit, usage int64) bool {
+	m := a.members[k]
+	if m == nil || newLimit <= 0 || usage < 0 || newLimit < usage || m.MemLimit == 0 {
+		return false
+	}
+	m.MemUsage = usage
+	if newLimit >= m.MemLimit {
+		return false
+	}
+	a.memAlloc -= m.MemLimit - newLimit
+	m.MemLimit = newLimit
+	return true
+}
+
+// PlanReclaim computes, from known usage, the limits reclaim would set:
+// limit → usage + δ where limit > usage + δ. Replay applies it directly.
+func (a *App) PlanReclaim(except Key) []Decision {
+	var out []Decision
+	for _, k := range a.ReclaimCandidates(except) {
+		m := a.members[k]
+		out = append(out, Decision{Key: k, MemLimit: m.MemUsage + a.P.SafeMarginBytes})
+	}
+	return out
+}
+
+// Usage records a usage sample.
+func (a *App) Usage(k Key, usage int64) {
+	if m := a.members[k]; m != nil && usage >= 0 {
+		m.MemUsage = usage
+	}
+}
+
+// FillPending assigns memory to members left unassigned at join, once
+// the pool has room again (eq. (2) share or what is left).
+func (a *App) FillPending() []Decision {
+	var out []Decision
+	lambda := max(len(a.order), 1)
+	fair := int64((1 - a.budget.Sigma) * float64(a.budget.MemoryBytes) / float64(lambda))
+	for _, k := range a.order {
+		m := a.members[k]
+		if m.MemLimit != 0 {
+			continue
+		}
+		mem := min(fair, a.MemUnallocated())
+		if mem < max(4*MiB, m.MemUsage+a.P.SafeMarginBytes) {
+			break
+		}
+		if d := a.decide(m, 0, mem, ReasonPoolFilled); d.Gen != 0 {
+			out = append(out, d)
+		}
+	}
+	return out
+}

@@ -1,0 +1,79 @@
+// Package allocator is the resource allocator of seed 000 §IV-D: per-app
+// CPU quota decisions from per-period telemetry (§IV-D-1) and memory grants
+// on OOM requests with reclaim (§IV-C, §IV-D-2). It is pure and
+// deterministic: no goroutines, no I/O, no clock of its own. The controller
+// feeds it events in order (one goroutine per app) and carries out the
+// decisions it returns; Replay feeds it a recorded trace.
+package allocator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Params are the tunables of one app's allocator. Defaults follow seed 000.
+type Params struct {
+	// Window is n, the number of periods in the sliding windows (§IV-D-1).
+	Window int `json:"window" yaml:"window"`
+	// Upsilon is Υ: how many fair shares of the unallocated pool a
+	// container that was throttled in every period of the window may take.
+	Upsilon float64 `json:"upsilon" yaml:"upsilon"`
+	// Gamma is γ as a fraction of the quota: scale down only when unused
+	// runtime exceeds γ·quota.
+	Gamma float64 `json:"gamma" yaml:"gamma"`
+	// Kappa is κ: the fraction of the unused runtime taken away.
+	Kappa float64 `json:"kappa" yaml:"kappa"`
+	// Period is the CFS period quotas are decided for.
+	Period time.Duration `json:"period" yaml:"period"`
+	// CPUFloorUs is the smallest quota (µs per period) a member is cut to.
+	CPUFloorUs int64 `json:"cpu_floor_us" yaml:"cpu_floor_us"`
+	// OOMStepBytes is the fixed grant per OOM request (§IV-D-2).
+	OOMStepBytes int64 `json:"oom_step_bytes" yaml:"oom_step_bytes"`
+	// SafeMarginBytes is δ of the reclaim rule limit → usage + δ (§IV-C).
+	SafeMarginBytes int64 `json:"safe_margin_bytes" yaml:"safe_margin_bytes"`
+}
+
+const MiB = 1 << 20
+
+// DefaultParams: κ = 0.8, γ = 0.2, Υ = 20, δ = 50 MiB and a 100 ms period
+// are the paper's; n = 10 (one second of history), a 5 ms floor (0.05
+// core) and a 64 MiB OOM step are ours (the paper gives no values).
+func DefaultParams() Params {
+	return Params{
+		Window:          10,
+		Upsilon:         20,
+		Gamma:           0.2,
+		Kappa:           0.8,
+		Period:          100 * time.Millisecond,
+		CPUFloorUs:      5000,
+		OOMStepBytes:    64 * MiB,
+		SafeMarginBytes: 50 * MiB,
+	}
+}
+
+// PeriodUs is the period in microseconds.
+func (p Params) PeriodUs() int64 { return p.Period.Microseconds() }
+
+// Validate rejects parameters that would make the allocator unsound.
+func (p Params) Validate() error {
+	switch {
+	case p.Window < 1 || p.Window > 10000:
+		return fmt.Errorf("window n=%d: want 1..10000", p.Window)
+	case !(p.Upsilon > 0) || p.Upsilon > 1e6:
+		return fmt.Errorf("upsilon %v: want > 0", p.Upsilon)
+	case !(p.Gamma >= 0) || p.Gamma >= 1:
+		return fmt.Errorf("gamma %v: want 0 <= gamma < 1 (a fraction of the quota)", p.Gamma)
+	case !(p.Kappa > 0) || p.Kappa > 1:
+		return fmt.Errorf("kappa %v: want 0 < kappa <= 1", p.Kappa)
+	case p.Period < time.Millisecond || p.Period > time.Second:
+		return fmt.Errorf("period %v: want 1ms..1s (CFS limits)", p.Period)
+	case p.CPUFloorUs < 1000 || p.CPUFloorUs > p.PeriodUs():
+		return fmt.Errorf("cpu floor %dus: want 1000us..period (CFS minimum quota is 1ms)", p.CPUFloorUs)
+	case p.OOMStepBytes < 4096:
+		return errors.New("oom step: want at least one page")
+	case p.SafeMarginBytes < 0:
+		return errors.New("safe margin: want >= 0")
+	}
+	return nil
+}
