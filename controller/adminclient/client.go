@@ -1,0 +1,349 @@
+// Package adminclient talks to the controller's admin HTTP API (by default on
+// 127.0.0.1:7472): app budgets in, snapshots of apps, containers and hosts
+// and a stream of events out. escractl is its user; the JSON shapes are the
+// ones documented in docs/operator.md.
+package adminclient
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// DefaultURL is where the controller's admin API listens unless configured.
+const DefaultURL = "http://127.0.0.1:7472"
+
+// AllocatorParams are the resource allocator's parameters (seed 000 §IV-C/D).
+type AllocatorParams struct {
+	Policy             string  `json:"policy"`
+	Kappa              float64 `json:"kappa"`
+	Gamma              float64 `json:"gamma"`
+	Upsilon            float64 `json:"upsilon"`
+	WindowPeriods      int     `json:"window_periods"`
+	PeriodUS           int64   `json:"period_us"`
+	ReclaimIntervalMS  int64   `json:"reclaim_interval_ms"`
+	ReclaimMarginBytes int64   `json:"reclaim_margin_bytes"`
+}
+
+// AppBudget is the body of PUT /v1/apps/{name}: a Distributed Container's
+// global limits, sent before any container is deployed (seed 000 §IV-A).
+type AppBudget struct {
+	Name        string          `json:"name"`
+	CPUCores    float64         `json:"cpu_cores"`
+	MemoryBytes int64           `json:"memory_bytes"`
+	Sigma       float64         `json:"sigma"`
+	Allocator   AllocatorParams `json:"allocator"`
+}
+
+// App is one row of GET /v1/apps.
+type App struct {
+	Name                 string  `json:"name"`
+	CPUCores             float64 `json:"cpu_cores"`    // global limit
+	MemoryBytes          int64   `json:"memory_bytes"` // global limit
+	Sigma                float64 `json:"sigma"`
+	Containers           int     `json:"containers"`
+	CPUAllocatedCores    float64 `json:"cpu_allocated_cores"`
+	CPUUsageCores        float64 `json:"cpu_usage_cores"`
+	MemoryAllocatedBytes int64   `json:"memory_allocated_bytes"`
+	MemoryUsageBytes     int64   `json:"memory_usage_bytes"`
+	OOMGrants            uint64  `json:"oom_grants"`
+	OOMDenials           uint64  `json:"oom_denials"`
+}
+
+// Container is one row of GET /v1/containers.
+type Container struct {
+	ID               string  `json:"id"`
+	Name             string  `json:"name"`
+	App              string  `json:"app"`
+	Host             string  `json:"host"`
+	State            string  `json:"state"`
+	CPULimitCores    float64 `json:"cpu_limit_cores"`
+	CPUUsageCores    float64 `json:"cpu_usage_cores"`
+	ThrottledPeriods uint64  `json:"throttled_periods"` // cumulative
+	MemoryLimitBytes int64   `json:"memory_limit_bytes"`
+	MemoryUsageBytes int64   `json:"memory_usage_bytes"`
+	OOMGrants        uint64  `json:"oom_grants"`
+	OOMDenials       uint64  `json:"oom_denials"`
+}
+
+// Host is one row of GET /v1/hosts: a daemon and its session.
+type Host struct {
+	ID          string  `json:"id"`
+	Addr        string  `json:"addr"`
+	State       string  `json:"state"`
+	Backend     string  `json:"backend"`
+	Containers  int     `json:"containers"`
+	CPUCores    float64 `json:"cpu_cores"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	Version     string  `json:"version"`
+}
+
+// Event is one line of GET /v1/events: a limit change or an OOM verdict.
+type Event struct {
+	Time      time.Time `json:"time"`
+	App       string    `json:"app"`
+	Container string    `json:"container"`
+	Host      string    `json:"host"`
+	Kind      string    `json:"kind"`
+	Reason    string    `json:"reason"`
+	Message   string    `json:"message"`
+}
+
+// Client calls one controller.
+type Client struct {
+	base *url.URL
+	http *http.Client
+}
+
+// New checks the controller URL and returns a client for it.
+func New(raw string) (*Client, error) {
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("bad controller URL %q (want e.g. %s)", raw, DefaultURL)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	return &Client{base: u, http: &http.Client{}}, nil
+}
+
+// URL is the controller's base URL as the client uses it.
+func (c *Client) URL() string { return c.base.String() }
+
+// UnreachableError says the controller could not be reached at all.
+type UnreachableError struct {
+	URL string
+	Err error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("controller at %s unreachable: %v", e.URL, e.Err)
+}
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// APIError is a non-2xx answer from the controller.
+type APIError struct {
+	Status int
+	Msg    string
+}
+
+func (e *APIError) Error() string {
+	if e.Msg == "" {
+		return fmt.Sprintf("controller answered %d %s", e.Status, http.StatusText(e.Status))
+	}
+	return fmt.Sprintf("controller: %s", e.Msg)
+}
+
+// ErrNotFound matches an APIError with status 404.
+var ErrNotFound = errors.New("not found")
+
+func (e *APIError) Is(target error) bool {
+	return target == ErrNotFound && e.Status == http.StatusNotFound
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(out); err != nil {
+		return fmt.Errorf("controller at %s sent a %s %s answer that is not the expected JSON: %v", c.URL(), method, path, err)
+	}
+	return nil
+}
+
+func (c *Client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base.String()+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &UnreachableError{URL: c.URL(), Err: rootCause(err)}
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, &APIError{Status: resp.StatusCode, Msg: errorText(resp.Body)}
+	}
+	return resp, nil
+}
+
+// rootCause strips url.Error's "Get \"http://...\":" prefix: the URL is
+// already in our message.
+func rootCause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		return fmt.Errorf("%s %s: %w", oe.Op, oe.Addr, oe.Err)
+	}
+	return err
+}
+
+// errorText reads an error body: {"error": "..."} or plain text, one line.
+func errorText(r io.Reader) string {
+	b, _ := io.ReadAll(io.LimitReader(r, 4096))
+	var e struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(b, &e) == nil {
+		if e.Error != "" {
+			return e.Error
+		}
+		if e.Message != "" {
+			return e.Message
+		}
+	}
+	s := strings.TrimSpace(string(b))
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// PutApp creates or updates an app's budget.
+func (c *Client) PutApp(ctx context.Context, b AppBudget) error {
+	return c.do(ctx, http.MethodPut, "/v1/apps/"+url.PathEscape(b.Name), b, nil)
+}
+
+// DeleteApp removes an app; it fails with ErrNotFound for an unknown app.
+func (c *Client) DeleteApp(ctx context.Context, name string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/apps/"+url.PathEscape(name), nil, nil)
+}
+
+// Apps lists the apps.
+func (c *Client) Apps(ctx context.Context) ([]App, error) {
+	var out []App
+	return out, c.list(ctx, "/v1/apps", "apps", &out)
+}
+
+// Containers lists the containers, of one app when app is not empty.
+func (c *Client) Containers(ctx context.Context, app string) ([]Container, error) {
+	var out []Container
+	path := "/v1/containers"
+	if app != "" {
+		path += "?app=" + url.QueryEscape(app)
+	}
+	if err := c.list(ctx, path, "containers", &out); err != nil {
+		return nil, err
+	}
+	if app == "" {
+		return out, nil
+	}
+	// Filter here too, in case the controller ignores the query.
+	kept := out[:0]
+	for _, ct := range out {
+		if ct.App == app {
+			kept = append(kept, ct)
+		}
+	}
+	return kept, nil
+}
+
+// Hosts lists the hosts whose daemons are or were connected.
+func (c *Client) Hosts(ctx context.Context) ([]Host, error) {
+	var out []Host
+	return out, c.list(ctx, "/v1/hosts", "hosts", &out)
+}
+
+// RawList returns the JSON the controller sent for a list, for -o json.
+func (c *Client) RawList(ctx context.Context, path string) (json.RawMessage, error) {
+	var raw json.RawMessage
+	return raw, c.do(ctx, http.MethodGet, path, nil, &raw)
+}
+
+// list accepts either a bare JSON array or an object holding it under key.
+func (c *Client) list(ctx context.Context, path, key string, out any) error {
+	var raw json.RawMessage
+	if err := c.do(ctx, http.MethodGet, path, nil, &raw); err != nil {
+		return err
+	}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '{' {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return fmt.Errorf("controller at %s: bad JSON from %s: %v", c.URL(), path, err)
+		}
+		raw = obj[key]
+		if raw == nil {
+			raw = json.RawMessage("[]")
+		}
+	}
+	if string(raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("controller at %s: bad JSON from %s: %v", c.URL(), path, err)
+	}
+	return nil
+}
+
+// Events streams events (of one app when app is not empty) to fn until ctx
+// ends or the controller closes the stream. It reads newline-delimited JSON
+// and also server-sent events ("data: {...}" lines). A line that is not an
+// event's JSON is passed on as the event's Message, so nothing is lost.
+func (c *Client) Events(ctx context.Context, app string, fn func(Event, []byte)) error {
+	path := "/v1/events"
+	if app != "" {
+		path += "?app=" + url.QueryEscape(app)
+	}
+	resp, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 || line[0] == ':' || bytes.HasPrefix(line, []byte("event:")) || bytes.HasPrefix(line, []byte("id:")) {
+			continue
+		}
+		line = bytes.TrimSpace(bytes.TrimPrefix(line, []byte("data:")))
+		var ev Event
+		if json.Unmarshal(line, &ev) != nil {
+			ev = Event{Message: string(line)}
+		}
+		fn(ev, append([]byte(nil), line...))
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("event stream from %s broke: %v", c.URL(), err)
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/escra-dev/escra/controller/adminclient"
+	"github.com/escra-dev/escra/controller/spec"
+)
+
+// topState remembers the last frame's cumulative throttle counts, so each
+// frame shows throttled periods per second.
+type topState struct {
+	last     map[string]uint64
+	lastTime time.Time
+}
+
+func cmdTop(e *env, args []string) error {
+	fs := e.flags("top")
+	once := fs.Bool("once", false, "")
+	interval := fs.Duration("interval", time.Second, "")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return usageErr("top: at most one app name")
+	}
+	if *interval < 100*time.Millisecond {
+		return usageErr("top: --interval must be at least 100ms")
+	}
+	app := ""
+	if len(pos) == 1 {
+		app = pos[0]
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	st := &topState{last: map[string]uint64{}}
+	tick := time.NewTicker(*interval)
+	defer tick.Stop()
+	for {
+		var frame bytes.Buffer
+		if err := st.frame(e, c, app, &frame); err != nil {
+			return err
+		}
+		if e.tty && !*once {
+			io.WriteString(e.stdout, "\x1b[H\x1b[2J") // home, clear: redraw in place
+		}
+		e.stdout.Write(frame.Bytes())
+		if *once {
+			return nil
+		}
+		if !e.tty {
+			fmt.Fprintln(e.stdout)
+		}
+		select {
+		case <-e.ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func (st *topState) frame(e *env, c *adminclient.Client, app string, w io.Writer) error {
+	apps, err := c.Apps(e.ctx)
+	if err != nil {
+		return err
+	}
+	if app != "" {
+		kept := apps[:0]
+		for _, a := range apps {
+			if a.Name == app {
+				kept = append(kept, a)
+			}
+		}
+		if len(kept) == 0 {
+			return fmt.Errorf("unknown app %q", app)
+		}
+		apps = kept
+	}
+	cs, err := c.Containers(e.ctx, app)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].App != cs[j].App {
+			return cs[i].App < cs[j].App
+		}
+		if cs[i].Host != cs[j].Host {
+			return cs[i].Host < cs[j].Host
+		}
+		return cs[i].Name < cs[j].Name
+	})
+	head := fmt.Sprintf("escractl top  %s  %s  %d apps, %d containers", c.URL(), now.Format("15:04:05"), len(apps), len(cs))
+	if e.width > 0 && len(head) > e.width {
+		head = head[:e.width]
+	}
+	fmt.Fprintf(w, "%s\n\n", head)
+
+	t := newTable([]int{3, 4, 5, 6, 7, 8, 9, 10, 11},
+		"CONTAINER", "APP", "HOST", "CPU LIM", "CPU USE", "CPU SLACK", "THR/s", "MEM LIM", "MEM USE", "MEM SLACK", "OOM OK", "OOM NO")
+	dt := now.Sub(st.lastTime).Seconds()
+	next := make(map[string]uint64, len(cs))
+	for _, ct := range cs {
+		key := ct.Host + "/" + ct.ID
+		next[key] = ct.ThrottledPeriods
+		thr := "-"
+		if prev, ok := st.last[key]; ok && dt > 0 && ct.ThrottledPeriods >= prev {
+			thr = strconv.FormatFloat(float64(ct.ThrottledPeriods-prev)/dt, 'f', 1, 64)
+		}
+		name := ct.Name
+		if name == "" {
+			name = shortID(ct.ID)
+		}
+		t.add(name, ct.App, ct.Host,
+			cores(ct.CPULimitCores), cores(ct.CPUUsageCores), cores(ct.CPULimitCores-ct.CPUUsageCores), thr,
+			spec.FormatBytes(ct.MemoryLimitBytes), spec.FormatBytes(ct.MemoryUsageBytes), spec.FormatBytes(ct.MemoryLimitBytes-ct.MemoryUsageBytes),
+			strconv.FormatUint(ct.OOMGrants, 10), strconv.FormatUint(ct.OOMDenials, 10))
+	}
+	st.last, st.lastTime = next, now
+	t.write(w, e.width)
+	fmt.Fprintln(w)
+
+	// Per-app totals against the global limits (the Distributed Container's pool).
+	at := newTable([]int{1, 2, 3, 4, 5, 6, 7, 8, 9},
+		"APP", "CPU ALLOC", "/ LIMIT", "CPU USE", "CPU SLACK", "MEM ALLOC", "/ LIMIT", "MEM USE", "OOM OK", "OOM NO")
+	for _, a := range apps {
+		at.add(a.Name,
+			cores(a.CPUAllocatedCores)+" "+pct(a.CPUAllocatedCores, a.CPUCores), cores(a.CPUCores),
+			cores(a.CPUUsageCores), cores(a.CPUAllocatedCores-a.CPUUsageCores),
+			spec.FormatBytes(a.MemoryAllocatedBytes)+" "+pct(float64(a.MemoryAllocatedBytes), float64(a.MemoryBytes)), spec.FormatBytes(a.MemoryBytes),
+			spec.FormatBytes(a.MemoryUsageBytes),
+			strconv.FormatUint(a.OOMGrants, 10), strconv.FormatUint(a.OOMDenials, 10))
+	}
+	at.write(w, e.width)
+	return nil
+}
