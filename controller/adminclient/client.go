@@ -23,15 +23,20 @@ import (
 const DefaultURL = "http://127.0.0.1:7472"
 
 // AllocatorParams are the resource allocator's parameters (seed 000 §IV-C/D).
+// The JSON names are those of controller/allocator.Params, so the controller
+// can decode the object onto its defaults; Period and ReclaimInterval are
+// time.Duration, which encoding/json writes as nanoseconds.
 type AllocatorParams struct {
-	Policy             string  `json:"policy"`
-	Kappa              float64 `json:"kappa"`
-	Gamma              float64 `json:"gamma"`
-	Upsilon            float64 `json:"upsilon"`
-	WindowPeriods      int     `json:"window_periods"`
-	PeriodUS           int64   `json:"period_us"`
-	ReclaimIntervalMS  int64   `json:"reclaim_interval_ms"`
-	ReclaimMarginBytes int64   `json:"reclaim_margin_bytes"`
+	Policy          string        `json:"policy,omitempty"`
+	Window          int           `json:"window"`
+	Upsilon         float64       `json:"upsilon"`
+	Gamma           float64       `json:"gamma"`
+	Kappa           float64       `json:"kappa"`
+	Period          time.Duration `json:"period"`
+	CPUFloorUs      int64         `json:"cpu_floor_us,omitempty"`
+	OOMStepBytes    int64         `json:"oom_step_bytes,omitempty"`
+	SafeMarginBytes int64         `json:"safe_margin_bytes"`
+	ReclaimInterval time.Duration `json:"reclaim_interval,omitempty"`
 }
 
 // AppBudget is the body of PUT /v1/apps/{name}: a Distributed Container's

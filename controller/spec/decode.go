@@ -45,6 +45,7 @@ func Parse(file string, data []byte) (*App, error) {
 			Policy: DefaultPolicy, Kappa: DefaultKappa, Gamma: DefaultGamma,
 			Upsilon: DefaultUpsilon, Window: DefaultWindow, Period: DefaultPeriod,
 			ReclaimInterval: DefaultReclaimInterval, ReclaimMarginBytes: DefaultReclaimMargin,
+			CPUFloor: DefaultCPUFloor, OOMStepBytes: DefaultOOMStep,
 		},
 	}
 	top := d.mapping(doc.Content[0], "", map[string]func(v *yaml.Node, f string){
@@ -315,8 +316,13 @@ func (d *decoder) allocator(n *yaml.Node, field string, a *Allocator) {
 				d.err(v, f, fmt.Sprintf("%q is not a known policy (known: escra)", a.Policy))
 			}
 		},
-		"kappa":   rangeF(&a.Kappa, 0, 1, "κ, the scale-down rate"),
-		"gamma":   rangeF(&a.Gamma, 0, 1, "γ, the unused share of the quota that triggers a scale-down"),
+		"kappa": rangeF(&a.Kappa, 0, 1, "κ, the scale-down rate"),
+		"gamma": func(v *yaml.Node, f string) {
+			a.Gamma = d.float(v, f)
+			if d.ok() && (a.Gamma < 0 || a.Gamma >= 1) {
+				d.err(v, f, fmt.Sprintf("%g must be in [0, 1) (γ, the unused share of the quota that triggers a scale-down)", a.Gamma))
+			}
+		},
 		"upsilon": rangeF(&a.Upsilon, 0, 1000, "Υ, the scale-up rate"),
 		"window": func(v *yaml.Node, f string) {
 			a.Window = d.int(v, f)
@@ -337,6 +343,18 @@ func (d *decoder) allocator(n *yaml.Node, field string, a *Allocator) {
 			}
 		},
 		"reclaim_margin": func(v *yaml.Node, f string) { a.ReclaimMarginBytes = d.bytes(v, f) },
+		"cpu_floor": func(v *yaml.Node, f string) {
+			a.CPUFloor = d.cpu(v, f)
+			if d.ok() && (a.CPUFloor < 0.01 || a.CPUFloor > 1) {
+				d.err(v, f, fmt.Sprintf("%g must be between 10m and 1 core (CFS's smallest quota is 1 ms per period)", a.CPUFloor))
+			}
+		},
+		"oom_step": func(v *yaml.Node, f string) {
+			a.OOMStepBytes = d.bytes(v, f)
+			if d.ok() && a.OOMStepBytes < 4096 {
+				d.err(v, f, "must be at least 4KiB (one page)")
+			}
+		},
 	})
 }
 

@@ -29,6 +29,8 @@ const (
 	DefaultPeriod          = 100 * time.Millisecond
 	DefaultReclaimInterval = 5 * time.Second
 	DefaultReclaimMargin   = 50 << 20
+	DefaultCPUFloor        = 0.05     // cores: 5 ms of a 100 ms period
+	DefaultOOMStep         = 64 << 20 // bytes granted per OOM request
 	DefaultReplicas        = 1
 	DefaultNetwork         = "none"
 )
@@ -54,6 +56,8 @@ type Allocator struct {
 	Period             time.Duration // CFS period
 	ReclaimInterval    time.Duration // memory reclaim loop
 	ReclaimMarginBytes int64         // δ: reclaim safe margin
+	CPUFloor           float64       // smallest CPU limit, cores
+	OOMStepBytes       int64         // memory granted per OOM request (§IV-D-2)
 }
 
 // Container is one container template, run Replicas times.

@@ -69,7 +69,8 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Allocator{Policy: "escra", Kappa: 0.8, Gamma: 0.2, Upsilon: 20, Window: 10,
-		Period: 100 * time.Millisecond, ReclaimInterval: 5 * time.Second, ReclaimMarginBytes: 50 << 20}
+		Period: 100 * time.Millisecond, ReclaimInterval: 5 * time.Second, ReclaimMarginBytes: 50 << 20,
+		CPUFloor: 0.05, OOMStepBytes: 64 << 20}
 	if a.Allocator != want {
 		t.Fatalf("allocator defaults %+v, want %+v", a.Allocator, want)
 	}
@@ -126,6 +127,9 @@ func TestErrors(t *testing.T) {
 		{"kappa range", good + "allocator:\n  kappa: 2\n", "app.yaml:11: allocator.kappa: 2 must be above 0 and at most 1"},
 		{"allocator unknown", good + "allocator:\n  kapa: 0.5\n", "app.yaml:11: allocator.kapa: unknown field"},
 		{"policy", good + "allocator:\n  policy: pema\n", "app.yaml:11: allocator.policy: \"pema\" is not a known policy"},
+		{"gamma one", good + "allocator:\n  gamma: 1\n", "app.yaml:11: allocator.gamma: 1 must be in [0, 1)"},
+		{"cpu floor", good + "allocator:\n  cpu_floor: 2\n", "app.yaml:11: allocator.cpu_floor: 2 must be between 10m and 1 core"},
+		{"oom step", good + "allocator:\n  oom_step: 1B\n", "app.yaml:11: allocator.oom_step: must be at least 4KiB"},
 		{"window", good + "allocator:\n  window: 0\n", "app.yaml:11: allocator.window: 0 must be between 1 and 1000"},
 		{"period", good + "allocator:\n  period: 100\n", "app.yaml:11: allocator.period: \"100\" is not a duration"},
 		{"env list", strings.Replace(good, "    replicas: 2\n", "    env: [A=1]\n", 1), "app.yaml:7: containers[0].env: must be a mapping of NAME: value"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/spec"
@@ -33,9 +34,9 @@ func Budget(a *spec.App) adminclient.AppBudget {
 	return adminclient.AppBudget{
 		Name: a.Name, CPUCores: a.CPU, MemoryBytes: a.MemoryBytes, Sigma: a.Sigma,
 		Allocator: adminclient.AllocatorParams{
-			Policy: al.Policy, Kappa: al.Kappa, Gamma: al.Gamma, Upsilon: al.Upsilon,
-			WindowPeriods: al.Window, PeriodUS: al.Period.Microseconds(),
-			ReclaimIntervalMS: al.ReclaimInterval.Milliseconds(), ReclaimMarginBytes: al.ReclaimMarginBytes,
+			Policy: al.Policy, Window: al.Window, Upsilon: al.Upsilon, Gamma: al.Gamma, Kappa: al.Kappa,
+			Period: al.Period, CPUFloorUs: int64(math.Round(al.CPUFloor * float64(al.Period.Microseconds()))),
+			OOMStepBytes: al.OOMStepBytes, SafeMarginBytes: al.ReclaimMarginBytes, ReclaimInterval: al.ReclaimInterval,
 		},
 	}
 }

@@ -133,8 +133,9 @@ func TestApplySendsBudget(t *testing.T) {
 		t.Fatalf("controller got no budget for shop")
 	}
 	want := adminclient.AppBudget{Name: "shop", CPUCores: 2, MemoryBytes: 1536 << 20, Sigma: 0.1,
-		Allocator: adminclient.AllocatorParams{Policy: "escra", Kappa: 0.8, Gamma: 0.2, Upsilon: 20, WindowPeriods: 10,
-			PeriodUS: 100000, ReclaimIntervalMS: 5000, ReclaimMarginBytes: 50 << 20}}
+		Allocator: adminclient.AllocatorParams{Policy: "escra", Kappa: 0.8, Gamma: 0.2, Upsilon: 20, Window: 10,
+			Period: 100 * time.Millisecond, CPUFloorUs: 5000, OOMStepBytes: 64 << 20, SafeMarginBytes: 50 << 20,
+			ReclaimInterval: 5 * time.Second}}
 	if b != want {
 		t.Fatalf("budget\n got %+v\nwant %+v", b, want)
 	}
