@@ -1,0 +1,42 @@
+// Command bench-images builds the benchmark images into the engine at
+// DOCKER_HOST (default socket) and prints {"name": "tag", ...} as JSON.
+// Building is idempotent: images are tagged by content hash.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	"github.com/escra-dev/escra/bench/images"
+)
+
+func main() {
+	root, err := images.RepoRoot(".")
+	if err != nil {
+		fail(err)
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		fail(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	b := &images.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { fmt.Fprintln(os.Stderr, "bench-images:", s) }}
+	tags, err := b.BuildAll(ctx)
+	if err != nil {
+		fail(err)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	enc.Encode(tags)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "bench-images:", err)
+	os.Exit(1)
+}
