@@ -4,20 +4,168 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"gopkg.in/yaml.v3"
+
+	"github.com/escra-dev/escra/daemon/agent"
+	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/version"
 )
 
+// fileConfig is the YAML config file; flags given on the command line win.
+type fileConfig struct {
+	DockerHost    string                  `yaml:"docker_host"`
+	NoDocker      bool                    `yaml:"no_docker"`
+	Controller    string                  `yaml:"controller"`
+	Period        string                  `yaml:"period"`
+	OOMDeadline   string                  `yaml:"oom_deadline"`
+	Backend       string                  `yaml:"backend"`
+	HostID        string                  `yaml:"host_id"`
+	LogLevel      string                  `yaml:"log_level"`
+	MetricsListen string                  `yaml:"metrics_listen"`
+	Cgroups       []containers.CgroupSpec `yaml:"cgroups"`
+}
+
 func main() {
-	showVersion := flag.Bool("version", false, "print the version and exit")
-	flag.Parse()
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "escrad:", err)
+		os.Exit(2)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("escrad", flag.ContinueOnError)
+	var (
+		configPath  = fs.String("config", "", "YAML config file (flags override it)")
+		dockerHost  = fs.String("docker-host", "", "Docker engine socket, e.g. unix:///var/run/docker.sock (default: DOCKER_HOST or the standard socket)")
+		noDocker    = fs.Bool("no-docker", false, "manage only the cgroups listed in the config file")
+		controller  = fs.String("controller", "127.0.0.1:7470", "controller TCP address")
+		period      = fs.Duration("period", 100*time.Millisecond, "telemetry period (CFS period)")
+		oomDeadline = fs.Duration("oom-deadline", 200*time.Millisecond, "wait this long for an OOM verdict before letting the kernel OOM killer act")
+		backend     = fs.String("backend", "auto", "telemetry/OOM backend: auto, kernel or cgroupfs")
+		hostID      = fs.String("host-id", "", "host id reported to the controller (default: hostname)")
+		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
+		metrics     = fs.String("metrics-listen", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9470)")
+		showVersion = fs.Bool("version", false, "print the version and exit")
+	)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
 	if *showVersion {
 		fmt.Println("escrad", version.Version)
-		return
+		return nil
 	}
-	fmt.Fprintln(os.Stderr, "escrad: the host daemon is not built yet")
-	os.Exit(2)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var fc fileConfig
+	if *configPath != "" {
+		b, err := os.ReadFile(*configPath)
+		if err != nil {
+			return err
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("config %s: %w", *configPath, err)
+		}
+	}
+	str := func(flagVal *string, name, fileVal string) {
+		if !set[name] && fileVal != "" {
+			*flagVal = fileVal
+		}
+	}
+	str(dockerHost, "docker-host", fc.DockerHost)
+	str(controller, "controller", fc.Controller)
+	str(backend, "backend", fc.Backend)
+	str(hostID, "host-id", fc.HostID)
+	str(logLevel, "log-level", fc.LogLevel)
+	str(metrics, "metrics-listen", fc.MetricsListen)
+	if !set["no-docker"] && fc.NoDocker {
+		*noDocker = true
+	}
+	for _, d := range []struct {
+		dst  *time.Duration
+		name string
+		val  string
+	}{{period, "period", fc.Period}, {oomDeadline, "oom-deadline", fc.OOMDeadline}} {
+		if !set[d.name] && d.val != "" {
+			v, err := time.ParseDuration(d.val)
+			if err != nil {
+				return fmt.Errorf("config: %s: %w", d.name, err)
+			}
+			*d.dst = v
+		}
+	}
+	if *period < time.Millisecond || *period > 10*time.Second {
+		return fmt.Errorf("--period %v out of range [1ms, 10s]", *period)
+	}
+	if *oomDeadline <= 0 || *oomDeadline > time.Minute {
+		return fmt.Errorf("--oom-deadline %v out of range (0, 1m]", *oomDeadline)
+	}
+	if _, _, err := net.SplitHostPort(*controller); err != nil {
+		return fmt.Errorf("--controller %q: %w", *controller, err)
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+
+	cfg := agent.Config{
+		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline,
+		Backend: *backend, Cgroups: fc.Cgroups, Log: log,
+	}
+	if !*noDocker {
+		cli, err := containers.NewDockerClient(*dockerHost)
+		if err != nil {
+			return fmt.Errorf("--docker-host %q: %w", *dockerHost, err)
+		}
+		defer cli.Close()
+		cfg.Docker = cli
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	engine := "none"
+	if cfg.Docker != nil {
+		engine = cfg.Docker.DaemonHost()
+	}
+	log.Info("escrad starting", "version", version.Version, "backend", a.Backend(), "cgroup", a.CgroupVersion().String(),
+		"engine", engine, "controller", *controller, "period", *period, "oom_deadline", *oomDeadline)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *metrics != "" {
+		ln, err := net.Listen("tcp", *metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(a.Registry(), promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+	}
+	return a.Run(ctx)
 }

@@ -1,0 +1,508 @@
+// Package agent is escrad's core (seed 000's "Escra Agent"): it joins the
+// container sources, the cgroups, the telemetry/OOM source, the limit
+// applier and the controller link.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/docker/docker/client"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/daemon/limits"
+	"github.com/escra-dev/escra/daemon/link"
+	"github.com/escra-dev/escra/daemon/oom"
+	"github.com/escra-dev/escra/daemon/telemetry"
+	"github.com/escra-dev/escra/internal/version"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// Backend choices.
+const (
+	BackendAuto     = "auto"
+	BackendKernel   = "kernel"
+	BackendCgroupfs = "cgroupfs"
+)
+
+// NewKernelSource builds the escra.ko (generic netlink) Source; nil until
+// the kernel backend is linked in. With --backend auto it is tried first.
+var NewKernelSource func(period time.Duration, log *slog.Logger) (telemetry.Source, error)
+
+// Config configures an agent.
+type Config struct {
+	HostID      string
+	Controller  string        // TCP address of escra-controller
+	Period      time.Duration // telemetry period (CFS period), 100 ms
+	OOMDeadline time.Duration // verdict deadline, 200 ms
+	Heartbeat   time.Duration // heartbeat and usage snapshot interval, 1 s
+	Backend     string        // auto, kernel, cgroupfs
+	Docker      *client.Client
+	Cgroups     []containers.CgroupSpec
+	Log         *slog.Logger
+}
+
+// Agent manages one host's labelled containers.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	src     telemetry.Source
+	app     *limits.Applier
+	rec     *limits.Reconciler
+	link    *link.Client
+	reg     *prometheus.Registry
+	m       metrics
+	cgVer   cgroups.Version
+	started chan struct{}
+
+	mu    sync.Mutex
+	byID  map[string]*managed
+	byH   map[uint32]*managed
+	nextH uint32
+}
+
+type managed struct {
+	h       uint32
+	c       containers.Container
+	g       *cgroups.Group
+	e       *limits.Entry
+	cgID    uint64
+	pending atomic.Bool // an OOM request is out
+}
+
+// New checks cfg and builds the agent (nothing runs until Run).
+func New(cfg Config) (*Agent, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Period <= 0 {
+		cfg.Period = 100 * time.Millisecond
+	}
+	if cfg.OOMDeadline <= 0 {
+		cfg.OOMDeadline = 200 * time.Millisecond
+	}
+	if cfg.HostID == "" {
+		cfg.HostID, _ = os.Hostname()
+	}
+	if err := (containers.Static{Specs: cfg.Cgroups}).Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: cfg.Log, app: limits.New(), byID: map[string]*managed{}, byH: map[uint32]*managed{},
+		reg: prometheus.NewRegistry(), cgVer: cgroups.HostVersion(), started: make(chan struct{})}
+	a.m = newMetrics(a.reg, a)
+
+	switch cfg.Backend {
+	case BackendKernel, BackendAuto, "":
+		if NewKernelSource != nil {
+			src, err := NewKernelSource(cfg.Period, cfg.Log)
+			if err == nil {
+				a.src = src
+				break
+			}
+			if cfg.Backend == BackendKernel {
+				return nil, fmt.Errorf("kernel backend: %w", err)
+			}
+			cfg.Log.Info("kernel backend unavailable; using cgroupfs", "err", err)
+		} else if cfg.Backend == BackendKernel {
+			return nil, errors.New("kernel backend: not built into this escrad (use --backend cgroupfs or auto)")
+		}
+	case BackendCgroupfs:
+	default:
+		return nil, fmt.Errorf("unknown backend %q (want auto, kernel or cgroupfs)", cfg.Backend)
+	}
+	if a.src == nil {
+		cs, err := telemetry.NewCgroupfs(cfg.Period, cfg.Log)
+		if err != nil {
+			return nil, err
+		}
+		cs.Limits = a.cpuLimits
+		a.src = cs
+	}
+	if cfg.Docker != nil {
+		a.rec = &limits.Reconciler{A: a.app, Docker: cfg.Docker, Log: cfg.Log}
+		a.app.Reconcile = a.rec
+	}
+	var mem uint64
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		mem = uint64(si.Totalram) * uint64(si.Unit)
+	}
+	var un unix.Utsname
+	_ = unix.Uname(&un)
+	cgv := pb.CgroupVersion_CGROUP_VERSION_V1
+	if a.cgVer == cgroups.V2 {
+		cgv = pb.CgroupVersion_CGROUP_VERSION_V2
+	}
+	a.link = link.New(link.Config{
+		Addr: cfg.Controller, Heartbeat: cfg.Heartbeat, Log: cfg.Log,
+		Hello: &pb.HostHello{
+			HostId: cfg.HostID, Cores: uint32(runtime.NumCPU()), MemoryBytes: mem,
+			Backend: a.src.Backend(), CgroupVersion: cgv,
+			KernelRelease: unix.ByteSliceToString(un.Release[:]), DaemonVersion: version.Version,
+		},
+	}, a)
+	a.link.SetPeriod(uint32(cfg.Period / time.Microsecond))
+	return a, nil
+}
+
+// Registry holds the agent's Prometheus metrics.
+func (a *Agent) Registry() *prometheus.Registry { return a.reg }
+
+// Applier exposes the limit applier (benchmarks).
+func (a *Agent) Applier() *limits.Applier { return a.app }
+
+// Backend names the telemetry source in use.
+func (a *Agent) Backend() string {
+	if a.src.Backend() == pb.Backend_BACKEND_KERNEL {
+		return BackendKernel
+	}
+	return BackendCgroupfs
+}
+
+// CgroupVersion is the host's cgroup version.
+func (a *Agent) CgroupVersion() cgroups.Version { return a.cgVer }
+
+// Run runs until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	goRun := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+
+	evs := make(chan containers.Event, 64)
+	goRun(func() {
+		if err := a.src.Run(ctx, a); err != nil {
+			a.log.Error("telemetry source stopped", "err", err)
+		}
+	})
+	goRun(func() { a.link.Run(ctx) })
+	if a.rec != nil {
+		goRun(func() { a.rec.Run(ctx) })
+	}
+	if a.cfg.Docker != nil {
+		d := &containers.Docker{Client: a.cfg.Docker, Log: a.log}
+		goRun(func() { _ = d.Run(ctx, evs) })
+	}
+	if len(a.cfg.Cgroups) > 0 {
+		s := containers.Static{Specs: a.cfg.Cgroups}
+		goRun(func() { _ = s.Run(ctx, evs) })
+	}
+	close(a.started)
+	for {
+		select {
+		case <-ctx.Done():
+			cancel()
+			wg.Wait()
+			a.mu.Lock()
+			for _, m := range a.byH {
+				m.g.Close()
+			}
+			a.mu.Unlock()
+			return nil
+		case ev := <-evs:
+			a.handle(ev)
+		}
+	}
+}
+
+func (a *Agent) handle(ev containers.Event) {
+	switch ev.Kind {
+	case containers.Started:
+		a.mu.Lock()
+		old := a.byID[ev.Container.ID]
+		a.mu.Unlock()
+		if old != nil {
+			if old.c.Pid == ev.Container.Pid {
+				return // relisted after a reconnect: nothing changed
+			}
+			a.remove(old, "restarted")
+		}
+		a.add(ev.Container)
+	case containers.Stopped:
+		a.mu.Lock()
+		m := a.byID[ev.ID]
+		a.mu.Unlock()
+		if m != nil {
+			a.remove(m, "stopped")
+		}
+	case containers.Synced:
+		a.mu.Lock()
+		var gone []*managed
+		for id, m := range a.byID {
+			if m.c.Docker && !ev.Live[id] {
+				gone = append(gone, m)
+			}
+		}
+		a.mu.Unlock()
+		for _, m := range gone {
+			a.remove(m, "gone after engine reconnect")
+		}
+	}
+}
+
+func (a *Agent) add(c containers.Container) {
+	var p cgroups.Paths
+	var err error
+	if c.Pid > 0 {
+		p, err = cgroups.PathsForPID(c.Pid)
+	} else {
+		p, err = cgroups.PathsForCgroup(c.CgroupPath)
+	}
+	if err != nil {
+		a.log.Warn("skipping container: cgroup not found", "name", c.Name, "id", short(c.ID), "err", err)
+		return
+	}
+	g, err := cgroups.Open(p)
+	if err != nil {
+		a.log.Warn("skipping container: cgroup files", "name", c.Name, "id", short(c.ID), "err", err)
+		return
+	}
+	e, err := limits.NewEntry(c.ID, c.Docker, g)
+	if err != nil {
+		g.Close()
+		a.log.Warn("skipping container: cgroup limits", "name", c.Name, "id", short(c.ID), "err", err)
+		return
+	}
+	m := &managed{c: c, g: g, e: e}
+	if p.Version == cgroups.V2 {
+		var st unix.Stat_t
+		if unix.Stat(p.Unified, &st) == nil {
+			m.cgID = st.Ino
+		}
+	}
+	a.mu.Lock()
+	a.nextH++
+	m.h = a.nextH
+	a.byID[c.ID], a.byH[m.h] = m, m
+	a.mu.Unlock()
+	a.app.Add(m.h, e)
+	if err := a.src.Watch(m.h, g); err != nil {
+		a.log.Warn("container managed without OOM trap", "name", c.Name, "err", err)
+	}
+	a.log.Info("managing container", "name", c.Name, "id", short(c.ID), "app", c.App, "handle", m.h, "cgroup", p.Key())
+	_ = a.link.Register(a.registration(m))
+}
+
+func (a *Agent) remove(m *managed, why string) {
+	a.mu.Lock()
+	if a.byID[m.c.ID] == m {
+		delete(a.byID, m.c.ID)
+	}
+	delete(a.byH, m.h)
+	a.mu.Unlock()
+	a.src.Unwatch(m.h)
+	a.app.Remove(m.h)
+	m.g.Close()
+	a.log.Info("container no longer managed", "name", m.c.Name, "id", short(m.c.ID), "why", why)
+	_ = a.link.Unregister(&pb.ContainerUnregister{Handle: m.h, ContainerId: m.c.ID, Reason: why})
+}
+
+func (a *Agent) registration(m *managed) *pb.ContainerRegister {
+	cur, _ := m.e.Current()
+	usage, _ := m.g.ReadInt(cgroups.MemUsage)
+	return &pb.ContainerRegister{
+		Handle: m.h, ContainerId: m.c.ID, Name: m.c.Name, App: m.c.App, CgroupId: m.cgID,
+		CgroupPath: m.g.Paths.Key(), MemoryUsageBytes: uint64(max(usage, 0)),
+		Limits: &pb.Limits{CpuQuotaUs: cur.CPUQuotaUs, CpuPeriodUs: cur.CPUPeriodUs, MemoryLimitBytes: cur.MemoryBytes, CpusetCpus: cur.CpusetCpus},
+	}
+}
+
+func (a *Agent) cpuLimits(h uint32) (int64, uint32) {
+	e := a.app.Get(h)
+	if e == nil {
+		return -1, 0
+	}
+	c, _ := e.Current()
+	return c.CPUQuotaUs, c.CPUPeriodUs
+}
+
+func (a *Agent) list() []*managed {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ms := make([]*managed, 0, len(a.byH))
+	for _, m := range a.byH {
+		ms = append(ms, m)
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].h < ms[j].h })
+	return ms
+}
+
+// Managed lists the managed containers' ids by handle (tests, escractl).
+func (a *Agent) Managed() map[uint32]string {
+	out := map[uint32]string{}
+	for _, m := range a.list() {
+		out[m.h] = m.c.ID
+	}
+	return out
+}
+
+// --- link.Handler ---------------------------------------------------------
+
+// Registrations implements link.Handler.
+func (a *Agent) Registrations() []*pb.ContainerRegister {
+	ms := a.list()
+	out := make([]*pb.ContainerRegister, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, a.registration(m))
+	}
+	return out
+}
+
+// SetLimits implements link.Handler: the fast path.
+func (a *Agent) SetLimits(recv time.Time, s *pb.SetLimits) *pb.SetLimitsAck {
+	ack := &pb.SetLimitsAck{Applied: make([]*pb.SetLimitsAck_Applied, len(s.Updates))}
+	for i, u := range s.Updates {
+		err := a.app.Apply(u.Handle, u.Generation, u.Limits)
+		done := time.Now()
+		lat := done.Sub(recv)
+		ap := &pb.SetLimitsAck_Applied{Handle: u.Handle, Generation: u.Generation, AppliedUnixNs: done.UnixNano(), ApplyLatencyNs: uint64(lat)}
+		if err != nil {
+			ap.Error = err.Error()
+			a.m.applyErrors.Inc()
+			if !errors.Is(err, limits.ErrStale) && !errors.Is(err, limits.ErrUnknown) {
+				a.log.Warn("applying limits failed", "handle", u.Handle, "err", err)
+			}
+		} else {
+			a.m.applyLatency.Observe(lat.Seconds())
+		}
+		ack.Applied[i] = ap
+	}
+	return ack
+}
+
+// Reclaim implements link.Handler (seed 000 §IV-C).
+func (a *Agent) Reclaim(r *pb.ReclaimRequest) *pb.ReclaimResult {
+	res := &pb.ReclaimResult{Reclaimed: a.app.Reclaim(r.SafeMarginBytes, r.Handles)}
+	var sum uint64
+	for _, x := range res.Reclaimed {
+		sum += x.ReclaimedBytes
+	}
+	a.m.reclaimed.Add(float64(sum))
+	return res
+}
+
+// MemoryUsage implements link.Handler.
+func (a *Agent) MemoryUsage() *pb.MemoryUsage {
+	ms := a.list()
+	mu := &pb.MemoryUsage{TakenUnixNs: time.Now().UnixNano(), Samples: make([]*pb.MemoryUsage_Sample, 0, len(ms))}
+	for _, m := range ms {
+		u, err := m.g.ReadInt(cgroups.MemUsage)
+		if err != nil {
+			continue
+		}
+		cur, _ := m.e.Current()
+		s := &pb.MemoryUsage_Sample{Handle: m.h, UsageBytes: uint64(max(u, 0)), LimitBytes: cur.MemoryBytes}
+		if ns, err := m.g.ReadInt(cgroups.CPUAcctUsage); err == nil && ns > 0 {
+			s.CpuUsageUs = uint64(ns) / 1000
+		}
+		mu.Samples = append(mu.Samples, s)
+	}
+	return mu
+}
+
+// --- telemetry.Sink -------------------------------------------------------
+
+// CPU implements telemetry.Sink.
+func (a *Agent) CPU(s *pb.CpuStat) {
+	a.m.records.Inc()
+	a.link.CPU(s)
+}
+
+// Flush implements telemetry.Sink.
+func (a *Agent) Flush() { a.link.Flush() }
+
+// OOM implements telemetry.Sink: ask the controller, and make sure the
+// group is resolved one way or the other within the deadline.
+func (a *Agent) OOM(ev oom.Event) {
+	a.mu.Lock()
+	m := a.byH[ev.Handle]
+	a.mu.Unlock()
+	if m == nil || !m.pending.CompareAndSwap(false, true) {
+		return
+	}
+	a.m.oomEvents.Inc()
+	var once sync.Once
+	var timer *time.Timer
+	var reqID atomic.Uint64
+	resolve := func(granted bool, limit int64, why string) {
+		once.Do(func() {
+			if timer != nil {
+				timer.Stop()
+			}
+			if granted {
+				a.m.oomRescue.Observe(time.Since(ev.At).Seconds())
+				a.m.oomOutcome.WithLabelValues("granted").Inc()
+			} else {
+				a.m.oomOutcome.WithLabelValues(why).Inc()
+				a.log.Warn("OOM not rescued: kernel OOM killer re-enabled", "name", m.c.Name, "why", why)
+			}
+			if err := a.src.Resolve(ev, granted, limit); err != nil {
+				a.log.Warn("resolving OOM", "name", m.c.Name, "err", err)
+			}
+			m.pending.Store(false)
+		})
+	}
+	// raised reports whether the limit is above the one that was hit (a
+	// grant applied through the verdict or a SetLimits).
+	raised := func() (int64, bool) {
+		cur, _ := m.e.Current()
+		return cur.MemoryBytes, ev.Limit > 0 && (cur.MemoryBytes == cgroups.Max || cur.MemoryBytes > ev.Limit)
+	}
+	req := &pb.OomRequest{Handle: m.h, UsageBytes: ev.Usage, LimitBytes: uint64(max(ev.Limit, 0))}
+	timer = time.AfterFunc(a.cfg.OOMDeadline, func() {
+		a.link.Cancel(reqID.Load())
+		if lim, ok := raised(); ok {
+			resolve(true, lim, "")
+			return
+		}
+		resolve(false, 0, "deadline")
+	})
+	id, err := a.link.RequestOOM(req, func(v *pb.OomVerdict) {
+		switch {
+		case v == nil:
+			resolve(false, 0, "controller_lost")
+		case v.Granted:
+			lim, err := a.app.RaiseMemory(m.h, v.NewLimitBytes)
+			if err != nil {
+				a.log.Warn("raising memory limit failed", "name", m.c.Name, "err", err)
+				resolve(false, 0, "write_failed")
+				return
+			}
+			if _, ok := raised(); ok {
+				resolve(true, lim, "")
+			} // else: wait for a SetLimits raise until the deadline
+		default:
+			resolve(false, 0, "denied")
+		}
+	})
+	if err != nil {
+		resolve(false, 0, "controller_unreachable")
+		return
+	}
+	reqID.Store(id)
+}
+
+// Started is closed once Run has started its goroutines.
+func (a *Agent) Started() <-chan struct{} { return a.started }
+
+// Connected reports whether the controller session is up.
+func (a *Agent) Connected() bool { return a.link.Connected() }
+
+func short(id string) string {
+	if len(id) > 12 && !strings.HasPrefix(id, "cgroup:") {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,46 @@
+package agent
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	applyLatency prometheus.Histogram
+	applyErrors  prometheus.Counter
+	oomRescue    prometheus.Histogram
+	oomEvents    prometheus.Counter
+	oomOutcome   *prometheus.CounterVec
+	records      prometheus.Counter
+	reclaimed    prometheus.Counter
+}
+
+func newMetrics(r *prometheus.Registry, a *Agent) metrics {
+	us := prometheus.ExponentialBuckets(1e-6, 2, 20) // 1 µs … 0.5 s
+	m := metrics{
+		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_apply_latency_seconds", Help: "SetLimits received to cgroup write done.", Buckets: us}),
+		applyErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_apply_errors_total", Help: "Limit updates not applied (stale, unknown, write error)."}),
+		oomRescue:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_oom_rescue_seconds", Help: "OOM event to raised limit.", Buckets: us}),
+		oomEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_oom_events_total", Help: "OOM events trapped."}),
+		oomOutcome:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_outcomes_total", Help: "OOM events by outcome."}, []string{"outcome"}),
+		records:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_telemetry_records_total", Help: "Per-period CPU records produced."}),
+		reclaimed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (seed 000 §IV-C)."}),
+	}
+	r.MustRegister(m.applyLatency, m.applyErrors, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.reclaimed,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_containers_managed", Help: "Managed containers."}, func() float64 {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			return float64(len(a.byH))
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_controller_connected", Help: "1 when the controller session is up."}, func() float64 {
+			if a.link.Connected() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escrad_telemetry_datagrams_total", Help: "Telemetry datagrams sent."}, func() float64 {
+			return float64(a.link.Datagrams.Load())
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escrad_controller_connects_total", Help: "Controller sessions established."}, func() float64 {
+			return float64(a.link.Connects.Load())
+		}),
+	)
+	return m
+}

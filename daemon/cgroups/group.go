@@ -1,0 +1,435 @@
+package cgroups
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	cg "github.com/containerd/cgroups/v3"
+	"golang.org/x/sys/unix"
+)
+
+// Version is the cgroup hierarchy a group's controllers live in.
+type Version int
+
+const (
+	V1 Version = 1
+	V2 Version = 2
+)
+
+func (v Version) String() string { return "v" + strconv.Itoa(int(v)) }
+
+// HostVersion reports which hierarchy holds the cpu and memory controllers
+// on this host (hybrid hosts keep them in v1).
+func HostVersion() Version {
+	if cg.Mode() == cg.Unified {
+		return V2
+	}
+	return V1
+}
+
+// Paths are a group's directories: one per v1 controller, or Unified on v2.
+type Paths struct {
+	Version Version
+	CPU     string
+	CPUAcct string
+	Memory  string
+	CPUSet  string
+	Unified string
+}
+
+// Key is a stable name for the group (its memory or unified directory).
+func (p Paths) Key() string {
+	if p.Version == V2 {
+		return p.Unified
+	}
+	return p.Memory
+}
+
+// mount is one cgroup mount: controllers it carries (v1) and its root.
+type mount struct {
+	point, root string
+	v2          bool
+	ctrls       []string
+}
+
+var (
+	mountsOnce sync.Once
+	mounts     []mount
+	mountsErr  error
+)
+
+// MountInfoPath is read once to find the cgroup mounts (a var for tests).
+var MountInfoPath = "/proc/self/mountinfo"
+
+func loadMounts() ([]mount, error) {
+	mountsOnce.Do(func() {
+		f, err := os.Open(MountInfoPath)
+		if err != nil {
+			mountsErr = err
+			return
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if m, ok := parseMountInfoLine(sc.Text()); ok {
+				mounts = append(mounts, m)
+			}
+		}
+		mountsErr = sc.Err()
+	})
+	return mounts, mountsErr
+}
+
+// parseMountInfoLine understands proc(5) mountinfo: fields 4 (root) and 5
+// (mount point), then after " - ": fstype, source, super options.
+func parseMountInfoLine(line string) (mount, bool) {
+	pre, post, ok := strings.Cut(line, " - ")
+	if !ok {
+		return mount{}, false
+	}
+	f := strings.Fields(pre)
+	p := strings.Fields(post)
+	if len(f) < 5 || len(p) < 3 {
+		return mount{}, false
+	}
+	m := mount{root: f[3], point: f[4]}
+	switch p[0] {
+	case "cgroup2":
+		m.v2 = true
+	case "cgroup":
+		for _, o := range strings.Split(p[2], ",") {
+			switch o {
+			case "cpu", "cpuacct", "memory", "cpuset":
+				m.ctrls = append(m.ctrls, o)
+			}
+		}
+		if len(m.ctrls) == 0 {
+			return mount{}, false
+		}
+	default:
+		return mount{}, false
+	}
+	return m, true
+}
+
+func (m mount) has(c string) bool {
+	for _, x := range m.ctrls {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// join maps a cgroup path (as in /proc/PID/cgroup) into the mount.
+func (m mount) join(cgPath string) (string, error) {
+	rel := cgPath
+	if m.root != "/" {
+		if !strings.HasPrefix(cgPath, m.root) {
+			return "", fmt.Errorf("cgroups: %s outside mount root %s", cgPath, m.root)
+		}
+		rel = strings.TrimPrefix(cgPath, m.root)
+	}
+	return filepath.Join(m.point, filepath.Clean("/"+rel)), nil
+}
+
+// PathsForPID resolves the groups of a process (a container's init) from
+// /proc/PID/cgroup. This works for cgroupfs and systemd drivers alike and
+// for any --cgroup-parent, because it reads where the process really is.
+func PathsForPID(pid int) (Paths, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return Paths{}, err
+	}
+	per := map[string]string{}
+	var unified string
+	for _, line := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			unified = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			per[c] = parts[2]
+		}
+	}
+	return resolve(HostVersion(), func(c string) (string, bool) {
+		if c == "" {
+			return unified, unified != ""
+		}
+		p, ok := per[c]
+		return p, ok
+	})
+}
+
+// PathsForCgroup resolves a cgroup given by its path relative to the
+// hierarchy root (e.g. "/escra/vm1"), in every controller it exists in.
+func PathsForCgroup(rel string) (Paths, error) {
+	rel = filepath.Clean("/" + rel)
+	return resolve(HostVersion(), func(string) (string, bool) { return rel, true })
+}
+
+func resolve(v Version, pathOf func(ctrl string) (string, bool)) (Paths, error) {
+	ms, err := loadMounts()
+	if err != nil {
+		return Paths{}, err
+	}
+	p := Paths{Version: v}
+	for _, m := range ms {
+		if v == V2 {
+			if !m.v2 {
+				continue
+			}
+			if cp, ok := pathOf(""); ok {
+				if p.Unified, err = m.join(cp); err != nil {
+					return Paths{}, err
+				}
+			}
+			continue
+		}
+		if m.v2 {
+			continue
+		}
+		for _, c := range []struct {
+			name string
+			dst  *string
+		}{{"cpu", &p.CPU}, {"cpuacct", &p.CPUAcct}, {"memory", &p.Memory}, {"cpuset", &p.CPUSet}} {
+			if !m.has(c.name) || *c.dst != "" {
+				continue
+			}
+			if cp, ok := pathOf(c.name); ok {
+				if *c.dst, err = m.join(cp); err != nil {
+					return Paths{}, err
+				}
+			}
+		}
+	}
+	if v == V2 && p.Unified == "" || v == V1 && (p.CPU == "" || p.Memory == "") {
+		return Paths{}, errors.New("cgroups: cpu or memory hierarchy not found")
+	}
+	return p, nil
+}
+
+// File names a control file independent of the hierarchy version.
+type File int
+
+const (
+	CPUQuota     File = iota // v1 cpu.cfs_quota_us; v2 cpu.max (quota and period together)
+	CPUPeriod                // v1 cpu.cfs_period_us; v2 cpu.max
+	CPUStatFile              // cpu.stat
+	CPUAcctUsage             // v1 cpuacct.usage (ns); v2: none (usage_usec in cpu.stat)
+	MemLimit                 // v1 memory.limit_in_bytes; v2 memory.max
+	MemswLimit               // v1 memory.memsw.limit_in_bytes; v2: none
+	MemUsage                 // v1 memory.usage_in_bytes; v2 memory.current
+	MemHigh                  // v2 memory.high
+	MemEvents                // v2 memory.events
+	OOMControl               // v1 memory.oom_control
+	CPUSetCPUs               // cpuset.cpus
+	nFiles
+)
+
+func (g *Group) name(f File) (dir, file string) {
+	if g.Paths.Version == V2 {
+		d := g.Paths.Unified
+		switch f {
+		case CPUQuota, CPUPeriod:
+			return d, "cpu.max"
+		case CPUStatFile:
+			return d, "cpu.stat"
+		case MemLimit:
+			return d, "memory.max"
+		case MemUsage:
+			return d, "memory.current"
+		case MemHigh:
+			return d, "memory.high"
+		case MemEvents:
+			return d, "memory.events"
+		case CPUSetCPUs:
+			return d, "cpuset.cpus"
+		}
+		return "", ""
+	}
+	p := g.Paths
+	switch f {
+	case CPUQuota:
+		return p.CPU, "cpu.cfs_quota_us"
+	case CPUPeriod:
+		return p.CPU, "cpu.cfs_period_us"
+	case CPUStatFile:
+		return p.CPU, "cpu.stat"
+	case CPUAcctUsage:
+		return p.CPUAcct, "cpuacct.usage"
+	case MemLimit:
+		return p.Memory, "memory.limit_in_bytes"
+	case MemswLimit:
+		return p.Memory, "memory.memsw.limit_in_bytes"
+	case MemUsage:
+		return p.Memory, "memory.usage_in_bytes"
+	case OOMControl:
+		return p.Memory, "memory.oom_control"
+	case CPUSetCPUs:
+		return p.CPUSet, "cpuset.cpus"
+	}
+	return "", ""
+}
+
+// Group holds one cgroup's control files open. Its methods are safe for
+// concurrent use: each call is one pread/pwrite on its own descriptor.
+type Group struct {
+	Paths Paths
+	fds   [nFiles]int
+}
+
+// ErrNoFile reports a control file this group does not have.
+var ErrNoFile = errors.New("cgroups: control file not available")
+
+// Open opens every control file of p that exists. The cpu and memory
+// limit files are required; the others are optional (e.g. memsw needs swap
+// accounting, cpuset may be unmounted).
+func Open(p Paths) (*Group, error) {
+	g := &Group{Paths: p}
+	for i := range g.fds {
+		g.fds[i] = -1
+	}
+	for f := File(0); f < nFiles; f++ {
+		dir, name := g.name(f)
+		if dir == "" {
+			continue
+		}
+		if f == CPUPeriod && p.Version == V2 {
+			continue // shares cpu.max with CPUQuota
+		}
+		mode := unix.O_RDONLY
+		switch f {
+		case CPUQuota, CPUPeriod, MemLimit, MemswLimit, MemHigh, OOMControl, CPUSetCPUs:
+			mode = unix.O_RDWR
+		}
+		fd, err := unix.Open(filepath.Join(dir, name), mode|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if f == CPUQuota || f == MemLimit || f == CPUStatFile || !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.EACCES) {
+				g.Close()
+				return nil, fmt.Errorf("cgroups: open %s: %w", filepath.Join(dir, name), err)
+			}
+			continue
+		}
+		g.fds[f] = fd
+	}
+	if p.Version == V2 {
+		g.fds[CPUPeriod] = g.fds[CPUQuota]
+	}
+	return g, nil
+}
+
+// Has reports whether f is open.
+func (g *Group) Has(f File) bool { return g.fds[f] >= 0 }
+
+// FD returns f's descriptor (-1 when absent), e.g. for cgroup.event_control.
+func (g *Group) FD(f File) int { return g.fds[f] }
+
+// Close closes every descriptor.
+func (g *Group) Close() {
+	for i, fd := range g.fds {
+		if fd >= 0 && !(g.Paths.Version == V2 && File(i) == CPUPeriod) {
+			unix.Close(fd)
+		}
+		g.fds[i] = -1
+	}
+}
+
+// Read reads f from offset 0 into buf and returns the bytes read.
+func (g *Group) Read(f File, buf []byte) ([]byte, error) {
+	fd := g.fds[f]
+	if fd < 0 {
+		return nil, ErrNoFile
+	}
+	n, err := unix.Pread(fd, buf, 0)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:n], nil
+}
+
+// ReadInt reads a one-number file ("max" is Max).
+func (g *Group) ReadInt(f File) (int64, error) {
+	var buf [64]byte
+	b, err := g.Read(f, buf[:])
+	if err != nil {
+		return 0, err
+	}
+	return ParseInt(b)
+}
+
+// Write writes b to f in one pwrite.
+func (g *Group) Write(f File, b []byte) error {
+	fd := g.fds[f]
+	if fd < 0 {
+		return ErrNoFile
+	}
+	_, err := unix.Pwrite(fd, b, 0)
+	return err
+}
+
+// WriteInt writes n; Max is written as "max" on v2 and -1 on v1.
+func (g *Group) WriteInt(f File, n int64) error {
+	var buf [24]byte
+	b := buf[:0]
+	if n == Max && g.Paths.Version == V2 {
+		b = append(b, "max"...)
+	} else {
+		b = AppendInt(b, n)
+	}
+	return g.Write(f, b)
+}
+
+// CPULimit reads the CFS quota and period.
+func (g *Group) CPULimit() (quotaUs int64, periodUs uint64, err error) {
+	if g.Paths.Version == V2 {
+		var buf [64]byte
+		b, err := g.Read(CPUQuota, buf[:])
+		if err != nil {
+			return 0, 0, err
+		}
+		return ParseCPUMax(b)
+	}
+	if quotaUs, err = g.ReadInt(CPUQuota); err != nil {
+		return 0, 0, err
+	}
+	p, err := g.ReadInt(CPUPeriod)
+	return quotaUs, uint64(p), err
+}
+
+// SetCPULimit writes quota and period (period 0: keep). On v1 the period is
+// written first when shrinking it would make quota/period invalid is not a
+// concern: the kernel validates each file on its own.
+func (g *Group) SetCPULimit(quotaUs int64, periodUs uint32) error {
+	if g.Paths.Version == V2 {
+		var buf [48]byte
+		b := buf[:0]
+		if quotaUs < 0 {
+			b = append(b, "max"...)
+		} else {
+			b = AppendInt(b, quotaUs)
+		}
+		if periodUs != 0 {
+			b = append(b, ' ')
+			b = AppendInt(b, int64(periodUs))
+		}
+		return g.Write(CPUQuota, b)
+	}
+	if periodUs != 0 {
+		if err := g.WriteInt(CPUPeriod, int64(periodUs)); err != nil {
+			return err
+		}
+	}
+	return g.WriteInt(CPUQuota, quotaUs)
+}

@@ -1,0 +1,86 @@
+// Package containers finds the containers escrad manages: running Docker
+// containers labelled escra.app=APP (seed 000 §IV-A "Container Watcher"),
+// and plain cgroups named in the configuration (hosts or VMs without Docker).
+package containers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// AppLabel is the Docker label that makes a container part of the
+// Distributed Container named by its value. Nothing without it is touched.
+const AppLabel = "escra.app"
+
+// MaxAppLen bounds an app name (a DNS label's length).
+const MaxAppLen = 63
+
+// ValidateApp checks an escra.app value: non-empty, at most 63 characters
+// from [A-Za-z0-9_.-].
+func ValidateApp(app string) error {
+	if app == "" {
+		return errors.New("empty escra.app label")
+	}
+	if len(app) > MaxAppLen {
+		return fmt.Errorf("escra.app label of %d characters (max %d)", len(app), MaxAppLen)
+	}
+	for i := 0; i < len(app); i++ {
+		c := app[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-' {
+			continue
+		}
+		return fmt.Errorf("escra.app label has character %q outside [A-Za-z0-9_.-]", c)
+	}
+	return nil
+}
+
+// Limits are the limits a container was started with (Docker's view).
+// Zero means unset; CPUQuotaUs -1 means unlimited.
+type Limits struct {
+	CPUQuotaUs  int64
+	CPUPeriodUs uint32
+	MemoryBytes int64
+	MemswBytes  int64 // Docker's MemorySwap (memory + swap); -1 unlimited
+	CpusetCpus  string
+}
+
+// Container is one managed workload: a Docker container or a plain cgroup.
+type Container struct {
+	ID   string // Docker id, or "cgroup:"+path for configured cgroups
+	Name string
+	App  string
+	// Pid is the init process (0 for configured cgroups); CgroupPath is
+	// set instead for configured cgroups (relative to the hierarchy root).
+	Pid        int
+	CgroupPath string
+	Limits     Limits
+	// Docker is true when Docker's view must be reconciled after a change.
+	Docker bool
+}
+
+// Kind is what happened to a container.
+type Kind int
+
+const (
+	// Started: a managed container is running (or was found running).
+	Started Kind = iota + 1
+	// Stopped: the container died or was removed.
+	Stopped
+	// Synced: the source (re)listed everything; IDs not in Live are gone.
+	Synced
+)
+
+// Event is one change reported by a Source.
+type Event struct {
+	Kind      Kind
+	Container Container       // Started
+	ID        string          // Stopped
+	Live      map[string]bool // Synced
+}
+
+// Source reports containers until ctx ends. It sends Started for every
+// running managed container it finds, then changes as they happen.
+type Source interface {
+	Run(ctx context.Context, out chan<- Event) error
+}

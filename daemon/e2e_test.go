@@ -1,0 +1,352 @@
+package daemon_test
+
+// Acceptance tests of issue 4 against the real Docker engine, real cgroups
+// and real processes. The controller side is ctl (see controller_test.go):
+// the real escra-controller when it builds, else the scripted peer.
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/escra-dev/escra/daemon/agent"
+	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/daemon/internal/peer"
+	"github.com/escra-dev/escra/internal/dockertest"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+func testLog(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startAgent runs an escrad agent against engine host ("" = main engine)
+// and the controller at ctl until the test ends.
+func startAgent(t *testing.T, host, ctl string, mod func(*agent.Config)) *agent.Agent {
+	t.Helper()
+	if host == "" {
+		host = "unix://" + dockertest.Socket
+	}
+	cli, err := containers.NewDockerClient(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.Config{
+		HostID: "e2e-" + t.Name(), Controller: ctl, Period: 100 * time.Millisecond,
+		OOMDeadline: 200 * time.Millisecond, Heartbeat: 200 * time.Millisecond,
+		Backend: agent.BackendCgroupfs, Docker: cli, Log: testLog(t),
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = a.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait(); cli.Close() })
+	<-a.Started()
+	return a
+}
+
+func startPeer(t *testing.T) *peer.Peer {
+	t.Helper()
+	p, err := peer.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func appLabel(t *testing.T) map[string]string {
+	return map[string]string{containers.AppLabel: "e2e-" + strings.ReplaceAll(strings.ToLower(t.Name()), "/", "-")[:min(40, len(t.Name()))]}
+}
+
+func cgroupOf(t *testing.T, pid int) cgroups.Paths {
+	t.Helper()
+	p, err := cgroups.PathsForPID(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func inspectPid(t *testing.T, cli interface {
+	ContainerInspect(context.Context, string) (container.InspectResponse, error)
+}, id string) int {
+	t.Helper()
+	j, err := cli.ContainerInspect(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j.State.Pid
+}
+
+func TestLabelledContainerRegisteredWithinOneSecondUnlabelledNever(t *testing.T) {
+	cli := dockertest.Client(t, "")
+	img := dockertest.WorkloadImage(t, cli)
+	p := startPeer(t)
+	startAgent(t, "", p.Addr(), nil)
+	time.Sleep(300 * time.Millisecond) // session up, initial list done
+
+	lab := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-lab"), Image: img, Cmd: []string{"-idle"}, Labels: appLabel(t)})
+	start := time.Now() // docker start returned: the container runs
+	reg := p.WaitRegistered(lab, 5*time.Second)
+	if reg == nil {
+		t.Fatal("labelled container never registered")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("registered %v after docker start returned, want within 1 s", d)
+	}
+	if reg.App != appLabel(t)[containers.AppLabel] || reg.Handle == 0 {
+		t.Errorf("registration %+v", reg)
+	}
+	unl := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-unl"), Image: img, Cmd: []string{"-idle"}})
+	bad := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-bad"), Image: img, Cmd: []string{"-idle"},
+		Labels: map[string]string{containers.AppLabel: "has space"}})
+	long := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-long"), Image: img, Cmd: []string{"-idle"},
+		Labels: map[string]string{containers.AppLabel: strings.Repeat("x", 64)}})
+	time.Sleep(1500 * time.Millisecond)
+	for _, id := range []string{unl, bad, long} {
+		if p.Registered(id) != nil {
+			t.Errorf("container %s registered without a valid label", id[:12])
+		}
+		// Never touched: the kernel OOM killer is still on.
+		oc := readFile(t, filepath.Join(cgroupOf(t, inspectPid(t, cli, id)).Memory, "memory.oom_control"))
+		if !strings.Contains(oc, "oom_kill_disable 0") {
+			t.Errorf("unmanaged container %s has %q", id[:12], oc)
+		}
+	}
+	// Stopping the labelled one unregisters it.
+	dockertest.Remove(cli, lab)
+	deadline := time.Now().Add(5 * time.Second)
+	for !p.Unregistered(lab) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !p.Unregistered(lab) {
+		t.Error("removed container never unregistered")
+	}
+}
+
+func TestControllerLimitsReachCgroupThenDockerInspect(t *testing.T) {
+	cli := dockertest.Client(t, "")
+	img := dockertest.WorkloadImage(t, cli)
+	p := startPeer(t)
+	startAgent(t, "", p.Addr(), nil)
+	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-lim"), Image: img, Cmd: []string{"-idle"}, Labels: appLabel(t),
+		Resources: container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, CPUQuota: 50000, CPUPeriod: 100000}})
+	reg := p.WaitRegistered(id, 5*time.Second)
+	if reg == nil {
+		t.Fatal("not registered")
+	}
+	if reg.Limits.GetCpuQuotaUs() != 50000 || reg.Limits.GetMemoryLimitBytes() != 64<<20 {
+		t.Errorf("registered limits %v, want quota 50000 and 64 MiB", reg.Limits)
+	}
+	paths := cgroupOf(t, inspectPid(t, cli, id))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ack, err := p.SetLimits(ctx, &pb.LimitUpdate{Handle: reg.Handle, Generation: 5, Limits: &pb.Limits{CpuQuotaUs: 23000, MemoryLimitBytes: 96 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ack.Applied) != 1 || ack.Applied[0].Error != "" || ack.Applied[0].Generation != 5 {
+		t.Fatalf("ack %v", ack)
+	}
+	if q := readFile(t, filepath.Join(paths.CPU, "cpu.cfs_quota_us")); q != "23000" {
+		t.Errorf("cgroup quota %s right after the ack, want 23000", q)
+	}
+	if m := readFile(t, filepath.Join(paths.Memory, "memory.limit_in_bytes")); m != strconv.Itoa(96<<20) {
+		t.Errorf("cgroup memory limit %s, want %d", m, 96<<20)
+	}
+	// A stale generation never overwrites a newer one.
+	ack, err = p.SetLimits(ctx, &pb.LimitUpdate{Handle: reg.Handle, Generation: 4, Limits: &pb.Limits{CpuQuotaUs: 99000}})
+	if err != nil || ack.Applied[0].Error == "" {
+		t.Errorf("stale update accepted: %v %v", ack, err)
+	}
+	if q := readFile(t, filepath.Join(paths.CPU, "cpu.cfs_quota_us")); q != "23000" {
+		t.Errorf("stale update wrote quota %s", q)
+	}
+	// Docker's view follows shortly (asynchronous reconcile).
+	deadline := time.Now().Add(5 * time.Second)
+	var hc *container.HostConfig
+	for time.Now().Before(deadline) {
+		j, err := cli.ContainerInspect(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc = j.HostConfig
+		if hc.CPUQuota == 23000 && hc.Memory == 96<<20 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if hc.CPUQuota != 23000 || hc.Memory != 96<<20 {
+		t.Fatalf("docker inspect shows quota %d memory %d, want 23000 and %d", hc.CPUQuota, hc.Memory, 96<<20)
+	}
+	// And the cgroup still holds the controller's values after Docker's
+	// own update ran.
+	if q := readFile(t, filepath.Join(paths.CPU, "cpu.cfs_quota_us")); q != "23000" {
+		t.Errorf("quota after docker reconcile %s", q)
+	}
+	// Reclaim (§IV-C): limit -> usage + δ, never below usage.
+	res, err := p.Reclaim(ctx, 16<<20, reg.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Reclaimed) != 1 {
+		t.Fatalf("reclaim result %v", res)
+	}
+	r := res.Reclaimed[0]
+	if r.OldLimitBytes != 96<<20 || r.NewLimitBytes < int64(r.UsageBytes)+16<<20 || r.NewLimitBytes > int64(r.UsageBytes)+16<<20+4096 ||
+		r.ReclaimedBytes != uint64(r.OldLimitBytes-r.NewLimitBytes) {
+		t.Errorf("reclaimed %v", r)
+	}
+	if m := readFile(t, filepath.Join(paths.Memory, "memory.limit_in_bytes")); m != strconv.FormatInt(r.NewLimitBytes, 10) {
+		t.Errorf("cgroup memory limit %s after reclaim, want %d", m, r.NewLimitBytes)
+	}
+	// Telemetry flows for the container.
+	deadline = time.Now().Add(3 * time.Second)
+	for p.LastCPU(reg.Handle) == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := p.LastCPU(reg.Handle); s == nil || s.QuotaUs != 23000 {
+		t.Errorf("telemetry record %v, want quota 23000", s)
+	}
+}
+
+
+// oomCase runs a memhog that needs 96 MiB in a 32 MiB container under an
+// agent talking to ctlAddr, and reports its exit code and the kernel's
+// oom_kill count for its cgroup (Docker's OOMKilled flag is not used: on
+// v1 it is set by any OOM notification, even one nobody was killed for).
+func oomCase(t *testing.T, ctlAddr string, mod func(*agent.Config)) (code int, oomKills uint64, took time.Duration) {
+	t.Helper()
+	cli := dockertest.Client(t, "")
+	img := dockertest.WorkloadImage(t, cli)
+	startAgent(t, "", ctlAddr, mod)
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-hog"), Image: img, Labels: appLabel(t),
+		Entrypoint: []string{"/bin/memhog"}, Cmd: []string{"-mib", "96", "-step-mib", "8", "-pause", "50ms", "-hold", "300ms"},
+		Resources: container.Resources{Memory: 32 << 20, MemorySwap: 32 << 20}})
+	j, err := cli.ContainerInspect(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kills uint64
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	if j.State.Running {
+		oc := filepath.Join(cgroupOf(t, j.State.Pid).Memory, "memory.oom_control")
+		go func() {
+			defer close(polled)
+			for {
+				if b, err := os.ReadFile(oc); err == nil {
+					if v, ok := cgroups.KeyedValue(b, "oom_kill"); ok && v > kills {
+						kills = v
+					}
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}()
+	} else {
+		close(polled)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code, dockerOOM, err := dockertest.Wait(ctx, cli, id)
+	close(stop)
+	<-polled
+	if err != nil {
+		t.Fatalf("container hung or vanished: %v", err)
+	}
+	if kills == 0 && dockerOOM && code == 137 {
+		kills = 1 // killed between two polls
+	}
+	return code, kills, time.Since(start)
+}
+
+func TestOOMGrantedContainerFinishes(t *testing.T) {
+	p := startPeer(t)
+	var grants int
+	var mu sync.Mutex
+	p.OnOOM = func(r *pb.OomRequest) *pb.OomVerdict {
+		mu.Lock()
+		grants++
+		mu.Unlock()
+		return &pb.OomVerdict{Handle: r.Handle, Granted: true, NewLimitBytes: int64(r.LimitBytes) + 64<<20}
+	}
+	code, kills, _ := oomCase(t, p.Addr(), nil)
+	if code != 0 || kills != 0 {
+		t.Fatalf("exit %d, oom_kill %d; want 0 and 0", code, kills)
+	}
+	if p.OOMRequests() == 0 {
+		t.Fatal("no OOM request reached the controller: the test proved nothing")
+	}
+}
+
+func TestOOMDeniedContainerKilled(t *testing.T) {
+	p := startPeer(t)
+	p.OnOOM = func(r *pb.OomRequest) *pb.OomVerdict { return &pb.OomVerdict{Handle: r.Handle, Reason: "pool empty"} }
+	code, kills, _ := oomCase(t, p.Addr(), nil)
+	if kills == 0 || code != 137 {
+		t.Fatalf("exit %d, oom_kill %d; want OOM-killed (137)", code, kills)
+	}
+	if p.OOMRequests() == 0 {
+		t.Fatal("no OOM request reached the controller")
+	}
+}
+
+func TestOOMSilentControllerKilledAfterDeadline(t *testing.T) {
+	p := startPeer(t)
+	p.OnOOM = func(*pb.OomRequest) *pb.OomVerdict { return nil } // never answers
+	code, kills, took := oomCase(t, p.Addr(), func(c *agent.Config) { c.OOMDeadline = 300 * time.Millisecond })
+	if kills == 0 || code != 137 {
+		t.Fatalf("exit %d, oom_kill %d; want OOM-killed (137) after the deadline", code, kills)
+	}
+	if p.OOMRequests() == 0 {
+		t.Fatal("no OOM request reached the controller")
+	}
+	t.Logf("killed %v after start", took)
+}
+
+func TestOOMControllerAbsentKilled(t *testing.T) {
+	// A port nothing listens on: the daemon cannot reach any controller.
+	p := startPeer(t)
+	addr := p.Addr()
+	p.Close()
+	code, kills, _ := oomCase(t, addr, nil)
+	if kills == 0 || code != 137 {
+		t.Fatalf("exit %d, oom_kill %d; want OOM-killed (137)", code, kills)
+	}
+}

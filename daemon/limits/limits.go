@@ -1,0 +1,302 @@
+// Package limits applies container limits: the fast path writes cgroup
+// files through descriptors opened once (seed 000 §IV-C/D: changes within a
+// period), and a background reconciler brings Docker's own view (docker
+// inspect) up to date through ContainerUpdate, batched and retried, never
+// on the fast path.
+package limits
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// ErrStale reports an update older than one already applied.
+var ErrStale = errors.New("limits: stale generation")
+
+// ErrUnknown reports a handle the applier does not know.
+var ErrUnknown = errors.New("limits: unknown container")
+
+// Current is what the applier believes a container's cgroup holds.
+type Current struct {
+	CPUQuotaUs  int64
+	CPUPeriodUs uint32
+	MemoryBytes int64 // cgroups.Max: unlimited
+	MemswBytes  int64 // v1 memory+swap; cgroups.Max: unlimited or absent
+	CpusetCpus  string
+}
+
+// Entry is one managed container's limit state.
+type Entry struct {
+	ID     string
+	Docker bool // reconcile Docker's view after changes
+	G      *cgroups.Group
+
+	mu      sync.Mutex
+	gen     uint64 // newest controller generation applied
+	version uint64 // bumped on every write (any cause), for the reconciler
+	cur     Current
+}
+
+// NewEntry reads the group's current limits.
+func NewEntry(id string, docker bool, g *cgroups.Group) (*Entry, error) {
+	e := &Entry{ID: id, Docker: docker, G: g}
+	q, p, err := g.CPULimit()
+	if err != nil {
+		return nil, fmt.Errorf("limits: read cpu limit: %w", err)
+	}
+	e.cur.CPUQuotaUs, e.cur.CPUPeriodUs = q, uint32(p)
+	if e.cur.MemoryBytes, err = g.ReadInt(cgroups.MemLimit); err != nil {
+		return nil, fmt.Errorf("limits: read memory limit: %w", err)
+	}
+	e.cur.MemswBytes = cgroups.Max
+	if g.Has(cgroups.MemswLimit) {
+		if e.cur.MemswBytes, err = g.ReadInt(cgroups.MemswLimit); err != nil {
+			return nil, fmt.Errorf("limits: read memsw limit: %w", err)
+		}
+	}
+	if g.Has(cgroups.CPUSetCPUs) {
+		var buf [256]byte
+		if b, err := g.Read(cgroups.CPUSetCPUs, buf[:]); err == nil {
+			e.cur.CpusetCpus = trimNL(string(b))
+		}
+	}
+	return e, nil
+}
+
+func trimNL(s string) string {
+	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == ' ') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// Current returns a copy of the believed limits and the generation.
+func (e *Entry) Current() (Current, uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cur, e.gen
+}
+
+// Applier maps handles to entries and applies updates.
+type Applier struct {
+	mu      sync.RWMutex
+	entries map[uint32]*Entry
+	// Reconcile, when set, is told about every change to a Docker container.
+	Reconcile interface{ Mark(h uint32) }
+
+	Writes atomic.Uint64 // successful fast-path updates
+}
+
+// New returns an empty applier.
+func New() *Applier { return &Applier{entries: map[uint32]*Entry{}} }
+
+// Add registers h.
+func (a *Applier) Add(h uint32, e *Entry) {
+	a.mu.Lock()
+	a.entries[h] = e
+	a.mu.Unlock()
+}
+
+// Remove forgets h.
+func (a *Applier) Remove(h uint32) {
+	a.mu.Lock()
+	delete(a.entries, h)
+	a.mu.Unlock()
+}
+
+// Get returns h's entry.
+func (a *Applier) Get(h uint32) *Entry {
+	a.mu.RLock()
+	e := a.entries[h]
+	a.mu.RUnlock()
+	return e
+}
+
+// Handles lists the known handles.
+func (a *Applier) Handles() []uint32 {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	hs := make([]uint32, 0, len(a.entries))
+	for h := range a.entries {
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// Apply writes l to h's cgroup unless gen is older than the newest applied
+// (gen 0 is not versioned and always applies). Zero fields leave a limit
+// unchanged; a CPU quota of -1 means unlimited.
+func (a *Applier) Apply(h uint32, gen uint64, l *pb.Limits) error {
+	e := a.Get(h)
+	if e == nil {
+		return ErrUnknown
+	}
+	e.mu.Lock()
+	if gen != 0 && gen < e.gen {
+		e.mu.Unlock()
+		return ErrStale
+	}
+	err := e.write(l.GetCpuQuotaUs(), l.GetCpuPeriodUs(), l.GetMemoryLimitBytes(), l.GetCpusetCpus())
+	if err == nil && gen > e.gen {
+		e.gen = gen
+	}
+	docker := e.Docker
+	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	a.Writes.Add(1)
+	if docker && a.Reconcile != nil {
+		a.Reconcile.Mark(h)
+	}
+	return nil
+}
+
+// RaiseMemory sets h's memory limit to limit if that is higher than the
+// current one (an OOM grant); it returns the limit in place afterwards.
+func (a *Applier) RaiseMemory(h uint32, limit int64) (int64, error) {
+	e := a.Get(h)
+	if e == nil {
+		return 0, ErrUnknown
+	}
+	e.mu.Lock()
+	var err error
+	cur := e.cur.MemoryBytes
+	if limit > 0 && cur != cgroups.Max && limit > cur {
+		err = e.write(0, 0, limit, "")
+	}
+	now := e.cur.MemoryBytes
+	docker := e.Docker
+	e.mu.Unlock()
+	if err == nil && now != cur && docker && a.Reconcile != nil {
+		a.Reconcile.Mark(h)
+	}
+	return now, err
+}
+
+// write applies non-zero fields; e.mu is held. The v1 kernel requires
+// memory.limit <= memory.memsw.limit at every instant, so memsw is written
+// first when raising and last when lowering; the swap allowance
+// (memsw - memory) the container started with is kept.
+func (e *Entry) write(quota int64, period uint32, mem int64, cpus string) error {
+	if quota != 0 || period != 0 {
+		q := quota
+		if q == 0 {
+			q = e.cur.CPUQuotaUs
+		}
+		if q < 0 {
+			q = cgroups.Max
+		}
+		if err := e.G.SetCPULimit(q, period); err != nil {
+			return fmt.Errorf("cpu limit: %w", err)
+		}
+		e.cur.CPUQuotaUs = q
+		if period != 0 {
+			e.cur.CPUPeriodUs = period
+		}
+		e.version++
+	}
+	if mem != 0 {
+		if err := e.writeMemory(mem); err != nil {
+			return err
+		}
+		e.version++
+	}
+	if cpus != "" && cpus != e.cur.CpusetCpus {
+		if err := e.G.Write(cgroups.CPUSetCPUs, []byte(cpus)); err != nil {
+			return fmt.Errorf("cpuset.cpus: %w", err)
+		}
+		e.cur.CpusetCpus = cpus
+		e.version++
+	}
+	return nil
+}
+
+func (e *Entry) writeMemory(mem int64) error {
+	if mem < 0 {
+		mem = cgroups.Max
+	}
+	old, oldSw := e.cur.MemoryBytes, e.cur.MemswBytes
+	swapped := e.G.Has(cgroups.MemswLimit) && oldSw != cgroups.Max && old != cgroups.Max
+	if !swapped {
+		if err := e.G.WriteInt(cgroups.MemLimit, mem); err != nil {
+			return fmt.Errorf("memory limit: %w", err)
+		}
+		e.cur.MemoryBytes = mem
+		return nil
+	}
+	sw := cgroups.Max
+	if mem != cgroups.Max {
+		sw = mem + (oldSw - old)
+	}
+	raising := mem == cgroups.Max || mem > old
+	if raising {
+		if err := e.G.WriteInt(cgroups.MemswLimit, sw); err != nil {
+			return fmt.Errorf("memsw limit: %w", err)
+		}
+		e.cur.MemswBytes = sw
+		if err := e.G.WriteInt(cgroups.MemLimit, mem); err != nil {
+			return fmt.Errorf("memory limit: %w", err)
+		}
+		e.cur.MemoryBytes = mem
+		return nil
+	}
+	if err := e.G.WriteInt(cgroups.MemLimit, mem); err != nil {
+		return fmt.Errorf("memory limit: %w", err)
+	}
+	e.cur.MemoryBytes = mem
+	if err := e.G.WriteInt(cgroups.MemswLimit, sw); err != nil {
+		return fmt.Errorf("memsw limit: %w", err)
+	}
+	e.cur.MemswBytes = sw
+	return nil
+}
+
+// Reclaim applies seed 000 §IV-C to each handle (all when hs is empty):
+// when limit > usage + margin, limit ← usage + margin (page-aligned up, so
+// never below usage). Containers without a memory limit are left alone.
+func (a *Applier) Reclaim(margin uint64, hs []uint32) []*pb.ReclaimResult_Reclaimed {
+	if len(hs) == 0 {
+		hs = a.Handles()
+	}
+	var out []*pb.ReclaimResult_Reclaimed
+	for _, h := range hs {
+		e := a.Get(h)
+		if e == nil {
+			continue
+		}
+		usage, err := e.G.ReadInt(cgroups.MemUsage)
+		if err != nil || usage < 0 {
+			continue
+		}
+		e.mu.Lock()
+		old := e.cur.MemoryBytes
+		target := (usage + int64(margin) + 4095) &^ 4095
+		changed := false
+		if old != cgroups.Max && old > 0 && old > target {
+			if err := e.writeMemory(target); err == nil {
+				e.version++
+				changed = true
+			}
+		}
+		now := e.cur.MemoryBytes
+		docker := e.Docker
+		e.mu.Unlock()
+		if !changed {
+			continue
+		}
+		out = append(out, &pb.ReclaimResult_Reclaimed{
+			Handle: h, OldLimitBytes: old, NewLimitBytes: now,
+			UsageBytes: uint64(usage), ReclaimedBytes: uint64(old - now),
+		})
+		if docker && a.Reconcile != nil {
+			a.Reconcile.Mark(h)
+		}
+	}
+	return out
+}

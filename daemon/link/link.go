@@ -1,0 +1,368 @@
+// Package link is escrad's side of the controller protocol (docs/protocol.md):
+// one TCP session (hello, registrations, usage snapshots, heartbeats, OOM
+// requests; set-limits and reclaim RPCs from the controller) and UDP
+// telemetry datagrams. It reconnects with backoff and jitter and
+// re-registers everything. While the controller is unreachable nothing is
+// changed: limits stay as they are and OOM requests fail at once.
+package link
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/escra-dev/escra/proto/escrapb"
+	"github.com/escra-dev/escra/proto/wire"
+)
+
+// Handler serves the controller's requests and supplies session state.
+type Handler interface {
+	// SetLimits applies m; recv is when the envelope was decoded.
+	SetLimits(recv time.Time, m *escrapb.SetLimits) *escrapb.SetLimitsAck
+	Reclaim(m *escrapb.ReclaimRequest) *escrapb.ReclaimResult
+	// Registrations lists every managed container (sent after each connect).
+	Registrations() []*escrapb.ContainerRegister
+	// MemoryUsage is the periodic snapshot for slack accounting.
+	MemoryUsage() *escrapb.MemoryUsage
+}
+
+// Config of a link.
+type Config struct {
+	Addr      string // controller TCP address
+	Hello     *escrapb.HostHello
+	Heartbeat time.Duration // heartbeat and usage snapshot interval (1 s)
+	Log       *slog.Logger
+}
+
+// Client is the daemon's controller link.
+type Client struct {
+	cfg Config
+	h   Handler
+
+	mu      sync.Mutex // guards conn, w, pending, nextID
+	conn    net.Conn
+	w       *wire.EnvelopeWriter
+	out     escrapb.Envelope
+	pending map[uint64]func(*escrapb.OomVerdict)
+	nextID  uint64
+
+	udp atomic.Pointer[udpSession]
+	// Telemetry state, used only by the sampler goroutine.
+	batcher wire.Batcher
+	pool    []*escrapb.CpuStat
+	used    int
+	sess    *udpSession
+
+	Connects  atomic.Uint64
+	Datagrams atomic.Uint64
+}
+
+type udpSession struct {
+	id   uint32
+	conn *net.UDPConn
+}
+
+// New returns an unconnected client; Run connects.
+func New(cfg Config, h Handler) *Client {
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = time.Second
+	}
+	return &Client{cfg: cfg, h: h, pending: map[uint64]func(*escrapb.OomVerdict){}}
+}
+
+// Connected reports whether a session is up.
+func (c *Client) Connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn != nil
+}
+
+// Run keeps a session up until ctx ends.
+func (c *Client) Run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		up, err := c.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if up {
+			backoff = 100 * time.Millisecond
+		}
+		wait := backoff/2 + rand.N(backoff) // jitter: 0.5–1.5 × backoff
+		c.cfg.Log.Warn("controller link down; reconnecting", "addr", c.cfg.Addr, "err", err, "in", wait.Round(time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func (c *Client) session(ctx context.Context) (bool, error) {
+	d := net.Dialer{Timeout: 2 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", c.cfg.Addr)
+	if err != nil {
+		return false, err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	defer conn.Close()
+
+	w := wire.NewEnvelopeWriter(conn)
+	r := wire.NewEnvelopeReader(conn)
+	var env escrapb.Envelope
+	conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := w.Write(&escrapb.Envelope{Body: &escrapb.Envelope_Hello{Hello: c.cfg.Hello}}); err != nil {
+		return false, err
+	}
+	if err := r.Read(&env); err != nil {
+		return false, fmt.Errorf("waiting for hello ack: %w", err)
+	}
+	ack := env.GetHelloAck()
+	if ack == nil || ack.SessionId == 0 {
+		if e := env.GetError(); e != nil {
+			return false, fmt.Errorf("controller refused hello: %s", e.Message)
+		}
+		return false, errors.New("controller answered hello without a session")
+	}
+	conn.SetDeadline(time.Time{})
+	us, err := dialTelemetry(ack.TelemetryAddr, conn.RemoteAddr())
+	if err != nil {
+		return false, err
+	}
+	defer us.conn.Close()
+	us.id = ack.SessionId
+	c.udp.Store(us)
+	defer c.udp.CompareAndSwap(us, nil)
+
+	c.mu.Lock()
+	c.conn, c.w = conn, w
+	c.mu.Unlock()
+	defer c.drop()
+	c.Connects.Add(1)
+	c.cfg.Log.Info("controller session up", "addr", c.cfg.Addr, "session", ack.SessionId, "telemetry", us.conn.RemoteAddr().String())
+
+	for _, reg := range c.h.Registrations() {
+		if err := c.send(0, &escrapb.Envelope_Register{Register: reg}); err != nil {
+			return true, err
+		}
+	}
+	hbDone := make(chan struct{})
+	defer close(hbDone)
+	go c.heartbeats(hbDone)
+
+	for {
+		if err := r.Read(&env); err != nil {
+			if errors.Is(err, io.EOF) {
+				return true, errors.New("controller closed the session")
+			}
+			return true, err
+		}
+		recv := time.Now()
+		switch b := env.Body.(type) {
+		case *escrapb.Envelope_SetLimits:
+			ack := c.h.SetLimits(recv, b.SetLimits)
+			err = c.send(env.RequestId, &escrapb.Envelope_SetLimitsAck{SetLimitsAck: ack})
+		case *escrapb.Envelope_Reclaim:
+			res := c.h.Reclaim(b.Reclaim)
+			err = c.send(env.RequestId, &escrapb.Envelope_ReclaimResult{ReclaimResult: res})
+		case *escrapb.Envelope_OomVerdict:
+			c.mu.Lock()
+			cb := c.pending[env.RequestId]
+			delete(c.pending, env.RequestId)
+			c.mu.Unlock()
+			if cb != nil {
+				cb(b.OomVerdict)
+			}
+		case *escrapb.Envelope_Error:
+			c.cfg.Log.Warn("controller error", "request", env.RequestId, "msg", b.Error.Message)
+		case *escrapb.Envelope_Heartbeat:
+		default:
+			c.cfg.Log.Debug("unexpected envelope from controller", "type", fmt.Sprintf("%T", b))
+		}
+		if err != nil {
+			return true, err
+		}
+	}
+}
+
+func dialTelemetry(addr string, tcpPeer net.Addr) (*udpSession, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("bad telemetry address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		if ta, ok := tcpPeer.(*net.TCPAddr); ok {
+			host = ta.IP.String()
+		}
+	}
+	ua, err := net.ResolveUDPAddr("udp", net.JoinHostPort(host, port))
+	if err != nil {
+		return nil, err
+	}
+	uc, err := net.DialUDP("udp", nil, ua)
+	if err != nil {
+		return nil, err
+	}
+	return &udpSession{conn: uc}, nil
+}
+
+// drop ends the session state; pending OOM requests get a nil verdict.
+func (c *Client) drop() {
+	c.mu.Lock()
+	c.conn, c.w = nil, nil
+	p := c.pending
+	c.pending = map[uint64]func(*escrapb.OomVerdict){}
+	c.mu.Unlock()
+	for _, cb := range p {
+		cb(nil)
+	}
+}
+
+func (c *Client) heartbeats(done chan struct{}) {
+	t := time.NewTicker(c.cfg.Heartbeat)
+	defer t.Stop()
+	var seq uint64
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		seq++
+		_ = c.send(0, &escrapb.Envelope_Heartbeat{Heartbeat: &escrapb.Heartbeat{Seq: seq, SentUnixNs: time.Now().UnixNano()}})
+		if mu := c.h.MemoryUsage(); mu != nil && len(mu.Samples) > 0 {
+			_ = c.send(0, &escrapb.Envelope_MemoryUsage{MemoryUsage: mu})
+		}
+	}
+}
+
+var errDown = errors.New("link: controller not connected")
+
+// send writes one envelope; bodies are escrapb.Envelope_* wrappers.
+func (c *Client) send(reqID uint64, b any) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sendLocked(reqID, b)
+}
+
+func (c *Client) sendLocked(reqID uint64, b any) error {
+	if c.conn == nil {
+		return errDown
+	}
+	c.out.RequestId = reqID
+	switch v := b.(type) {
+	case *escrapb.Envelope_Register:
+		c.out.Body = v
+	case *escrapb.Envelope_Unregister:
+		c.out.Body = v
+	case *escrapb.Envelope_MemoryUsage:
+		c.out.Body = v
+	case *escrapb.Envelope_OomRequest:
+		c.out.Body = v
+	case *escrapb.Envelope_SetLimitsAck:
+		c.out.Body = v
+	case *escrapb.Envelope_ReclaimResult:
+		c.out.Body = v
+	case *escrapb.Envelope_Heartbeat:
+		c.out.Body = v
+	default:
+		return fmt.Errorf("link: cannot send %T", b)
+	}
+	c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	err := c.w.Write(&c.out)
+	c.out.Body = nil
+	if err != nil {
+		c.conn.Close() // the reader sees the error and reconnects
+	}
+	return err
+}
+
+// Register announces a container (dropped when down: sent again on connect).
+func (c *Client) Register(r *escrapb.ContainerRegister) error {
+	return c.send(0, &escrapb.Envelope_Register{Register: r})
+}
+
+// Unregister announces a container's end.
+func (c *Client) Unregister(u *escrapb.ContainerUnregister) error {
+	return c.send(0, &escrapb.Envelope_Unregister{Unregister: u})
+}
+
+// RequestOOM sends an OOM request; cb gets the verdict, or nil when the
+// session drops first. It returns the request id (for Cancel) or an error
+// at once when no session is up.
+func (c *Client) RequestOOM(req *escrapb.OomRequest, cb func(*escrapb.OomVerdict)) (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return 0, errDown
+	}
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = cb
+	if err := c.sendLocked(id, &escrapb.Envelope_OomRequest{OomRequest: req}); err != nil {
+		delete(c.pending, id)
+		return 0, err
+	}
+	return id, nil
+}
+
+// Cancel forgets a pending OOM request (its deadline passed).
+func (c *Client) Cancel(id uint64) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+}
+
+// CPU queues one telemetry record (copied; s is reused by the caller).
+// Only the sampler goroutine calls CPU and Flush.
+func (c *Client) CPU(s *escrapb.CpuStat) {
+	us := c.udp.Load()
+	if us == nil {
+		return // no session: telemetry is dropped, nothing else changes
+	}
+	if us != c.sess {
+		c.sess = us
+		c.batcher = wire.Batcher{SessionID: us.id, PeriodUs: c.batcher.PeriodUs}
+		c.used = 0
+	}
+	if c.used == len(c.pool) {
+		c.pool = append(c.pool, &escrapb.CpuStat{})
+	}
+	d := c.pool[c.used]
+	c.used++
+	d.Handle, d.PeriodSeq, d.QuotaUs, d.PeriodUs = s.Handle, s.PeriodSeq, s.QuotaUs, s.PeriodUs
+	d.UnusedUs, d.Throttled, d.NrThrottled = s.UnusedUs, s.Throttled, s.NrThrottled
+	d.ThrottledUs, d.UsageUs = s.ThrottledUs, s.UsageUs
+	_ = c.batcher.Add(d, c.emit)
+}
+
+// Flush sends the period's last datagram.
+func (c *Client) Flush() {
+	if c.sess != nil {
+		_ = c.batcher.Flush(c.emit)
+	}
+	c.used = 0
+}
+
+func (c *Client) emit(b []byte) error {
+	if c.sess == nil {
+		return errDown
+	}
+	_, err := c.sess.conn.Write(b)
+	if err == nil {
+		c.Datagrams.Add(1)
+	}
+	return nil // a lost datagram is a gap in period_seq, by design
+}
+
+// SetPeriod sets the default period stamped on telemetry batches.
+func (c *Client) SetPeriod(periodUs uint32) { c.batcher.PeriodUs = periodUs }

@@ -1,0 +1,301 @@
+// Package oom traps a container's out-of-memory moment on a stock kernel so
+// the controller can grant memory before anything is killed (seed 000
+// §III "OOM-preventing kernel event", §IV-B).
+//
+// cgroup v1: memory.oom_control's oom_kill_disable is set, so a task that
+// hits the limit sleeps instead of being killed, and an eventfd registered
+// through cgroup.event_control wakes us. A grant raises the limit (the
+// sleeping tasks retry and go on); a denial, or no verdict in time, clears
+// oom_kill_disable so the kernel OOM killer runs as usual: never hung.
+//
+// cgroup v2 has no oom_kill_disable: memory.high is kept a margin below
+// memory.max and an increment of "high" in memory.events (watched with
+// inotify) asks for memory early. Tasks over memory.high are throttled, not
+// stopped; if the grant comes too late they reach memory.max and the kernel
+// kills as usual. See docs/daemon.md.
+package oom
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
+)
+
+// Event is one OOM (v1) or memory.high (v2) event of a watched group.
+type Event struct {
+	Handle uint32
+	At     time.Time // when the wake-up was read
+	Usage  uint64
+	Limit  int64
+}
+
+type watch struct {
+	h    uint32
+	g    *cgroups.Group
+	fd   int    // eventfd (v1) or inotify fd (v2)
+	high uint64 // v2: last seen "high" count
+}
+
+// Watcher multiplexes every watched group on one epoll descriptor.
+type Watcher struct {
+	// HighMargin is the v2 gap between memory.high and memory.max.
+	HighMargin int64
+
+	epfd int
+	wake int // eventfd to stop Run
+	mu   sync.Mutex
+	byFD map[int]*watch
+	byH  map[uint32]*watch
+}
+
+// NewWatcher creates the epoll set.
+func NewWatcher() (*Watcher, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("oom: epoll: %w", err)
+	}
+	wk, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(ep)
+		return nil, fmt.Errorf("oom: eventfd: %w", err)
+	}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wk, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wk)}); err != nil {
+		unix.Close(ep)
+		unix.Close(wk)
+		return nil, err
+	}
+	return &Watcher{HighMargin: 8 << 20, epfd: ep, wake: wk, byFD: map[int]*watch{}, byH: map[uint32]*watch{}}, nil
+}
+
+// Add starts watching h's group.
+func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
+	var fd int
+	var err error
+	if g.Paths.Version == cgroups.V2 {
+		fd, err = w.addV2(g)
+	} else {
+		fd, err = addV1(g)
+	}
+	if err != nil {
+		return err
+	}
+	wt := &watch{h: h, g: g, fd: fd}
+	if g.Paths.Version == cgroups.V2 {
+		wt.high = readHigh(g)
+	}
+	w.mu.Lock()
+	if old := w.byH[h]; old != nil {
+		w.dropLocked(old)
+	}
+	w.byFD[fd], w.byH[h] = wt, wt
+	w.mu.Unlock()
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+		w.Remove(h)
+		return fmt.Errorf("oom: epoll add: %w", err)
+	}
+	return nil
+}
+
+func addV1(g *cgroups.Group) (int, error) {
+	oc := g.FD(cgroups.OOMControl)
+	if oc < 0 {
+		return -1, errors.New("oom: memory.oom_control not available")
+	}
+	if err := g.Write(cgroups.OOMControl, []byte("1")); err != nil {
+		return -1, fmt.Errorf("oom: disable oom killer: %w", err)
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return -1, fmt.Errorf("oom: eventfd: %w", err)
+	}
+	ctl := filepath.Join(g.Paths.Memory, "cgroup.event_control")
+	cfd, err := unix.Open(ctl, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(efd)
+		return -1, fmt.Errorf("oom: %w", err)
+	}
+	defer unix.Close(cfd)
+	if _, err := unix.Write(cfd, fmt.Appendf(nil, "%d %d", efd, oc)); err != nil {
+		unix.Close(efd)
+		return -1, fmt.Errorf("oom: register eventfd: %w", err)
+	}
+	return efd, nil
+}
+
+func (w *Watcher) addV2(g *cgroups.Group) (int, error) {
+	max, err := g.ReadInt(cgroups.MemLimit)
+	if err != nil {
+		return -1, err
+	}
+	if err := SetHigh(g, max, w.HighMargin); err != nil {
+		return -1, err
+	}
+	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return -1, err
+	}
+	if _, err := unix.InotifyAddWatch(ifd, filepath.Join(g.Paths.Unified, "memory.events"), unix.IN_MODIFY); err != nil {
+		unix.Close(ifd)
+		return -1, fmt.Errorf("oom: watch memory.events: %w", err)
+	}
+	return ifd, nil
+}
+
+// SetHigh keeps v2 memory.high margin below max (max when unlimited or tiny).
+func SetHigh(g *cgroups.Group, max, margin int64) error {
+	high := cgroups.Max
+	if max != cgroups.Max && max > 2*margin {
+		high = max - margin
+	}
+	return g.WriteInt(cgroups.MemHigh, high)
+}
+
+func readHigh(g *cgroups.Group) uint64 {
+	var buf [512]byte
+	b, err := g.Read(cgroups.MemEvents, buf[:])
+	if err != nil {
+		return 0
+	}
+	v, _ := cgroups.KeyedValue(b, "high")
+	return v
+}
+
+// Remove stops watching h (the group may already be gone).
+func (w *Watcher) Remove(h uint32) {
+	w.mu.Lock()
+	if wt := w.byH[h]; wt != nil {
+		w.dropLocked(wt)
+	}
+	w.mu.Unlock()
+}
+
+func (w *Watcher) dropLocked(wt *watch) {
+	_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, wt.fd, nil)
+	unix.Close(wt.fd)
+	delete(w.byFD, wt.fd)
+	delete(w.byH, wt.h)
+}
+
+// Release lets the kernel OOM killer act on h again (a denial or a missed
+// deadline). On v1 this also wakes the waiting tasks, which retry the
+// charge and meet the killer.
+func (w *Watcher) Release(h uint32) error {
+	w.mu.Lock()
+	wt := w.byH[h]
+	w.mu.Unlock()
+	if wt == nil {
+		return errors.New("oom: not watched")
+	}
+	if wt.g.Paths.Version == cgroups.V2 {
+		return nil // the kernel killer was never disabled
+	}
+	return wt.g.Write(cgroups.OOMControl, []byte("0"))
+}
+
+// Granted re-arms h after its limit was raised (v2: memory.high follows
+// the new memory.max; v1: nothing, oom_kill_disable stays set).
+func (w *Watcher) Granted(h uint32, newMax int64) error {
+	w.mu.Lock()
+	wt := w.byH[h]
+	w.mu.Unlock()
+	if wt == nil || wt.g.Paths.Version != cgroups.V2 {
+		return nil
+	}
+	return SetHigh(wt.g, newMax, w.HighMargin)
+}
+
+// RestoreAll clears oom_kill_disable everywhere (daemon shutdown), so no
+// container is left waiting for a verdict that will not come.
+func (w *Watcher) RestoreAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, wt := range w.byH {
+		if wt.g.Paths.Version == cgroups.V1 {
+			_ = wt.g.Write(cgroups.OOMControl, []byte("0"))
+		}
+	}
+}
+
+// Run delivers events to fn until Close. fn runs on the watcher's goroutine
+// and must not block for long.
+func (w *Watcher) Run(fn func(Event)) error {
+	evs := make([]unix.EpollEvent, 64)
+	var buf [512]byte
+	for {
+		n, err := unix.EpollWait(w.epfd, evs, -1)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return err
+		}
+		now := time.Now()
+		for _, ev := range evs[:n] {
+			fd := int(ev.Fd)
+			if fd == w.wake {
+				unix.Close(w.epfd)
+				unix.Close(w.wake)
+				return nil
+			}
+			w.mu.Lock()
+			wt := w.byFD[fd]
+			w.mu.Unlock()
+			if wt == nil {
+				continue
+			}
+			_, _ = unix.Read(fd, buf[:]) // drain eventfd counter / inotify records
+			e, ok := w.check(wt, buf[:])
+			if ok {
+				e.At = now
+				fn(e)
+			}
+		}
+	}
+}
+
+// check confirms a wake-up is a real OOM: the eventfd also fires when the
+// cgroup is removed.
+func (w *Watcher) check(wt *watch, buf []byte) (Event, bool) {
+	e := Event{Handle: wt.h}
+	if wt.g.Paths.Version == cgroups.V2 {
+		b, err := wt.g.Read(cgroups.MemEvents, buf)
+		if err != nil {
+			return e, false
+		}
+		high, _ := cgroups.KeyedValue(b, "high")
+		if high <= wt.high {
+			return e, false
+		}
+		wt.high = high
+	} else {
+		b, err := wt.g.Read(cgroups.OOMControl, buf)
+		if err != nil {
+			return e, false
+		}
+		if v, ok := cgroups.KeyedValue(b, "under_oom"); !ok || v == 0 {
+			return e, false
+		}
+	}
+	if u, err := wt.g.ReadInt(cgroups.MemUsage); err == nil && u >= 0 {
+		e.Usage = uint64(u)
+	}
+	e.Limit, _ = wt.g.ReadInt(cgroups.MemLimit)
+	return e, true
+}
+
+// Close stops Run and closes every descriptor.
+func (w *Watcher) Close() {
+	var one = [8]byte{1}
+	_, _ = unix.Write(w.wake, one[:])
+	w.mu.Lock()
+	for _, wt := range w.byH {
+		w.dropLocked(wt)
+	}
+	w.mu.Unlock()
+}

@@ -1,0 +1,220 @@
+package telemetry
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/daemon/oom"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// Cgroupfs is the stock-kernel Source: it samples cpuacct.usage and cpu.stat
+// (v2: cpu.stat) once per period on a timer aligned to the period, and
+// traps OOMs with package oom. The kernel's per-period unused runtime is not
+// visible from user space (seed 000 §IV-B footnote 3), so unused is derived
+// as quota − usage over the sampling period.
+type Cgroupfs struct {
+	Period time.Duration
+	// Limits returns the CPU quota/period the daemon last wrote for h, so
+	// the sampler need not read them back every period.
+	Limits func(h uint32) (quotaUs int64, periodUs uint32)
+	Log    *slog.Logger
+
+	OOM *oom.Watcher
+
+	mu     sync.Mutex
+	groups map[uint32]*sampled
+	list   []*sampled // rebuilt on change; read by the sampler
+	dirty  bool
+}
+
+type sampled struct {
+	h         uint32
+	g         *cgroups.Group
+	seq       uint64
+	primed    bool
+	usageNs   uint64 // cumulative, v1 cpuacct.usage (ns) or v2 usage_usec*1000
+	nrThrot   uint64
+	throtUs   uint64
+	wasThrot  bool
+	skipStats int // periods since cpu.stat was last read
+}
+
+// NewCgroupfs returns a source sampling every period.
+func NewCgroupfs(period time.Duration, log *slog.Logger) (*Cgroupfs, error) {
+	w, err := oom.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	return &Cgroupfs{Period: period, Log: log, OOM: w, groups: map[uint32]*sampled{}}, nil
+}
+
+// Backend implements Source.
+func (c *Cgroupfs) Backend() pb.Backend { return pb.Backend_BACKEND_CGROUPFS }
+
+// Watch implements Source. A group whose OOM trap cannot be set up is still
+// sampled (and the error returned for the log).
+func (c *Cgroupfs) Watch(h uint32, g *cgroups.Group) error {
+	c.mu.Lock()
+	c.groups[h] = &sampled{h: h, g: g}
+	c.dirty = true
+	c.mu.Unlock()
+	return c.OOM.Add(h, g)
+}
+
+// Unwatch implements Source.
+func (c *Cgroupfs) Unwatch(h uint32) {
+	c.OOM.Remove(h)
+	c.mu.Lock()
+	delete(c.groups, h)
+	c.dirty = true
+	c.mu.Unlock()
+}
+
+// Resolve implements Source.
+func (c *Cgroupfs) Resolve(ev oom.Event, granted bool, newLimit int64) error {
+	if granted {
+		return c.OOM.Granted(ev.Handle, newLimit)
+	}
+	return c.OOM.Release(ev.Handle)
+}
+
+// Run implements Source.
+func (c *Cgroupfs) Run(ctx context.Context, sink Sink) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.OOM.Run(sink.OOM); err != nil {
+			c.Log.Error("oom watcher stopped", "err", err)
+		}
+	}()
+	defer func() {
+		c.OOM.RestoreAll()
+		c.OOM.Close()
+		<-done
+	}()
+	period := c.Period
+	if period <= 0 {
+		period = 100 * time.Millisecond
+	}
+	t := time.NewTimer(untilNext(time.Now(), period))
+	defer t.Stop()
+	var st pb.CpuStat
+	buf := make([]byte, 512)
+	var list []*sampled
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		t.Reset(untilNext(time.Now(), period))
+		c.mu.Lock()
+		if c.dirty {
+			list = list[:0]
+			for _, s := range c.groups {
+				list = append(list, s)
+			}
+			c.dirty = false
+		}
+		c.mu.Unlock()
+		for _, s := range list {
+			if c.sample(s, &st, buf, period) {
+				sink.CPU(&st)
+			}
+		}
+		sink.Flush()
+	}
+}
+
+// untilNext is the time to the next multiple of period (wall clock), so all
+// containers are sampled at the same phase every period.
+func untilNext(now time.Time, period time.Duration) time.Duration {
+	d := period - time.Duration(now.UnixNano()%int64(period))
+	if d < period/20 {
+		d += period
+	}
+	return d
+}
+
+// sample fills st for one period; false when there is nothing to report
+// (first sample, or the group vanished).
+func (c *Cgroupfs) sample(s *sampled, st *pb.CpuStat, buf []byte, period time.Duration) bool {
+	var usageNs uint64
+	var cs cgroups.CPUStat
+	v2 := s.g.Paths.Version == cgroups.V2
+	readStats := true
+	if v2 {
+		b, err := s.g.Read(cgroups.CPUStatFile, buf)
+		if err != nil || cgroups.ParseCPUStat(b, &cs) != nil {
+			return false
+		}
+		usageNs = cs.UsageUs * 1000
+	} else {
+		b, err := s.g.Read(cgroups.CPUAcctUsage, buf)
+		if err != nil {
+			return false
+		}
+		u, err := cgroups.ParseUint(b)
+		if err != nil {
+			return false
+		}
+		usageNs = u
+		// An idle, unthrottled group cannot have been throttled this
+		// period: skip the second read (this is most groups most of the
+		// time), but refresh at least once a second.
+		readStats = !s.primed || usageNs != s.usageNs || s.wasThrot || s.skipStats >= 10
+		if readStats {
+			b, err := s.g.Read(cgroups.CPUStatFile, buf)
+			if err != nil || cgroups.ParseCPUStat(b, &cs) != nil {
+				return false
+			}
+			s.skipStats = 0
+		} else {
+			cs.NrThrottled, cs.ThrottledUs = s.nrThrot, s.throtUs
+			s.skipStats++
+		}
+	}
+	if !s.primed {
+		s.primed = true
+		s.usageNs, s.nrThrot, s.throtUs = usageNs, cs.NrThrottled, cs.ThrottledUs
+		return false
+	}
+	var du uint64
+	if usageNs > s.usageNs {
+		du = (usageNs - s.usageNs) / 1000
+	}
+	var dt uint64
+	if cs.ThrottledUs > s.throtUs {
+		dt = cs.ThrottledUs - s.throtUs
+	}
+	throttled := cs.NrThrottled > s.nrThrot
+	s.usageNs, s.nrThrot, s.throtUs, s.wasThrot = usageNs, cs.NrThrottled, cs.ThrottledUs, throttled
+
+	quota, cfsPeriod := int64(-1), uint32(0)
+	if c.Limits != nil {
+		quota, cfsPeriod = c.Limits(s.h)
+	}
+	var unused int64
+	if quota > 0 {
+		// Quota per sampling period (they differ when the CFS period is
+		// not the daemon's period).
+		q := quota
+		if cfsPeriod != 0 && time.Duration(cfsPeriod)*time.Microsecond != period {
+			q = quota * int64(period/time.Microsecond) / int64(cfsPeriod)
+		}
+		unused = max(q-int64(du), 0)
+	}
+	*st = pb.CpuStat{
+		Handle: s.h, PeriodSeq: s.seq, QuotaUs: quota, UnusedUs: unused,
+		Throttled: throttled, NrThrottled: cs.NrThrottled, ThrottledUs: dt, UsageUs: du,
+	}
+	if cfsPeriod != 0 && time.Duration(cfsPeriod)*time.Microsecond != period {
+		st.PeriodUs = cfsPeriod
+	}
+	s.seq++
+	return true
+}

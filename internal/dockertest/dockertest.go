@@ -1,0 +1,228 @@
+// Package dockertest helps tests use the real Docker engine: it builds tiny
+// local images (docker import of a tar of static Go binaries; nothing is
+// pulled) and runs labelled containers that are removed when the test ends.
+package dockertest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/client"
+)
+
+// Socket is the main engine's socket.
+const Socket = "/var/run/docker.sock"
+
+// TestLabel marks every container this package starts.
+const TestLabel = "escra.test"
+
+// Client returns a client for host ("" = the main engine) or skips the test
+// when the main engine's socket is absent.
+func Client(t testing.TB, host string) *client.Client {
+	t.Helper()
+	if host == "" {
+		if _, err := os.Stat(Socket); err != nil {
+			t.Skip("docker socket " + Socket + " absent: run `make setup` (starts dockerd) to run this test")
+		}
+		host = "unix://" + Socket
+	}
+	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// RepoRoot is the module root (found from this file's location).
+func RepoRoot() string {
+	_, f, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(f), "..", ".."))
+}
+
+var buildMu sync.Mutex
+
+// BuildBinaries builds static binaries of the given packages (import paths
+// relative to the module root, e.g. "./workloads/memhog") into dir.
+func BuildBinaries(dir string, pkgs ...string) error {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	for _, p := range pkgs {
+		out := filepath.Join(dir, filepath.Base(p))
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, p)
+		cmd.Dir = RepoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %v\n%s", p, err, b)
+		}
+	}
+	return nil
+}
+
+// WorkloadImage returns a local image holding /bin/memhog and /bin/spin,
+// building and importing it into the engine of cli when missing. The tag is
+// a hash of the binaries, so a changed workload makes a new image.
+func WorkloadImage(t testing.TB, cli *client.Client) string {
+	t.Helper()
+	ref, err := ImportWorkloads(context.Background(), cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// ImportWorkloads is WorkloadImage without a testing.TB (benchmarks).
+func ImportWorkloads(ctx context.Context, cli *client.Client) (string, error) {
+	dir, err := os.MkdirTemp("", "escra-img-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	if err := BuildBinaries(dir, "./workloads/memhog", "./workloads/spin"); err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	h := sha256.New()
+	names := []string{"memhog", "spin"}
+	sort.Strings(names)
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			return "", err
+		}
+		h.Write(b)
+		if err := tw.WriteHeader(&tar.Header{Name: "bin/" + n, Mode: 0o755, Size: int64(len(b)), ModTime: time.Unix(0, 0)}); err != nil {
+			return "", err
+		}
+		tw.Write(b)
+	}
+	// An empty /tmp keeps Go programs happy.
+	tw.WriteHeader(&tar.Header{Name: "tmp/", Mode: 0o1777, Typeflag: tar.TypeDir, ModTime: time.Unix(0, 0)})
+	tw.Close()
+	ref := "escra-test/workloads:" + hex.EncodeToString(h.Sum(nil))[:16]
+	if _, err := cli.ImageInspect(ctx, ref); err == nil {
+		return ref, nil
+	}
+	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{
+		Changes: []string{`ENTRYPOINT ["/bin/spin"]`, `LABEL org.escra.test=1`},
+	})
+	if err != nil {
+		return "", fmt.Errorf("docker import: %w", err)
+	}
+	_, _ = io.Copy(io.Discard, rc)
+	rc.Close()
+	if _, err := cli.ImageInspect(ctx, ref); err != nil {
+		return "", fmt.Errorf("imported image %s not found: %w", ref, err)
+	}
+	return ref, nil
+}
+
+// Spec describes a test container.
+type Spec struct {
+	Name       string
+	Image      string
+	Cmd        []string // entrypoint is /bin/spin; use {"/bin/memhog", ...} with Entrypoint
+	Entrypoint []string
+	Labels     map[string]string
+	Resources  container.Resources
+	OomKillOff bool
+}
+
+// Run creates and starts a container (network none) and removes it when
+// the test ends. It returns the container id.
+func Run(t testing.TB, cli *client.Client, s Spec) string {
+	t.Helper()
+	id, err := Start(context.Background(), cli, s)
+	if id != "" {
+		t.Cleanup(func() { Remove(cli, id) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// Start is Run without a testing.TB; the caller removes the container.
+func Start(ctx context.Context, cli *client.Client, s Spec) (string, error) {
+	labels := map[string]string{TestLabel: "1"}
+	for k, v := range s.Labels {
+		labels[k] = v
+	}
+	hc := &container.HostConfig{NetworkMode: "none", Resources: s.Resources}
+	if s.OomKillOff {
+		t := true
+		hc.OomKillDisable = &t
+	}
+	cr, err := cli.ContainerCreate(ctx, &container.Config{
+		Image: s.Image, Cmd: s.Cmd, Entrypoint: s.Entrypoint, Labels: labels,
+	}, hc, nil, nil, s.Name)
+	if err != nil {
+		return "", fmt.Errorf("docker create %s: %w", s.Name, err)
+	}
+	if err := cli.ContainerStart(ctx, cr.ID, container.StartOptions{}); err != nil {
+		return cr.ID, fmt.Errorf("docker start %s: %w", s.Name, err)
+	}
+	return cr.ID, nil
+}
+
+// Remove force-removes a container, ignoring errors (already gone).
+func Remove(cli *client.Client, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+}
+
+// RemoveAllTest removes every container carrying TestLabel (left over from
+// a killed run).
+func RemoveAllTest(cli *client.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", TestLabel))})
+	if err != nil {
+		return
+	}
+	for _, c := range list {
+		Remove(cli, c.ID)
+	}
+}
+
+// Wait waits for a container to exit and returns its exit code and whether
+// the kernel OOM-killed it.
+func Wait(ctx context.Context, cli *client.Client, id string) (code int, oomKilled bool, err error) {
+	wc, ec := cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+	select {
+	case <-wc:
+	case err := <-ec:
+		return 0, false, err
+	case <-ctx.Done():
+		return 0, false, ctx.Err()
+	}
+	j, err := cli.ContainerInspect(ctx, id)
+	if err != nil {
+		return 0, false, err
+	}
+	return j.State.ExitCode, j.State.OOMKilled, nil
+}
+
+// UniqueName returns a container name unique to this test run.
+func UniqueName(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(prefix, "/", "-"), os.Getpid(), time.Now().UnixNano()%1e9)
+}
