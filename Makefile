@@ -41,14 +41,14 @@ lint: ## gofmt, go vet, staticcheck (pinned, from the Go module proxy)
 fuzz: ## run every fuzz target for FUZZTIME (default 60s)
 	@FUZZTIME=$${FUZZTIME:-60s} scripts/fuzz.sh
 
-kmod: ## build escra.ko against the patched kernel tree
-	@scripts/not-yet.sh kmod "the kernel-path issue"
+kmod: ## build escra.ko against the patched kernel tree (W=1; STOCK=1: Debian stock headers)
+	@scripts/kernel-kmod.sh $(if $(STOCK),--stock)
 
 kernel: ## build the patched 6.1 kernel (cached by input hash)
-	@scripts/not-yet.sh kernel "the kernel-path issue"
+	@scripts/kernel-build.sh
 
 vm-test: ## boot the patched kernel in QEMU and run the kernel-path scenarios
-	@scripts/not-yet.sh vm-test "the kernel-path issue"
+	@vm-tests/run.sh
 
 bench: ## quick benchmark report against the peers (FULL=1 for the full matrix)
 	@scripts/not-yet.sh bench "the benchmark issue"
@@ -65,8 +65,9 @@ bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM
 soak: ## 30-minute soak with 1,000 simulated containers
 	@scripts/not-yet.sh soak "the trust-and-failure issue"
 
-deb: ## Debian packages for escrad, escra-controller and escra-dkms
-	@scripts/not-yet.sh deb "the main-job issue"
+deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/
+	@$(MAKE) --no-print-directory build
+	@VERSION=$(VERSION) scripts/deb.sh
 
 clean: ## remove build outputs (not the kernel cache)
-	rm -rf $(BIN) results
+	rm -rf $(BIN) results dist

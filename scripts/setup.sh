@@ -24,6 +24,8 @@ pkgs=(
 	protobuf-compiler
 	# benchmarks: real third-party servers and clients (bench/, scripts/bench/)
 	nginx-light redis-server redis-tools wrk
+	# packages: install the .debs into a debootstrapped root, check units
+	debootstrap systemd
 	# misc tools used by scripts
 	rsync iproute2 procps psmisc curl ca-certificates
 )

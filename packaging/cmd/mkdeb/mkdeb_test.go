@@ -1,0 +1,171 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestDebVersion(t *testing.T) {
+	for in, want := range map[string]string{
+		"v1.2.3": "1.2.3", "0.1.0": "0.1.0", "1a2b3c4-dirty": "0.0.0~1a2b3c4.dirty", "dev": "0.0.0~dev",
+		"v0.3.0-4-g1a2b3c4": "0.3.0-4-g1a2b3c4", "": "0.0.0~dev", "a b": "0.0.0~a.b",
+	} {
+		if got := DebVersion(in); got != want {
+			t.Errorf("DebVersion(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// buildBinaries builds the three commands with a known version, as make build does.
+func buildBinaries(t *testing.T, version string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, pkg := range map[string]string{
+		"escrad": "./daemon/cmd/escrad", "escra-controller": "./controller/cmd/escra-controller", "escractl": "./controller/cmd/escractl",
+	} {
+		cmd := exec.Command("go", "build", "-trimpath",
+			"-ldflags", "-X github.com/escra-dev/escra/internal/version.Version="+version,
+			"-o", filepath.Join(dir, name), pkg)
+		cmd.Dir = "../../.."
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return dir
+}
+
+func sh(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func TestPackages(t *testing.T) {
+	const version = "0.9.1"
+	bin := buildBinaries(t, version)
+	out := t.TempDir()
+	debs, err := build(options{Version: version, Bin: bin, Root: "../../..", Out: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"escrad_0.9.1_amd64.deb", "escra-controller_0.9.1_amd64.deb", "escra-dkms_0.9.1_all.deb"}
+	if len(debs) != 3 {
+		t.Fatalf("built %v", debs)
+	}
+	for i, d := range debs {
+		if filepath.Base(d) != want[i] {
+			t.Fatalf("package %d is %s, want %s", i, filepath.Base(d), want[i])
+		}
+	}
+	if _, err := exec.LookPath("dpkg-deb"); err != nil {
+		t.Skip("dpkg-deb missing")
+	}
+	// Contents and control data, as dpkg sees them.
+	ctl := sh(t, "dpkg-deb", "-c", debs[0])
+	for _, f := range []string{"./usr/bin/escrad", "./lib/systemd/system/escrad.service", "./etc/escra/escrad.yaml"} {
+		if !strings.Contains(ctl, f) {
+			t.Errorf("escrad package lacks %s:\n%s", f, ctl)
+		}
+	}
+	if c := sh(t, "dpkg-deb", "-f", debs[0], "Package", "Version", "Architecture"); c != "Package: escrad\nVersion: 0.9.1\nArchitecture: amd64\n" {
+		t.Errorf("escrad control: %q", c)
+	}
+	conffiles := sh(t, "sh", "-c", "dpkg-deb --ctrl-tarfile "+debs[0]+" | tar -xOf - ./conffiles")
+	if !strings.Contains(conffiles, "/etc/escra/escrad.yaml") {
+		t.Errorf("escrad.yaml is not a conffile: %q", conffiles)
+	}
+	if d := sh(t, "dpkg-deb", "-f", debs[2], "Depends"); !strings.Contains(d, "dkms") {
+		t.Errorf("escra-dkms must depend on dkms: %q", d)
+	}
+	dk := sh(t, "dpkg-deb", "-c", debs[2])
+	for _, f := range []string{"./usr/src/escra-0.9.1/dkms.conf", "./usr/src/escra-0.9.1/escra.c", "./usr/src/escra-0.9.1/Kbuild"} {
+		if !strings.Contains(dk, f) {
+			t.Errorf("escra-dkms lacks %s:\n%s", f, dk)
+		}
+	}
+
+	installInDebianRoot(t, debs, version)
+}
+
+// installInDebianRoot installs the packages into a debootstrapped Debian 12
+// root and checks them there: files, systemd-analyze verify on the units,
+// and that the binaries run. A private mount namespace (unshare) holds the
+// chroot's /proc, so nothing stays mounted after the test.
+func installInDebianRoot(t *testing.T, debs []string, version string) {
+	if os.Geteuid() != 0 {
+		t.Skip("installing into a Debian root needs root")
+	}
+	for _, tool := range []string{"debootstrap", "unshare", "chroot"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is missing: scripts/setup.sh installs it", tool)
+		}
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	if out, err := exec.Command("../../debroot.sh", root).CombinedOutput(); err != nil {
+		log, _ := os.ReadFile("/var/cache/escra/debootstrap/debootstrap.log")
+		if strings.Contains(string(log), "Failed getting") || strings.Contains(string(log), "Temporary failure resolving") ||
+			strings.Contains(string(log), "Couldn't download") {
+			t.Skipf("debootstrap cannot reach Debian's mirror, so the packages were not installed into a root:\n%s", out)
+		}
+		t.Fatalf("debroot.sh: %v\n%s", err, out)
+	}
+	for _, d := range debs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(root, "tmp", filepath.Base(d)), b, 0o644)
+	}
+	chroot := func(script string) (string, error) {
+		cmd := exec.Command("unshare", "--mount", "--fork", "chroot", root, "/bin/sh", "-ec",
+			"mount -t proc proc /proc\n"+script)
+		cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"}
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	// escra-dkms depends on dkms, which a minimal root lacks: unpack only.
+	if out, err := chroot("dpkg -i /tmp/escrad_*.deb /tmp/escra-controller_*.deb\ndpkg --unpack /tmp/escra-dkms_*.deb"); err != nil {
+		t.Fatalf("dpkg in the Debian root: %v\n%s", err, out)
+	}
+	for _, f := range []string{
+		"usr/bin/escrad", "usr/bin/escra-controller", "usr/bin/escractl",
+		"lib/systemd/system/escrad.service", "lib/systemd/system/escra-controller.service",
+		"etc/escra/escrad.yaml", "etc/escra/escrad.env", "etc/escra/escra-controller.env",
+		"usr/share/doc/escrad/operator.md", "usr/src/escra-" + version + "/dkms.conf",
+	} {
+		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+			t.Errorf("after install: %v", err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "usr/src/escra-"+version+"/dkms.conf")); !strings.Contains(string(b), `PACKAGE_VERSION="`+version+`"`) {
+		t.Errorf("dkms.conf does not carry the version:\n%s", b)
+	}
+	out, err := chroot("escrad --version; escra-controller --version; escractl --version")
+	if err != nil || out != "escrad "+version+"\nescra-controller "+version+"\nescractl "+version+"\n" {
+		t.Fatalf("--version in the root: %v\n%q", err, out)
+	}
+	out, err = chroot("systemd-analyze verify /lib/systemd/system/escrad.service /lib/systemd/system/escra-controller.service")
+	if err != nil || strings.TrimSpace(out) != "" {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	// The check itself must be able to fail: a unit with a missing binary.
+	if out, err := chroot("printf '[Service]\\nExecStart=/usr/bin/escra-nope\\n' >/tmp/bad.service\nsystemd-analyze verify /tmp/bad.service"); err == nil {
+		t.Fatalf("systemd-analyze verify accepted a unit with a missing binary:\n%s", out)
+	}
+	// Purge removes everything, conffiles included.
+	if out, err := chroot("dpkg --purge escrad escra-controller escra-dkms"); err != nil {
+		t.Fatalf("dpkg --purge: %v\n%s", err, out)
+	}
+	for _, f := range []string{"usr/bin/escrad", "etc/escra/escrad.yaml", "lib/systemd/system/escrad.service", "usr/src/escra-" + version} {
+		if _, err := os.Stat(filepath.Join(root, f)); err == nil {
+			t.Errorf("after purge %s is still there", f)
+		}
+	}
+}
