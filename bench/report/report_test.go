@@ -1,0 +1,204 @@
+package report
+
+import (
+	"encoding/json"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/escra-dev/escra/bench/load"
+)
+
+// synthetic builds runs with known figures: Escra halves p99.9 latency
+// against static15 (10 vs 20 ms), gets 10 % more throughput, and has a
+// tenth of its CPU slack and a quarter of its memory slack.
+func synthetic() *Results {
+	r := &Results{Machine: Machine{Hostname: "h", CPUs: 2, MemBytes: 24 << 30, Kernel: "6.1.0-test"},
+		Commit: "abc1234", Date: "2026-11-23T05:00:00Z", Mode: "quick",
+		Overheads: map[string]float64{"apply_latency_direct_us": 35, "apply_latency_docker_update_us": 21000}}
+	type pol struct {
+		name           string
+		p999, tput     [2]float64
+		cpuSlack, mem  float64
+		oom, changes   int
+		cpuLimitFactor float64
+	}
+	pols := []pol{
+		{"escra", [2]float64{10e3, 12e3}, [2]float64{110, 110}, 0.1, 25, 0, 40, 1.1},
+		{"static15", [2]float64{20e3, 20e3}, [2]float64{100, 100}, 1.0, 100, 0, 0, 1.5},
+		{"autopilot", [2]float64{40e3, 40e3}, [2]float64{55, 55}, 0.5, 50, 3, 10, 1.2},
+	}
+	for _, ld := range []string{"fixed", "burst"} {
+		for _, p := range pols {
+			for rep := 0; rep < 2; rep++ {
+				run := Run{Workload: "demo-http", Load: ld, Policy: p.name, Rep: rep, DurationS: 10,
+					Client:           load.Result{Tool: "vegeta", Shape: ld, P50Us: 1000, P99Us: p.p999[rep] / 2, P999Us: p.p999[rep], ThroughputRPS: p.tput[rep]},
+					ThrottledPeriods: 5, Periods: 100, OOMKills: p.oom, LimitChanges: p.changes,
+					ControllerCPUSeconds: 0.2, DaemonCPUSeconds: 0.1, SeriesContainer: "demo-http-0"}
+				for i := 0; i < 100; i++ {
+					// Slack varies ±20 % around its level so CDFs have a shape.
+					f := 0.8 + 0.4*float64(i)/99
+					run.Slack = append(run.Slack, SlackSample{TMs: int64(i * 100), CPUCores: p.cpuSlack * f, MemMiB: p.mem * f})
+					use := 0.5 + 0.3*math.Sin(float64(i)/10)
+					run.Series = append(run.Series, SeriesPoint{TMs: int64(i * 100), CPUUsage: use, CPULimit: use * p.cpuLimitFactor,
+						MemUsageMiB: 100 + 50*math.Sin(float64(i)/15), MemLimitMiB: 150 + p.mem})
+				}
+				r.Runs = append(r.Runs, run)
+			}
+		}
+	}
+	return r
+}
+
+func TestAggregateAndDeltas(t *testing.T) {
+	aggs := Aggregate(synthetic())
+	e := aggs[Key{Cell{"demo-http", "fixed"}, "escra"}]
+	// p99.9 of 10 and 12 ms: mean 11 ms, sd √2 ms, CI = t(1 df)·sd/√2 = 12.706 ms.
+	if e.P999Us.N != 2 || math.Abs(e.P999Us.Mean-11e3) > 1e-9 || math.Abs(e.P999Us.CI95-12.706e3) > 1e-6 {
+		t.Errorf("escra p99.9 stat %+v", e.P999Us)
+	}
+	// Slack samples 0.08..0.12 evenly: nearest-rank p50 is sample 50 of 100.
+	if want := 0.1 * (0.8 + 0.4*49/99); math.Abs(e.CPUSlackP50.Mean-want) > 1e-12 {
+		t.Errorf("cpu slack p50 %v, want %v", e.CPUSlackP50.Mean, want)
+	}
+	if e.LimitChangesPerS.Mean != 4 || e.ControllerCPUPct.Mean != 2 || e.ThrottledFrac.Mean != 0.05 {
+		t.Errorf("rates %+v %+v %+v", e.LimitChangesPerS, e.ControllerCPUPct, e.ThrottledFrac)
+	}
+	ds := Deltas(aggs)
+	if len(ds) != 4 { // 2 cells × 2 baselines
+		t.Fatalf("%d deltas", len(ds))
+	}
+	var vsStatic Delta
+	for _, d := range ds {
+		if d.Baseline == "static15" && d.Load == "fixed" {
+			vsStatic = d
+		}
+	}
+	for name, got := range map[string][2]float64{
+		"p99.9 latency (20 → 11 ms)": {vsStatic.P999Latency, 45},
+		"throughput (100 → 110)":     {vsStatic.Throughput, 10},
+		"cpu slack p50 (÷10)":        {vsStatic.CPUSlackP50, 90},
+		"mem slack p99 (÷4)":         {vsStatic.MemSlackP99, 75},
+	} {
+		if math.Abs(got[0]-got[1]) > 1e-9 {
+			t.Errorf("%s: %v %%, want %v %%", name, got[0], got[1])
+		}
+	}
+	rows := TableI(ds)
+	if len(rows) != 2 || rows[0].Baseline != "static15" || rows[0].Cells != 2 || math.Abs(rows[1].Avg.Throughput-100) > 1e-9 {
+		t.Errorf("table rows %+v", rows)
+	}
+}
+
+func TestGenerate(t *testing.T) {
+	dir := t.TempDir()
+	r := synthetic()
+	in := filepath.Join(dir, "results.json")
+	if err := r.Save(in); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := Load(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Generate(r2, dir); err != nil {
+		t.Fatal(err)
+	}
+	var sum map[string]any
+	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &sum); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]float64{
+		"escra_vs_static15_p999_latency_delta_pct":                 45,
+		"escra_vs_static15_throughput_delta_pct":                   10,
+		"escra_vs_autopilot_cpu_slack_p50_delta_pct":               80,
+		"demo_http_fixed_escra_vs_static15_p999_latency_delta_pct": 45,
+		"demo_http_burst_static15_p999_latency_us":                 20e3,
+		"autopilot_oom_kills_total":                                12, // 3 per run × 2 reps × 2 loads
+		"escra_oom_kills_total":                                    0,
+		"overhead_apply_latency_direct_us":                         35,
+	} {
+		got, ok := sum[k].(float64)
+		if !ok || math.Abs(got-want) > 1e-9 {
+			t.Errorf("summary %s = %v, want %v", k, sum[k], want)
+		}
+	}
+	if sum["commit"] != "abc1234" || sum["kernel"] != "6.1.0-test" {
+		t.Errorf("metadata: commit %v kernel %v", sum["commit"], sum["kernel"])
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"Table I analogue", "| static15 | 2 | 45.0 % |", "share 2 cores", "plots/fig4_vs_static15.png",
+		"plots/fig5_cpu_slack_cdf_demo_http_burst.png", "plots/fig2_series_demo_http_fixed_autopilot.png", "apply_latency_docker_update_us"} {
+		if !strings.Contains(string(md), s) {
+			t.Errorf("report lacks %q", s)
+		}
+	}
+	if strings.Contains(string(md), "could not be drawn") {
+		t.Errorf("plots failed:\n%s", md)
+	}
+	// Every plot is a real PNG of sensible size with more than one colour.
+	pngs, _ := filepath.Glob(filepath.Join(dir, "plots", "*.png"))
+	if len(pngs) != 2+2*2+2*3 { // fig4 × 2 baselines, fig5/6 × 2 cells, fig2 × 6 runs
+		t.Errorf("%d plots: %v", len(pngs), pngs)
+	}
+	for _, p := range pngs {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		bd := img.Bounds()
+		if bd.Dx() < 300 || bd.Dy() < 200 {
+			t.Errorf("%s is %v", p, bd)
+		}
+		colours := map[[4]uint32]bool{}
+		for y := bd.Min.Y; y < bd.Max.Y; y += 7 {
+			for x := bd.Min.X; x < bd.Max.X; x += 7 {
+				r, g, b, a := img.At(x, y).RGBA()
+				colours[[4]uint32{r, g, b, a}] = true
+			}
+		}
+		if len(colours) < 4 {
+			t.Errorf("%s has %d colours: blank plot?", p, len(colours))
+		}
+	}
+	if os.Getenv("ESCRA_KEEP_REPORT") != "" {
+		t.Logf("report kept in %s", dir)
+		os.CopyFS(os.Getenv("ESCRA_KEEP_REPORT"), os.DirFS(dir))
+	}
+}
+
+func TestLoadRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"empty":   `{"runs": []}`,
+		"unnamed": `{"runs": [{"workload": "x", "load": ""}]}`,
+		"garbage": `{`,
+	} {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		if _, err := Load(p); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+}
+
+func TestKeyName(t *testing.T) {
+	if got := KeyName("Demo-HTTP/x.1"); got != "demo_http_x_1" {
+		t.Errorf("KeyName = %q", got)
+	}
+}

@@ -1,0 +1,107 @@
+// Package report turns the results of a benchmark run (results.json, the
+// Results struct below) into the Markdown report, the PNG plots and the flat
+// summary.json of issue 7: seed 000 Fig. 2 (limit vs usage), Fig. 4 (Δ
+// latency and throughput vs each baseline), Fig. 5–6 (CPU and memory slack
+// CDFs) and Table I (average improvement and slack reduction).
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/escra-dev/escra/bench/load"
+)
+
+// Results is everything one benchmark run measured.
+type Results struct {
+	Machine Machine `json:"machine"`
+	Commit  string  `json:"commit"`
+	Date    string  `json:"date"` // RFC 3339
+	Mode    string  `json:"mode"` // "quick" or "full"
+	// Notes are caveats the driver wants in the report (e.g. "kernel backend skipped: no VM").
+	Notes []string `json:"notes,omitempty"`
+	Runs  []Run    `json:"runs"`
+	// Overheads are flat figures from the component benchmarks (limit apply
+	// latency, OOM rescue round trip, containers per core, ...), keys with units.
+	Overheads map[string]float64 `json:"overheads,omitempty"`
+}
+
+type Machine struct {
+	Hostname string `json:"hostname"`
+	CPUs     int    `json:"cpus"`
+	MemBytes uint64 `json:"mem_bytes"`
+	Kernel   string `json:"kernel"`
+	Go       string `json:"go"`
+	Docker   string `json:"docker"`
+}
+
+// Run is one (workload, load, policy, repetition).
+type Run struct {
+	Workload string `json:"workload"` // demo-http, nginx, redis, memwave, ...
+	Load     string `json:"load"`     // fixed, exp, burst, trace, wrk, redis-benchmark
+	Policy   string `json:"policy"`   // escra, escra-kernel, static15, static10, static075, autopilot, vpa60, vpa10
+	Rep      int    `json:"rep"`
+
+	Client    load.Result `json:"client"`
+	DurationS float64     `json:"duration_s"`
+
+	// Slack summed over the run's containers, sampled every 100 ms.
+	Slack []SlackSample `json:"slack"`
+	// Limit and usage of one container (SeriesContainer), every 100 ms.
+	SeriesContainer string        `json:"series_container,omitempty"`
+	Series          []SeriesPoint `json:"series,omitempty"`
+
+	ThrottledPeriods int64 `json:"throttled_periods"` // Δ cpu.stat nr_throttled, summed over containers
+	Periods          int64 `json:"periods"`           // Δ cpu.stat nr_periods
+	OOMKills         int   `json:"oom_kills"`
+	LimitChanges     int   `json:"limit_changes"` // limit writes applied (CPU or memory)
+
+	// CPU time of the policy's processes over the run (controller/recommender and daemon).
+	ControllerCPUSeconds float64 `json:"controller_cpu_s"`
+	DaemonCPUSeconds     float64 `json:"daemon_cpu_s"`
+}
+
+type SlackSample struct {
+	TMs      int64   `json:"t_ms"`
+	CPUCores float64 `json:"cpu_cores"` // limit − usage
+	MemMiB   float64 `json:"mem_mib"`
+}
+
+type SeriesPoint struct {
+	TMs         int64   `json:"t_ms"`
+	CPULimit    float64 `json:"cpu_limit_cores"`
+	CPUUsage    float64 `json:"cpu_usage_cores"`
+	MemLimitMiB float64 `json:"mem_limit_mib"`
+	MemUsageMiB float64 `json:"mem_usage_mib"`
+}
+
+// Load reads a results JSON file.
+func Load(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(r.Runs) == 0 {
+		return nil, fmt.Errorf("%s: no runs", path)
+	}
+	for i, run := range r.Runs {
+		if run.Workload == "" || run.Load == "" || run.Policy == "" {
+			return nil, fmt.Errorf("%s: run %d lacks workload, load or policy", path, i)
+		}
+	}
+	return &r, nil
+}
+
+// Save writes r as indented JSON.
+func (r *Results) Save(path string) error {
+	b, err := json.MarshalIndent(r, "", " ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}

@@ -1,0 +1,86 @@
+package report
+
+import (
+	"strings"
+)
+
+// KeyName makes a summary key part: lower case, [a-z0-9_] only.
+func KeyName(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// Summary is the flat summary.json: every figure of the report, keyed by
+// workload, load and policy, with units in the names; plus the machine,
+// kernel, commit and date. Latency deltas are reductions, throughput
+// deltas increases, slack deltas reductions: positive means Escra better.
+func Summary(r *Results) map[string]any {
+	s := map[string]any{
+		"machine_hostname":  r.Machine.Hostname,
+		"machine_cpus":      r.Machine.CPUs,
+		"machine_mem_bytes": r.Machine.MemBytes,
+		"kernel":            r.Machine.Kernel,
+		"go_version":        r.Machine.Go,
+		"docker_version":    r.Machine.Docker,
+		"commit":            r.Commit,
+		"date":              r.Date,
+		"mode":              r.Mode,
+		"runs":              len(r.Runs),
+	}
+	aggs := Aggregate(r)
+	oom := map[string]float64{}
+	for k, a := range aggs {
+		p := KeyName(k.Workload) + "_" + KeyName(k.Load) + "_" + KeyName(k.Policy) + "_"
+		s[p+"reps"] = a.P999Us.N
+		s[p+"p50_latency_us"] = a.P50Us.Mean
+		s[p+"p99_latency_us"] = a.P99Us.Mean
+		s[p+"p999_latency_us"] = a.P999Us.Mean
+		s[p+"throughput_rps"] = a.ThroughputRPS.Mean
+		if a.P999Us.N > 1 {
+			s[p+"p999_latency_us_ci95"] = a.P999Us.CI95
+			s[p+"throughput_rps_ci95"] = a.ThroughputRPS.CI95
+		}
+		s[p+"cpu_slack_p50_cores"] = a.CPUSlackP50.Mean
+		s[p+"cpu_slack_p99_cores"] = a.CPUSlackP99.Mean
+		s[p+"mem_slack_p50_mib"] = a.MemSlackP50.Mean
+		s[p+"mem_slack_p99_mib"] = a.MemSlackP99.Mean
+		s[p+"throttled_periods"] = a.ThrottledPeriods.Mean
+		s[p+"throttled_pct"] = 100 * a.ThrottledFrac.Mean
+		s[p+"oom_kills"] = a.OOMKills.Mean
+		s[p+"limit_changes_per_s"] = a.LimitChangesPerS.Mean
+		s[p+"controller_cpu_pct"] = a.ControllerCPUPct.Mean
+		s[p+"daemon_cpu_pct"] = a.DaemonCPUPct.Mean
+		oom[k.Policy] += a.OOMKills.Mean * float64(a.OOMKills.N)
+	}
+	for p, n := range oom {
+		s[KeyName(p)+"_oom_kills_total"] = n
+	}
+	putDelta := func(prefix string, d Delta) {
+		s[prefix+"p999_latency_delta_pct"] = d.P999Latency
+		s[prefix+"p99_latency_delta_pct"] = d.P99Latency
+		s[prefix+"throughput_delta_pct"] = d.Throughput
+		s[prefix+"cpu_slack_p50_delta_pct"] = d.CPUSlackP50
+		s[prefix+"cpu_slack_p99_delta_pct"] = d.CPUSlackP99
+		s[prefix+"mem_slack_p50_delta_pct"] = d.MemSlackP50
+		s[prefix+"mem_slack_p99_delta_pct"] = d.MemSlackP99
+	}
+	ds := Deltas(aggs)
+	for _, d := range ds {
+		putDelta(KeyName(d.Workload)+"_"+KeyName(d.Load)+"_"+KeyName(d.Escra)+"_vs_"+KeyName(d.Baseline)+"_", d)
+	}
+	for _, row := range TableI(ds) {
+		putDelta(KeyName(row.Escra)+"_vs_"+KeyName(row.Baseline)+"_", row.Avg)
+		s[KeyName(row.Escra)+"_vs_"+KeyName(row.Baseline)+"_cells"] = row.Cells
+	}
+	for k, v := range r.Overheads {
+		s["overhead_"+KeyName(k)] = v
+	}
+	return s
+}
