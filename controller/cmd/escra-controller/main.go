@@ -1,23 +1,167 @@
 // Command escra-controller runs the Distributed Containers: their global
 // pools and the resource allocator that decides every container's limits
-// from the daemons' telemetry and OOM requests.
+// from the daemons' telemetry and OOM requests (seed 000 §IV-C, §IV-D).
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
 
+	"gopkg.in/yaml.v3"
+
+	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/server"
+	"github.com/escra-dev/escra/controller/spec"
 	"github.com/escra-dev/escra/internal/version"
 )
 
-func main() {
-	showVersion := flag.Bool("version", false, "print the version and exit")
-	flag.Parse()
+// bytesFlag accepts 50MiB, 1GiB, 1048576.
+type bytesFlag struct{ v *int64 }
+
+func (b bytesFlag) String() string {
+	if b.v == nil {
+		return ""
+	}
+	return spec.FormatBytes(*b.v)
+}
+func (b bytesFlag) Set(s string) error {
+	n, err := spec.ParseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b.v = n
+	return nil
+}
+
+// appsFile is the --apps YAML: a list of app budgets.
+type appEntry struct {
+	Name   string  `yaml:"name"`
+	CPU    string  `yaml:"cpu"`    // cores: "2", "1.5", "500m"
+	Memory string  `yaml:"memory"` // "2GiB"
+	Sigma  float64 `yaml:"sigma"`
+}
+
+func loadApps(path string) ([]server.AppSpec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parseApps(path, data)
+}
+
+func parseApps(path string, data []byte) ([]server.AppSpec, error) {
+	if len(data) > 1<<20 {
+		return nil, fmt.Errorf("%s: over 1 MiB", path)
+	}
+	var entries []appEntry
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&entries); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var out []server.AppSpec
+	for i, e := range entries {
+		cpu, err := spec.ParseCPU(e.CPU)
+		if err != nil {
+			return nil, fmt.Errorf("%s: app %d (%s): cpu: %w", path, i+1, e.Name, err)
+		}
+		mem, err := spec.ParseBytes(e.Memory)
+		if err != nil {
+			return nil, fmt.Errorf("%s: app %d (%s): memory: %w", path, i+1, e.Name, err)
+		}
+		a := server.AppSpec{Name: e.Name, CPUCores: cpu, MemoryBytes: mem, Sigma: e.Sigma}
+		if err := a.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
+
+func run(args []string, stderr io.Writer) int {
+	cfg := server.DefaultConfig()
+	p := allocator.DefaultParams()
+	fs := flag.NewFlagSet("escra-controller", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.StringVar(&cfg.TCPAddr, "listen", cfg.TCPAddr, "TCP address for daemon sessions")
+	fs.StringVar(&cfg.UDPAddr, "telemetry-listen", cfg.UDPAddr, "UDP address for telemetry")
+	fs.StringVar(&cfg.AdminAddr, "admin-listen", cfg.AdminAddr, "HTTP admin and /metrics address (empty: off)")
+	fs.Float64Var(&p.Upsilon, "upsilon", p.Upsilon, "Υ: fair shares of the unallocated CPU a fully throttled container may take per period")
+	fs.Float64Var(&p.Gamma, "gamma", p.Gamma, "γ: scale CPU down when unused runtime exceeds this fraction of the quota")
+	fs.Float64Var(&p.Kappa, "kappa", p.Kappa, "κ: fraction of the unused runtime taken away on scale-down")
+	fs.IntVar(&p.Window, "window", p.Window, "n: periods in the sliding windows")
+	fs.DurationVar(&p.Period, "period", p.Period, "CFS period the allocator decides for")
+	floor := time.Duration(p.CPUFloorUs) * time.Microsecond
+	fs.DurationVar(&floor, "cpu-floor", floor, "smallest quota per period a container is cut to")
+	fs.DurationVar(&cfg.ReclaimEvery, "reclaim-every", cfg.ReclaimEvery, "periodic memory reclaim interval (0: off)")
+	fs.Var(bytesFlag{&p.SafeMarginBytes}, "safe-margin", "δ: reclaim sets limit = usage + δ")
+	fs.Var(bytesFlag{&p.OOMStepBytes}, "oom-step", "memory granted per OOM request")
+	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	appsFile := fs.String("apps", "", "YAML list of app budgets: - {name, cpu, memory, sigma}")
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "escra-controller: "+format+"\n", a...)
+		return 2
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return 0
+		}
+		return fail("%v (see --help)", err)
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected argument %q", fs.Arg(0))
+	}
 	if *showVersion {
 		fmt.Println("escra-controller", version.Version)
-		return
+		return 0
 	}
-	fmt.Fprintln(os.Stderr, "escra-controller: the controller is not built yet")
-	os.Exit(2)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fail("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	p.CPUFloorUs = floor.Microseconds()
+	if err := p.Validate(); err != nil {
+		return fail("%v", err)
+	}
+	if cfg.ReclaimEvery < 0 {
+		return fail("--reclaim-every must be >= 0")
+	}
+	if cfg.RPCTimeout <= 0 {
+		return fail("--rpc-timeout must be > 0")
+	}
+	cfg.Params = p
+	if *appsFile != "" {
+		apps, err := loadApps(*appsFile)
+		if err != nil {
+			return fail("--apps: %v", err)
+		}
+		cfg.Apps = apps
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := server.Start(ctx, cfg)
+	if err != nil {
+		return fail("%v", err)
+	}
+	cfg.Logger.Info("escra-controller ready", "version", version.Version, "sessions", srv.TCPAddr(),
+		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "apps", len(cfg.Apps))
+	<-ctx.Done()
+	srv.Close()
+	return 0
 }

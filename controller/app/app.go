@@ -1,0 +1,464 @@
+// Package app runs the Distributed Containers of seed 000 (§III, §IV-A,
+// §IV-C): one goroutine per app owns its allocator state, so decisions
+// for one app are serialized and a storm in one app never delays another.
+// It carries the allocator's decisions out through the hosts' sessions;
+// no lock is held across network I/O (sessions queue, their writers send).
+package app
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/events"
+	"github.com/escra-dev/escra/controller/session"
+	"github.com/escra-dev/escra/controller/telemetry"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// Host is the daemon session a member lives on (*session.Session).
+type Host interface {
+	Push(u session.Update)
+	Reclaim(handles []uint32, marginBytes uint64, cb func(*pb.ReclaimResult, error))
+	Verdict(requestID uint64, v *pb.OomVerdict, received time.Time)
+}
+
+// MemberInfo identifies a member to the shard.
+type MemberInfo struct {
+	Key         allocator.Key
+	Host        Host
+	HostID      string
+	Handle      uint32
+	ContainerID string
+	Name        string
+	HostMaxUs   int64
+	MemUsage    int64
+	// Auto-created apps grow their budget by these when the member joins.
+	ContribCores float64
+	ContribMem   int64
+}
+
+type member struct {
+	MemberInfo
+	lastGen uint64 // newest generation the daemon acked
+}
+
+type oomReq struct {
+	key      allocator.Key
+	id       uint64
+	req      *pb.OomRequest
+	received time.Time
+}
+
+// Counters a shard reports to the server's metrics.
+type Counters interface {
+	Decision(kind string)
+	BadStat(reason string)
+}
+
+// Shard is one app's goroutine.
+type Shard struct {
+	Name string
+	in   chan func()
+	stat chan statBatch
+	done chan struct{}
+
+	// owned by the shard goroutine
+	a          *allocator.App
+	auto       bool
+	members    map[allocator.Key]*member
+	oomQueue   []oomReq
+	reclaiming int // outstanding reclaim RPCs
+	log        *slog.Logger
+	hub        *events.Hub
+	cnt        Counters
+	periodUs   uint32
+}
+
+type statBatch struct {
+	keys  []allocator.Key
+	stats []telemetry.Stat
+	recv  int64
+}
+
+// New starts an app's goroutine. auto marks an app created for a
+// container whose app was never defined; its budget grows with members.
+func New(name string, b allocator.Budget, p allocator.Params, pol allocator.Policy, auto bool,
+	log *slog.Logger, hub *events.Hub, cnt Counters) (*Shard, error) {
+	a, err := allocator.NewApp(name, b, p, pol)
+	if err != nil {
+		return nil, err
+	}
+	s := &Shard{Name: name, in: make(chan func(), 256), stat: make(chan statBatch, 4096),
+		done: make(chan struct{}), a: a, auto: auto, members: map[allocator.Key]*member{},
+		log: log.With("app", name), hub: hub, cnt: cnt, periodUs: uint32(p.PeriodUs())}
+	go s.run()
+	return s, nil
+}
+
+func (s *Shard) run() {
+	for {
+		select {
+		case <-s.done:
+			return
+		case f := <-s.in:
+			f()
+		case b := <-s.stat:
+			s.onStats(b)
+		}
+	}
+}
+
+// Stop ends the goroutine.
+func (s *Shard) Stop() { close(s.done) }
+
+// do runs f on the shard goroutine (blocking when the queue is full: TCP
+// messages apply backpressure to their own session only).
+func (s *Shard) do(f func()) {
+	select {
+	case s.in <- f:
+	case <-s.done:
+	}
+}
+
+// call runs f on the shard and waits.
+func (s *Shard) call(f func()) {
+	ch := make(chan struct{})
+	s.do(func() { f(); close(ch) })
+	select {
+	case <-ch:
+	case <-s.done:
+	}
+}
+
+// Stats enqueues one datagram's stats for this app; it never blocks the
+// UDP reader: a full queue drops the batch (returns false).
+func (s *Shard) Stats(keys []allocator.Key, stats []telemetry.Stat, recvNs int64) bool {
+	select {
+	case s.stat <- statBatch{keys, stats, recvNs}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Shard) onStats(b statBatch) {
+	for i, st := range b.stats {
+		d, err := s.a.CPU(b.keys[i], st.Stat)
+		switch err {
+		case nil:
+		case allocator.ErrStale:
+			s.cnt.BadStat("stale")
+			continue
+		case allocator.ErrAbsurd:
+			s.cnt.BadStat("absurd")
+			continue
+		default:
+			s.cnt.BadStat("unknown_container")
+			continue
+		}
+		if d.Gen != 0 {
+			s.apply(d, b.recv, nil)
+		}
+	}
+}
+
+// apply sends a decision to the member's host.
+func (s *Shard) apply(d allocator.Decision, recvNs int64, onApplied func(error)) {
+	m := s.members[d.Key]
+	if m == nil {
+		if onApplied != nil {
+			onApplied(allocator.ErrUnknown)
+		}
+		return
+	}
+	u := session.Update{Handle: m.Handle, Gen: d.Gen, QuotaUs: d.QuotaUs, MemLimit: d.MemLimit,
+		Received: recvNs, OnApplied: onApplied}
+	if d.QuotaUs != 0 {
+		u.PeriodUs = s.periodUs
+	}
+	m.Host.Push(u)
+	s.cnt.Decision(string(d.Reason))
+	if s.hub.Active() {
+		s.hub.Publish(events.Event{Time: time.Now(), App: s.Name, Host: m.HostID, ContainerID: m.ContainerID,
+			Handle: m.Handle, Kind: "limits", Generation: d.Gen, CPUQuotaUs: d.QuotaUs, MemoryBytes: d.MemLimit,
+			Reason: string(d.Reason)})
+	}
+}
+
+func (s *Shard) applyAll(ds []allocator.Decision) {
+	for _, d := range ds {
+		s.apply(d, 0, nil)
+	}
+}
+
+// Join adds a member and bootstraps it (eq. (2)).
+func (s *Shard) Join(mi MemberInfo) error {
+	var err error
+	s.call(func() {
+		if s.auto {
+			b := allocator.Budget{CPUCores: mi.ContribCores, MemoryBytes: mi.ContribMem}
+			if len(s.members) > 0 {
+				b = s.a.Budget()
+				b.CPUCores += mi.ContribCores
+				b.MemoryBytes += mi.ContribMem
+			}
+			if _, e := s.a.SetBudget(b); e != nil {
+				err = e
+				return
+			}
+		}
+		var ds []allocator.Decision
+		ds, err = s.a.Join(allocator.Join{Key: mi.Key, HostMaxUs: mi.HostMaxUs, MemUsage: mi.MemUsage})
+		if err != nil {
+			return
+		}
+		s.members[mi.Key] = &member{MemberInfo: mi}
+		s.applyAll(ds)
+		s.publish(mi, "join", "")
+	})
+	return err
+}
+
+// Leave removes a member; an auto app shrinks by its contribution.
+func (s *Shard) Leave(k allocator.Key, reason string) {
+	s.do(func() {
+		m := s.members[k]
+		if m == nil {
+			return
+		}
+		ds, _ := s.a.Leave(k)
+		delete(s.members, k)
+		if s.auto && len(s.members) > 0 {
+			b := s.a.Budget()
+			b.CPUCores = math.Max(b.CPUCores-m.ContribCores, 0.01)
+			b.MemoryBytes = max(b.MemoryBytes-m.ContribMem, 4*allocator.MiB)
+			more, _ := s.a.SetBudget(b)
+			ds = append(ds, more...)
+		}
+		s.applyAll(ds)
+		s.publish(m.MemberInfo, "leave", reason)
+	})
+}
+
+func (s *Shard) publish(mi MemberInfo, kind, reason string) {
+	if s.hub.Active() {
+		s.hub.Publish(events.Event{Time: time.Now(), App: s.Name, Host: mi.HostID, ContainerID: mi.ContainerID,
+			Handle: mi.Handle, Kind: kind, Reason: reason})
+	}
+}
+
+// Define replaces the budget (and params, when given); the app stops being auto.
+func (s *Shard) Define(b allocator.Budget) error {
+	var err error
+	s.call(func() {
+		var ds []allocator.Decision
+		ds, err = s.a.SetBudget(b)
+		if err == nil {
+			s.auto = false
+			s.applyAll(ds)
+		}
+	})
+	return err
+}
+
+// Usage records a member's memory usage sample.
+func (s *Shard) Usage(k allocator.Key, usage int64) {
+	s.do(func() { s.a.Usage(k, usage) })
+}
+
+// OOM handles a blocking OOM request (§IV-D-2). The verdict is sent only
+// after the daemon acked the raised limit.
+func (s *Shard) OOM(k allocator.Key, requestID uint64, req *pb.OomRequest, received time.Time) {
+	s.do(func() { s.oom(oomReq{k, requestID, req, received}, true) })
+}
+
+func (s *Shard) oom(r oomReq, mayReclaim bool) {
+	m := s.members[r.key]
+	if m == nil {
+		return
+	}
+	want := int64(min(r.req.GetPagesWanted(), 1<<28)) * 4096
+	prev := m0(s.a.Member(r.key))
+	o := s.a.OOM(r.key, int64(min(r.req.GetUsageBytes(), 1<<50)), int64(min(r.req.GetLimitBytes(), 1<<50)), want,
+		mayReclaim && s.reclaiming == 0)
+	if o.Action == allocator.OOMReclaim || (mayReclaim && s.reclaiming > 0 && o.Action == allocator.OOMDeny) {
+		// Wait for the reclaim (ours or one in flight), then decide again.
+		s.oomQueue = append(s.oomQueue, r)
+		if s.reclaiming == 0 {
+			s.startReclaim(o.Reclaim)
+		}
+		return
+	}
+	if o.Action != allocator.OOMGrant {
+		s.verdict(m, r, false, m0(s.a.Member(r.key)), o.Reason)
+		return
+	}
+	d := o.Decision
+	// Callbacks come from session goroutines (or from Push on a closed
+	// session, i.e. from this goroutine): hand over asynchronously.
+	s.apply(d, 0, func(err error) {
+		go s.do(func() {
+			mm := s.members[r.key]
+			if mm == nil {
+				return
+			}
+			if err != nil {
+				s.a.UndoGrant(r.key, d.Gen, max(prev, 0))
+				s.verdict(mm, r, false, m0(s.a.Member(r.key)), "limit not applied: "+err.Error())
+				return
+			}
+			s.verdict(mm, r, true, d.MemLimit, o.Reason)
+		})
+	})
+}
+
+func m0(m *allocator.Member) int64 {
+	if m == nil {
+		return 0
+	}
+	return m.MemLimit
+}
+
+func (s *Shard) verdict(m *member, r oomReq, granted bool, limit int64, reason string) {
+	m.Host.Verdict(r.id, &pb.OomVerdict{Handle: m.Handle, Granted: granted, NewLimitBytes: limit, Reason: reason}, r.received)
+	kind := "oom-denied"
+	if granted {
+		kind = "oom-granted"
+	}
+	s.cnt.Decision(kind)
+	if s.hub.Active() {
+		g := granted
+		s.hub.Publish(events.Event{Time: time.Now(), App: s.Name, Host: m.HostID, ContainerID: m.ContainerID,
+			Handle: m.Handle, Kind: "oom-verdict", MemoryBytes: limit, Granted: &g, Reason: reason})
+	}
+}
+
+// startReclaim asks each host of keys (all members when keys is nil) to
+// set limit → usage + δ where limit > usage + δ (§IV-C).
+func (s *Shard) startReclaim(keys []allocator.Key) {
+	byHost := map[Host][]uint32{}
+	var hosts []Host
+	if keys == nil {
+		for _, m := range s.a.Members() {
+			keys = append(keys, m.Key)
+		}
+	}
+	for _, k := range keys {
+		m := s.members[k]
+		if m == nil {
+			continue
+		}
+		if _, ok := byHost[m.Host]; !ok {
+			hosts = append(hosts, m.Host)
+		}
+		byHost[m.Host] = append(byHost[m.Host], m.Handle)
+	}
+	if len(hosts) == 0 {
+		s.afterReclaim()
+		return
+	}
+	s.reclaiming = len(hosts)
+	margin := uint64(s.a.P.SafeMarginBytes)
+	for _, h := range hosts {
+		h := h
+		h.Reclaim(byHost[h], margin, func(res *pb.ReclaimResult, err error) {
+			go s.do(func() { s.reclaimDone(h, res, err) })
+		})
+	}
+}
+
+func (s *Shard) reclaimDone(h Host, res *pb.ReclaimResult, err error) {
+	if err != nil {
+		s.log.Warn("reclaim failed", "err", err)
+	}
+	for _, r := range res.GetReclaimed() {
+		for _, m := range s.members { // handles are per host; few members per host per app
+			if m.Host == h && m.Handle == r.GetHandle() {
+				nl, u := r.GetNewLimitBytes(), int64(min(r.GetUsageBytes(), 1<<50))
+				if s.a.Reclaimed(m.Key, nl, u) {
+					s.cnt.Decision("reclaim")
+					if s.hub.Active() {
+						s.hub.Publish(events.Event{Time: time.Now(), App: s.Name, Host: m.HostID, ContainerID: m.ContainerID,
+							Handle: m.Handle, Kind: "reclaim", MemoryBytes: nl, Reason: "limit > usage + δ"})
+					}
+				} else if nl > 0 && nl < u {
+					s.cnt.BadStat("reclaim_below_usage")
+				}
+				break
+			}
+		}
+	}
+	if s.reclaiming > 0 {
+		s.reclaiming--
+	}
+	if s.reclaiming == 0 {
+		s.afterReclaim()
+	}
+}
+
+func (s *Shard) afterReclaim() {
+	q := s.oomQueue
+	s.oomQueue = nil
+	for _, r := range q {
+		s.oom(r, false)
+	}
+	s.applyAll(s.a.FillPending())
+}
+
+// PeriodicReclaim runs the §IV-C loop once (the server calls it every
+// ReclaimEvery). Skipped while a reclaim is in flight.
+func (s *Shard) PeriodicReclaim() {
+	s.do(func() {
+		if s.reclaiming == 0 && len(s.members) > 0 {
+			s.startReclaim(nil)
+		}
+	})
+}
+
+// MemberState is a member's view for snapshots.
+type MemberState struct {
+	Info                              MemberInfo
+	QuotaUs, MemLimit, MemUsage       int64
+	LastUsageUs                       int64
+	Gen                               uint64
+	Periods, Throttles                uint64
+	OOMRequests, OOMGrants, OOMDenies uint64
+}
+
+// State is an app's view for snapshots.
+type State struct {
+	Name                     string
+	Auto                     bool
+	Budget                   allocator.Budget
+	Params                   allocator.Params
+	Policy                   string
+	OmegaUs, CPUAllocatedUs  int64
+	MemAllocated, MemUnalloc int64
+	Members                  []MemberState
+	PendingOOMs, Reclaiming  int
+}
+
+// Snapshot reads the app's state on its goroutine.
+func (s *Shard) Snapshot() State {
+	var st State
+	s.call(func() {
+		st = State{Name: s.Name, Auto: s.auto, Budget: s.a.Budget(), Params: s.a.P, Policy: s.a.Policy.Name(),
+			OmegaUs: s.a.OmegaUs(), CPUAllocatedUs: s.a.CPUAllocatedUs(), MemAllocated: s.a.MemAllocated(),
+			MemUnalloc: s.a.MemUnallocated(), PendingOOMs: len(s.oomQueue), Reclaiming: s.reclaiming}
+		for _, m := range s.a.Members() {
+			mi := s.members[m.Key]
+			if mi == nil {
+				continue
+			}
+			st.Members = append(st.Members, MemberState{Info: mi.MemberInfo, QuotaUs: m.QuotaUs, MemLimit: m.MemLimit,
+				MemUsage: m.MemUsage, LastUsageUs: m.LastUsageUs, Gen: m.Gen, Periods: m.Periods, Throttles: m.Throttles,
+				OOMRequests: m.OOMRequests, OOMGrants: m.OOMGrants, OOMDenies: m.OOMDenies})
+		}
+	})
+	return st
+}
+
+func (s *Shard) String() string { return fmt.Sprintf("app %s", s.Name) }

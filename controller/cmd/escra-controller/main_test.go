@@ -1,0 +1,53 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestBadFlagsOneLineExit2(t *testing.T) {
+	for _, args := range [][]string{{"--bogus"}, {"--kappa", "3"}, {"--window", "0"}, {"--period", "5s"},
+		{"--safe-margin", "lots"}, {"--log-level", "loud"}, {"--apps", "/nonexistent"}, {"extra"}} {
+		var e bytes.Buffer
+		if rc := run(args, &e); rc != 2 || strings.Count(e.String(), "\n") != 1 {
+			t.Errorf("%v: rc %d, stderr %q", args, rc, e.String())
+		}
+	}
+}
+
+func TestParseApps(t *testing.T) {
+	apps, err := parseApps("f", []byte("- {name: web, cpu: 1500m, memory: 2GiB, sigma: 0.1}\n- name: db\n  cpu: \"2\"\n  memory: 512MiB\n"))
+	if err != nil || len(apps) != 2 || apps[0].CPUCores != 1.5 || apps[0].MemoryBytes != 2<<30 || apps[1].MemoryBytes != 512<<20 {
+		t.Fatalf("%+v %v", apps, err)
+	}
+	for _, bad := range []string{"- {name: x, cpu: -1, memory: 1GiB}", "- {name: x, cpu: 1, memory: 1GiB, what: 1}", "{a: b}", "- {name: 'bad name', cpu: 1, memory: 1GiB}"} {
+		if _, err := parseApps("f", []byte(bad)); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "apps.yaml")
+	os.WriteFile(p, []byte("- {name: web, cpu: 1, memory: 1GiB}\n"), 0o644)
+	if apps, err := loadApps(p); err != nil || len(apps) != 1 {
+		t.Fatalf("load: %v", err)
+	}
+}
+
+func FuzzParseApps(f *testing.F) {
+	f.Add([]byte("- {name: web, cpu: 1500m, memory: 2GiB, sigma: 0.1}\n"))
+	f.Add([]byte("- name: db\n  cpu: \"2\"\n  memory: 512MiB\n"))
+	f.Add([]byte("&a [*a]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		apps, err := parseApps("f", data)
+		if err != nil {
+			return
+		}
+		for _, a := range apps {
+			if a.Validate() != nil {
+				t.Fatalf("invalid app accepted: %+v", a)
+			}
+		}
+	})
+}

@@ -1,0 +1,562 @@
+// Package server wires the controller together: the daemon sessions
+// (TCP), the telemetry ingest (UDP), one goroutine per Distributed
+// Container running the allocator, the periodic reclaim (seed 000 §IV-C)
+// and the admin HTTP API with Prometheus metrics.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"regexp"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/app"
+	"github.com/escra-dev/escra/controller/events"
+	"github.com/escra-dev/escra/controller/internal/hist"
+	"github.com/escra-dev/escra/controller/internal/ratelog"
+	"github.com/escra-dev/escra/controller/session"
+	"github.com/escra-dev/escra/controller/telemetry"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// Config configures a controller.
+type Config struct {
+	TCPAddr   string // daemon sessions
+	UDPAddr   string // telemetry
+	AdminAddr string // HTTP admin API and /metrics ("" disables)
+	// Params are the allocator defaults for apps that do not set their own.
+	Params allocator.Params
+	// ReclaimEvery is the periodic reclaim interval (§IV-C; 0 disables).
+	ReclaimEvery time.Duration
+	// OOMStepBytes overrides Params.OOMStepBytes when > 0.
+	OOMStepBytes int64
+	// RPCTimeout bounds SetLimits and ReclaimRequest replies.
+	RPCTimeout time.Duration
+	Logger     *slog.Logger
+	// Apps are defined at start (escra-controller --apps FILE).
+	Apps []AppSpec
+	// Policy picks an app's allocator policy (nil: the Escra policy).
+	Policy func(app string) allocator.Policy
+	// DefaultHostMemoryBytes stands in for a host that reports no memory
+	// size when an auto-created app's member has no memory limit.
+	DefaultHostMemoryBytes int64
+}
+
+// DefaultConfig returns the paper's parameters on the default ports.
+func DefaultConfig() Config {
+	return Config{
+		TCPAddr:                "127.0.0.1:7470",
+		UDPAddr:                "127.0.0.1:7471",
+		AdminAddr:              "127.0.0.1:7472",
+		Params:                 allocator.DefaultParams(),
+		ReclaimEvery:           5 * time.Second,
+		RPCTimeout:             2 * time.Second,
+		DefaultHostMemoryBytes: 1 << 30,
+	}
+}
+
+// AppSpec defines a Distributed Container (seed 000 §IV-A).
+type AppSpec struct {
+	Name        string  `json:"name" yaml:"name"`
+	CPUCores    float64 `json:"cpu_cores" yaml:"cpu_cores"`       // Ω
+	MemoryBytes int64   `json:"memory_bytes" yaml:"memory_bytes"` // global memory limit
+	// Sigma is the share of the memory budget withheld from bootstrap for
+	// OOM grants, 0 <= σ < 1.
+	Sigma  float64           `json:"sigma" yaml:"sigma"`
+	Params *allocator.Params `json:"params,omitempty" yaml:"params,omitempty"`
+}
+
+var appName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// Validate checks the spec.
+func (s AppSpec) Validate() error {
+	if !appName.MatchString(s.Name) {
+		return fmt.Errorf("app name %q: want 1-128 of [A-Za-z0-9_.-]", s.Name)
+	}
+	if err := (allocator.Budget{CPUCores: s.CPUCores, MemoryBytes: s.MemoryBytes, Sigma: s.Sigma}).Validate(); err != nil {
+		return fmt.Errorf("app %s: %w", s.Name, err)
+	}
+	if s.Params != nil {
+		if err := s.Params.Validate(); err != nil {
+			return fmt.Errorf("app %s: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+type ref struct {
+	shard *app.Shard
+	key   allocator.Key
+	app   string
+	id    string
+}
+
+type host struct {
+	id    uint32
+	sess  *session.Session
+	hello *pb.HostHello
+	maxUs int64
+	since time.Time
+
+	mu   sync.RWMutex
+	cont map[uint32]*ref
+}
+
+// Server is a running controller.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	rl     *ratelog.Limiter
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	tcp     net.Listener
+	udp     *telemetry.Listener
+	adminLn net.Listener
+	admin   *http.Server
+
+	mu   sync.RWMutex
+	apps map[string]*app.Shard
+
+	hosts   sync.Map // uint32 → *host
+	nextID  atomic.Uint32
+	hub     events.Hub
+	met     *metrics
+	decLat  hist.H
+	oomLat  hist.H
+	closeMu sync.Once
+}
+
+// Start listens on the configured addresses and returns once ready.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.OOMStepBytes > 0 {
+		cfg.Params.OOMStepBytes = cfg.OOMStepBytes
+	}
+	if err := cfg.Params.Validate(); err != nil {
+		return nil, fmt.Errorf("allocator params: %w", err)
+	}
+	if cfg.RPCTimeout <= 0 {
+		cfg.RPCTimeout = 2 * time.Second
+	}
+	if cfg.DefaultHostMemoryBytes <= 0 {
+		cfg.DefaultHostMemoryBytes = 1 << 30
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, rl: ratelog.New(cfg.Logger), apps: map[string]*app.Shard{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.met = newMetrics(s)
+	for _, a := range cfg.Apps {
+		if err := s.DefineApp(a); err != nil {
+			s.cancel()
+			return nil, err
+		}
+	}
+	var err error
+	if s.udp, err = telemetry.Listen(cfg.UDPAddr, s.onTelemetry, s.dropTelemetry, s.rl); err != nil {
+		s.cancel()
+		return nil, fmt.Errorf("telemetry listen %s: %w", cfg.UDPAddr, err)
+	}
+	if s.tcp, err = net.Listen("tcp", cfg.TCPAddr); err != nil {
+		s.udp.Close()
+		s.cancel()
+		return nil, fmt.Errorf("session listen %s: %w", cfg.TCPAddr, err)
+	}
+	if cfg.AdminAddr != "" {
+		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+			s.udp.Close()
+			s.tcp.Close()
+			s.cancel()
+			return nil, fmt.Errorf("admin listen %s: %w", cfg.AdminAddr, err)
+		}
+		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.admin.Serve(s.adminLn) }()
+	}
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.udp.Serve(s.ctx) }()
+	go func() { defer s.wg.Done(); s.acceptLoop() }()
+	if cfg.ReclaimEvery > 0 {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.reclaimLoop() }()
+	}
+	context.AfterFunc(ctx, func() { s.Close() })
+	return s, nil
+}
+
+// TCPAddr is the session listener's address.
+func (s *Server) TCPAddr() string { return s.tcp.Addr().String() }
+
+// UDPAddr is the telemetry listener's address.
+func (s *Server) UDPAddr() string { return s.udp.Addr() }
+
+// AdminAddr is the admin HTTP address ("" when disabled).
+func (s *Server) AdminAddr() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return s.adminLn.Addr().String()
+}
+
+// Close stops everything and waits for the goroutines.
+func (s *Server) Close() error {
+	s.closeMu.Do(func() {
+		s.cancel()
+		s.tcp.Close()
+		s.udp.Close()
+		if s.admin != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			s.admin.Shutdown(sctx)
+			cancel()
+		}
+		s.hosts.Range(func(_, v any) bool { v.(*host).sess.Close(); return true })
+		s.wg.Wait()
+		s.mu.Lock()
+		for _, a := range s.apps {
+			a.Stop()
+		}
+		s.mu.Unlock()
+	})
+	return nil
+}
+
+func (s *Server) acceptLoop() {
+	for {
+		c, err := s.tcp.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || s.ctx.Err() != nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		id := s.nextID.Add(1)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			err := session.Serve(s.ctx, c, s, session.Config{RPCTimeout: s.cfg.RPCTimeout, Observer: s}, id)
+			if err != nil && s.ctx.Err() == nil {
+				s.rl.Warn(c.RemoteAddr().String(), "daemon session ended", "err", err)
+			}
+		}()
+	}
+}
+
+func (s *Server) reclaimLoop() {
+	t := time.NewTicker(s.cfg.ReclaimEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			for _, a := range s.shards() {
+				a.PeriodicReclaim()
+			}
+		}
+	}
+}
+
+func (s *Server) shards() []*app.Shard {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*app.Shard, 0, len(s.apps))
+	for _, a := range s.apps {
+		out = append(out, a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (s *Server) policy(name string) allocator.Policy {
+	if s.cfg.Policy != nil {
+		return s.cfg.Policy(name)
+	}
+	return nil
+}
+
+// DefineApp creates an app or replaces its budget. Parameters can change
+// only while the app has no members.
+func (s *Server) DefineApp(spec AppSpec) error {
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	b := allocator.Budget{CPUCores: spec.CPUCores, MemoryBytes: spec.MemoryBytes, Sigma: spec.Sigma}
+	p := s.cfg.Params
+	if spec.Params != nil {
+		p = *spec.Params
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.apps[spec.Name]; a != nil {
+		st := a.Snapshot()
+		if st.Params != p {
+			if len(st.Members) > 0 {
+				return fmt.Errorf("app %s: parameters can change only while it has no members", spec.Name)
+			}
+			a.Stop()
+			delete(s.apps, spec.Name)
+		} else {
+			return a.Define(b)
+		}
+	}
+	a, err := app.New(spec.Name, b, p, s.policy(spec.Name), false, s.log, &s.hub, s.met)
+	if err != nil {
+		return err
+	}
+	s.apps[spec.Name] = a
+	return nil
+}
+
+// shardFor finds the app, creating an auto app (budget grows with its
+// members, see docs/allocator.md) when it was never defined.
+func (s *Server) shardFor(name string, contribCores float64, contribMem int64) (*app.Shard, error) {
+	s.mu.RLock()
+	a := s.apps[name]
+	s.mu.RUnlock()
+	if a != nil {
+		return a, nil
+	}
+	if !appName.MatchString(name) {
+		return nil, fmt.Errorf("app name %q: want 1-128 of [A-Za-z0-9_.-]", name)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.apps[name]; a != nil {
+		return a, nil
+	}
+	a, err := app.New(name, allocator.Budget{CPUCores: contribCores, MemoryBytes: contribMem}, s.cfg.Params,
+		s.policy(name), true, s.log, &s.hub, s.met)
+	if err != nil {
+		return nil, err
+	}
+	s.apps[name] = a
+	s.log.Info("auto-created app for an undefined escra.app label", "app", name,
+		"cpu_cores", contribCores, "memory_bytes", contribMem)
+	return a, nil
+}
+
+func key(session, handle uint32) allocator.Key {
+	return allocator.Key(uint64(session)<<32 | uint64(handle))
+}
+
+func (s *Server) host(id uint32) *host {
+	v, ok := s.hosts.Load(id)
+	if !ok {
+		return nil
+	}
+	return v.(*host)
+}
+
+// --- session.Handler ---
+
+// Hello registers a host and answers with its session id.
+func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, error) {
+	cores := int64(h.GetCores())
+	if cores <= 0 || cores > 1<<16 {
+		cores = 1
+	}
+	hs := &host{id: ss.ID, sess: ss, hello: h, maxUs: cores * s.cfg.Params.PeriodUs(), since: time.Now(),
+		cont: map[uint32]*ref{}}
+	s.hosts.Store(ss.ID, hs)
+	s.log.Info("daemon connected", "host", h.GetHostId(), "session", ss.ID, "cores", h.GetCores(),
+		"backend", h.GetBackend().String(), "peer", ss.Peer)
+	return &pb.HelloAck{SessionId: ss.ID, PeriodUs: uint32(s.cfg.Params.PeriodUs()), TelemetryAddr: s.UDPAddr()}, nil
+}
+
+// Register adds a container to its app (auto-creating the app).
+func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
+	h := s.host(ss.ID)
+	if h == nil {
+		return errors.New("register before hello")
+	}
+	if len(r.GetContainerId()) > 128 || len(r.GetName()) > 256 {
+		return errors.New("register: oversized container id or name")
+	}
+	h.mu.RLock()
+	_, dup := h.cont[r.GetHandle()]
+	h.mu.RUnlock()
+	if dup {
+		return fmt.Errorf("register: handle %d already registered on this session", r.GetHandle())
+	}
+	lim := r.GetLimits()
+	pUs := float64(s.cfg.Params.PeriodUs())
+	cores := float64(h.maxUs) / pUs
+	if q, p := lim.GetCpuQuotaUs(), lim.GetCpuPeriodUs(); q > 0 && p > 0 {
+		cores = min(float64(q)/float64(p), cores)
+	}
+	mem := lim.GetMemoryLimitBytes()
+	if mem <= 0 || mem > 1<<50 {
+		mem = int64(min(h.hello.GetMemoryBytes(), 1<<50))
+		if mem <= 0 {
+			mem = s.cfg.DefaultHostMemoryBytes
+		}
+	}
+	mem = max(mem, 4*allocator.MiB)
+	a, err := s.shardFor(r.GetApp(), cores, mem)
+	if err != nil {
+		return err
+	}
+	k := key(ss.ID, r.GetHandle())
+	mi := app.MemberInfo{Key: k, Host: ss, HostID: h.hello.GetHostId(), Handle: r.GetHandle(),
+		ContainerID: r.GetContainerId(), Name: r.GetName(), HostMaxUs: h.maxUs,
+		MemUsage: int64(min(r.GetMemoryUsageBytes(), 1<<50)), ContribCores: cores, ContribMem: mem}
+	if err := a.Join(mi); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.cont[r.GetHandle()] = &ref{shard: a, key: k, app: r.GetApp(), id: r.GetContainerId()}
+	h.mu.Unlock()
+	return nil
+}
+
+// Unregister removes a container.
+func (s *Server) Unregister(ss *session.Session, u *pb.ContainerUnregister) {
+	h := s.host(ss.ID)
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	r := h.cont[u.GetHandle()]
+	delete(h.cont, u.GetHandle())
+	h.mu.Unlock()
+	if r == nil {
+		s.BadInput(ss, "unknown_container", fmt.Errorf("unregister of unknown handle %d", u.GetHandle()))
+		return
+	}
+	r.shard.Leave(r.key, u.GetReason())
+}
+
+// MemoryUsage routes usage samples.
+func (s *Server) MemoryUsage(ss *session.Session, m *pb.MemoryUsage) {
+	h := s.host(ss.ID)
+	if h == nil {
+		return
+	}
+	for _, smp := range m.GetSamples() {
+		h.mu.RLock()
+		r := h.cont[smp.GetHandle()]
+		h.mu.RUnlock()
+		if r == nil {
+			s.met.bad("unknown_container", 1)
+			continue
+		}
+		if smp.GetUsageBytes() > 1<<50 {
+			s.met.bad("absurd", 1)
+			continue
+		}
+		r.shard.Usage(r.key, int64(smp.GetUsageBytes()))
+	}
+}
+
+// OOM routes a blocking OOM request to its app.
+func (s *Server) OOM(ss *session.Session, id uint64, o *pb.OomRequest, recv time.Time) {
+	h := s.host(ss.ID)
+	var r *ref
+	if h != nil {
+		h.mu.RLock()
+		r = h.cont[o.GetHandle()]
+		h.mu.RUnlock()
+	}
+	if r == nil {
+		s.BadInput(ss, "unknown_container", fmt.Errorf("oom request for unknown handle %d", o.GetHandle()))
+		ss.Verdict(id, &pb.OomVerdict{Handle: o.GetHandle(), Granted: false, Reason: "unknown container"}, recv)
+		return
+	}
+	r.shard.OOM(r.key, id, o, recv)
+}
+
+// BadInput counts and logs (rate-limited) a dropped message.
+func (s *Server) BadInput(ss *session.Session, reason string, err error) {
+	s.met.bad(reason, 1)
+	s.rl.Warn(ss.Peer, "bad input from daemon dropped", "reason", reason, "err", err)
+}
+
+// Closed removes the host and its containers.
+func (s *Server) Closed(ss *session.Session) {
+	h := s.host(ss.ID)
+	if h == nil {
+		return
+	}
+	s.hosts.Delete(ss.ID)
+	h.mu.Lock()
+	refs := h.cont
+	h.cont = map[uint32]*ref{}
+	h.mu.Unlock()
+	for _, r := range refs {
+		r.shard.Leave(r.key, "daemon session closed")
+	}
+	s.log.Info("daemon disconnected", "host", h.hello.GetHostId(), "session", ss.ID, "containers", len(refs))
+}
+
+// DecisionSent implements session.Observer.
+func (s *Server) DecisionSent(d time.Duration) {
+	s.decLat.Observe(d)
+	s.met.decisionLatency.Observe(d.Seconds())
+}
+
+// VerdictSent implements session.Observer.
+func (s *Server) VerdictSent(d time.Duration) {
+	s.oomLat.Observe(d)
+	s.met.verdictLatency.Observe(d.Seconds())
+}
+
+// --- telemetry ---
+
+type group struct {
+	shard *app.Shard
+	keys  []allocator.Key
+	stats []telemetry.Stat
+}
+
+func (s *Server) onTelemetry(sessionID uint32, stats []telemetry.Stat, recv int64) {
+	h := s.host(sessionID)
+	if h == nil {
+		s.met.bad("unknown_session", len(stats))
+		s.rl.Warn(fmt.Sprintf("session %d", sessionID), "telemetry for an unknown session dropped")
+		return
+	}
+	var groups []group
+	unknown := 0
+	h.mu.RLock()
+	for _, st := range stats {
+		r := h.cont[st.Handle]
+		if r == nil {
+			unknown++
+			continue
+		}
+		i := 0
+		for i < len(groups) && groups[i].shard != r.shard {
+			i++
+		}
+		if i == len(groups) {
+			groups = append(groups, group{shard: r.shard})
+		}
+		groups[i].keys = append(groups[i].keys, r.key)
+		groups[i].stats = append(groups[i].stats, st)
+	}
+	h.mu.RUnlock()
+	if unknown > 0 {
+		s.met.bad("unknown_container", unknown)
+	}
+	for _, g := range groups {
+		if !g.shard.Stats(g.keys, g.stats, recv) {
+			s.met.bad("queue_full", len(g.stats))
+		}
+	}
+}
+
+func (s *Server) dropTelemetry(reason string, n int) { s.met.bad(reason, n) }

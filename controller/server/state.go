@@ -1,0 +1,129 @@
+package server
+
+import (
+	"sort"
+	"time"
+
+	"github.com/escra-dev/escra/controller/allocator"
+)
+
+// State is a snapshot of the controller for tests, the admin API and the CLI.
+type State struct {
+	Apps       []AppState       `json:"apps"`
+	Hosts      []HostState      `json:"hosts"`
+	Containers []ContainerState `json:"containers"`
+}
+
+// AppState is one Distributed Container and its pools.
+type AppState struct {
+	Name string `json:"name"`
+	// Auto: created for a container whose app was never defined.
+	Auto                   bool             `json:"auto"`
+	Policy                 string           `json:"policy"`
+	CPUCores               float64          `json:"cpu_cores"`
+	CPUAllocatedCores      float64          `json:"cpu_allocated_cores"`
+	CPUUnallocatedCores    float64          `json:"cpu_unallocated_cores"`
+	MemoryBytes            int64            `json:"memory_bytes"`
+	MemoryAllocatedBytes   int64            `json:"memory_allocated_bytes"`
+	MemoryUnallocatedBytes int64            `json:"memory_unallocated_bytes"`
+	Sigma                  float64          `json:"sigma"`
+	Members                int              `json:"members"`
+	PendingOOMs            int              `json:"pending_ooms"`
+	Params                 allocator.Params `json:"params"`
+}
+
+// HostState is one connected daemon.
+type HostState struct {
+	HostID      string    `json:"host_id"`
+	SessionID   uint32    `json:"session_id"`
+	Peer        string    `json:"peer"`
+	Cores       uint32    `json:"cores"`
+	MemoryBytes uint64    `json:"memory_bytes"`
+	Backend     string    `json:"backend"`
+	Kernel      string    `json:"kernel_release,omitempty"`
+	Containers  int       `json:"containers"`
+	Since       time.Time `json:"connected_since"`
+	LastSeen    time.Time `json:"last_seen"`
+}
+
+// ContainerState is one member with its current limits and counters.
+type ContainerState struct {
+	App              string `json:"app"`
+	HostID           string `json:"host_id"`
+	SessionID        uint32 `json:"session_id"`
+	Handle           uint32 `json:"handle"`
+	ContainerID      string `json:"container_id"`
+	Name             string `json:"name"`
+	CPUQuotaUs       int64  `json:"cpu_quota_us"`
+	CPUPeriodUs      int64  `json:"cpu_period_us"`
+	CPUUsageUs       int64  `json:"cpu_usage_us_last_period"`
+	MemoryLimitBytes int64  `json:"memory_limit_bytes"`
+	MemoryUsageBytes int64  `json:"memory_usage_bytes"`
+	Generation       uint64 `json:"generation"`
+	Periods          uint64 `json:"periods"`
+	ThrottledPeriods uint64 `json:"throttled_periods"`
+	OOMRequests      uint64 `json:"oom_requests"`
+	OOMGrants        uint64 `json:"oom_grants"`
+	OOMDenials       uint64 `json:"oom_denials"`
+}
+
+// Snapshot collects the state of every app and host.
+func (s *Server) Snapshot() State {
+	st := State{Apps: []AppState{}, Hosts: []HostState{}, Containers: []ContainerState{}}
+	for _, a := range s.shards() {
+		as := a.Snapshot()
+		pUs := float64(as.Params.PeriodUs())
+		st.Apps = append(st.Apps, AppState{Name: as.Name, Auto: as.Auto, Policy: as.Policy,
+			CPUCores: as.Budget.CPUCores, CPUAllocatedCores: float64(as.CPUAllocatedUs) / pUs,
+			CPUUnallocatedCores: float64(max(as.OmegaUs-as.CPUAllocatedUs, 0)) / pUs,
+			MemoryBytes:         as.Budget.MemoryBytes, MemoryAllocatedBytes: as.MemAllocated,
+			MemoryUnallocatedBytes: as.MemUnalloc, Sigma: as.Budget.Sigma, Members: len(as.Members),
+			PendingOOMs: as.PendingOOMs, Params: as.Params})
+		for _, m := range as.Members {
+			st.Containers = append(st.Containers, ContainerState{App: as.Name, HostID: m.Info.HostID,
+				SessionID: uint32(m.Info.Key >> 32), Handle: m.Info.Handle, ContainerID: m.Info.ContainerID,
+				Name: m.Info.Name, CPUQuotaUs: m.QuotaUs, CPUPeriodUs: as.Params.PeriodUs(), CPUUsageUs: m.LastUsageUs,
+				MemoryLimitBytes: m.MemLimit, MemoryUsageBytes: m.MemUsage, Generation: m.Gen,
+				Periods: m.Periods, ThrottledPeriods: m.Throttles, OOMRequests: m.OOMRequests,
+				OOMGrants: m.OOMGrants, OOMDenials: m.OOMDenies})
+		}
+	}
+	s.hosts.Range(func(_, v any) bool {
+		h := v.(*host)
+		h.mu.RLock()
+		n := len(h.cont)
+		h.mu.RUnlock()
+		st.Hosts = append(st.Hosts, HostState{HostID: h.hello.GetHostId(), SessionID: h.id, Peer: h.sess.Peer,
+			Cores: h.hello.GetCores(), MemoryBytes: h.hello.GetMemoryBytes(), Backend: h.hello.GetBackend().String(),
+			Kernel: h.hello.GetKernelRelease(), Containers: n, Since: h.since, LastSeen: h.sess.LastSeen()})
+		return true
+	})
+	sort.Slice(st.Hosts, func(i, j int) bool { return st.Hosts[i].SessionID < st.Hosts[j].SessionID })
+	return st
+}
+
+// Stats are the controller's own counters, for benchmarks.
+type Stats struct {
+	DecisionLatencyP50Us  int64             `json:"decision_latency_p50_us"`
+	DecisionLatencyP99Us  int64             `json:"decision_latency_p99_us"`
+	DecisionLatencyMeanUs float64           `json:"decision_latency_mean_us"`
+	Decisions             uint64            `json:"decisions_sent"`
+	OOMVerdictP50Us       int64             `json:"oom_verdict_p50_us"`
+	OOMVerdictP99Us       int64             `json:"oom_verdict_p99_us"`
+	OOMVerdicts           uint64            `json:"oom_verdicts"`
+	TelemetryDatagrams    uint64            `json:"telemetry_datagrams"`
+	TelemetryStats        uint64            `json:"telemetry_stats"`
+	TelemetryBytes        uint64            `json:"telemetry_bytes"`
+	Dropped               map[string]uint64 `json:"dropped"`
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		DecisionLatencyP50Us: s.decLat.Quantile(0.5), DecisionLatencyP99Us: s.decLat.Quantile(0.99),
+		DecisionLatencyMeanUs: s.decLat.MeanUs(), Decisions: s.decLat.Count(),
+		OOMVerdictP50Us: s.oomLat.Quantile(0.5), OOMVerdictP99Us: s.oomLat.Quantile(0.99), OOMVerdicts: s.oomLat.Count(),
+		TelemetryDatagrams: s.udp.C.Datagrams.Load(), TelemetryStats: s.udp.C.Stats.Load(),
+		TelemetryBytes: s.udp.C.Bytes.Load(), Dropped: s.met.drops(),
+	}
+}

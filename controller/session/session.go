@@ -1,0 +1,485 @@
+// Package session is the controller's side of the daemon TCP channel
+// (docs/protocol.md): the HostHello handshake, the daemon's messages, and
+// the controller's RPCs (SetLimits, ReclaimRequest) with request ids,
+// timeouts and per-host coalescing of limit updates.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	pb "github.com/escra-dev/escra/proto/escrapb"
+	"github.com/escra-dev/escra/proto/wire"
+)
+
+// Handler receives a session's messages. Methods run on the session's
+// reader goroutine and must not block for long (they enqueue work).
+type Handler interface {
+	Hello(s *Session, h *pb.HostHello) (*pb.HelloAck, error)
+	Register(s *Session, r *pb.ContainerRegister) error
+	Unregister(s *Session, u *pb.ContainerUnregister)
+	MemoryUsage(s *Session, m *pb.MemoryUsage)
+	OOM(s *Session, requestID uint64, o *pb.OomRequest, received time.Time)
+	// BadInput counts a dropped message (reason is a metric label).
+	BadInput(s *Session, reason string, err error)
+	Closed(s *Session)
+}
+
+// Observer is told when a decision leaves the controller.
+type Observer interface {
+	// DecisionSent: telemetry datagram received → set-limits written.
+	DecisionSent(d time.Duration)
+	// VerdictSent: OOM request read → verdict written.
+	VerdictSent(d time.Duration)
+}
+
+// Config tunes sessions.
+type Config struct {
+	RPCTimeout   time.Duration // SetLimits/Reclaim reply deadline
+	HelloTimeout time.Duration
+	WriteTimeout time.Duration
+	Observer     Observer
+}
+
+// Errors given to RPC callbacks.
+var (
+	ErrTimeout     = errors.New("session: rpc timed out")
+	ErrClosed      = errors.New("session: connection closed")
+	ErrNotAcked    = errors.New("session: daemon did not acknowledge the update")
+	errNotHelloYet = errors.New("session: first envelope must be HostHello")
+)
+
+// Update is one container's new limits. Zero fields stay unchanged.
+type Update struct {
+	Handle    uint32
+	Gen       uint64
+	QuotaUs   int64
+	PeriodUs  uint32
+	MemLimit  int64
+	Received  int64             // unix ns of the telemetry that caused it (0: none)
+	OnApplied func(err error)   // called once the daemon acked (or failed)
+	merged    []func(err error) // callbacks of older, coalesced updates
+}
+
+type waiter struct {
+	handle uint32
+	gen    uint64
+	cb     func(error)
+}
+
+type rpc struct {
+	deadline  time.Time
+	waiters   []waiter
+	onReclaim func(*pb.ReclaimResult, error)
+}
+
+type verdict struct {
+	env      *pb.Envelope
+	received time.Time
+}
+
+// Session is one daemon connection.
+type Session struct {
+	ID    uint32
+	Hello *pb.HostHello
+	Peer  string
+
+	conn net.Conn
+	cfg  Config
+
+	mu       sync.Mutex
+	pending  map[uint32]*Update
+	order    []uint32
+	envs     []verdict
+	rpcs     map[uint64]*rpc
+	nextID   uint64
+	closed   bool
+	wake     chan struct{}
+	done     chan struct{}
+	lastSeen time.Time
+}
+
+// Serve runs one connection until it ends or ctx is done. assignID gives
+// the session its id before Handler.Hello is called.
+func Serve(ctx context.Context, conn net.Conn, h Handler, cfg Config, id uint32) error {
+	if cfg.RPCTimeout <= 0 {
+		cfg.RPCTimeout = 2 * time.Second
+	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = 5 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	s := &Session{ID: id, Peer: conn.RemoteAddr().String(), conn: conn, cfg: cfg,
+		pending: map[uint32]*Update{}, rpcs: map[uint64]*rpc{},
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+
+	r := wire.NewEnvelopeReader(conn)
+	w := wire.NewEnvelopeWriter(conn)
+	env := &pb.Envelope{}
+	conn.SetReadDeadline(time.Now().Add(cfg.HelloTimeout))
+	if err := r.Read(env); err != nil {
+		h.BadInput(s, "handshake", err)
+		return fmt.Errorf("session %s: handshake: %w", s.Peer, err)
+	}
+	hello := env.GetHello()
+	if hello == nil || len(hello.HostId) == 0 || len(hello.HostId) > 256 {
+		h.BadInput(s, "handshake", errNotHelloYet)
+		conn.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
+		w.Write(&pb.Envelope{RequestId: env.RequestId, Body: &pb.Envelope_Error{Error: &pb.Error{Message: errNotHelloYet.Error() + " with a host_id"}}})
+		return errNotHelloYet
+	}
+	s.Hello = hello
+	ack, err := h.Hello(s, hello)
+	if err != nil {
+		conn.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
+		w.Write(&pb.Envelope{RequestId: env.RequestId, Body: &pb.Envelope_Error{Error: &pb.Error{Message: err.Error()}}})
+		return err
+	}
+	conn.SetReadDeadline(time.Time{})
+	conn.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
+	if err := w.Write(&pb.Envelope{RequestId: env.RequestId, Body: &pb.Envelope_HelloAck{HelloAck: ack}}); err != nil {
+		h.Closed(s)
+		return err
+	}
+	go s.writeLoop()
+	err = s.readLoop(r, h)
+	s.shutdown()
+	h.Closed(s)
+	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
+	for {
+		env := &pb.Envelope{}
+		if err := r.Read(env); err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				h.BadInput(s, "envelope", err)
+			}
+			return err
+		}
+		now := time.Now()
+		s.mu.Lock()
+		s.lastSeen = now
+		s.mu.Unlock()
+		switch b := env.Body.(type) {
+		case *pb.Envelope_Register:
+			if err := h.Register(s, b.Register); err != nil {
+				h.BadInput(s, "register", err)
+				s.sendEnv(&pb.Envelope{RequestId: env.RequestId, Body: &pb.Envelope_Error{Error: &pb.Error{Message: err.Error()}}}, time.Time{})
+			}
+		case *pb.Envelope_Unregister:
+			h.Unregister(s, b.Unregister)
+		case *pb.Envelope_MemoryUsage:
+			h.MemoryUsage(s, b.MemoryUsage)
+		case *pb.Envelope_OomRequest:
+			h.OOM(s, env.RequestId, b.OomRequest, now)
+		case *pb.Envelope_Heartbeat:
+		case *pb.Envelope_SetLimitsAck:
+			s.acked(env.RequestId, b.SetLimitsAck)
+		case *pb.Envelope_ReclaimResult:
+			s.reclaimed(env.RequestId, b.ReclaimResult, nil)
+		case *pb.Envelope_Error:
+			s.failed(env.RequestId, fmt.Errorf("daemon: %s", b.Error.GetMessage()))
+		default:
+			h.BadInput(s, "unexpected", fmt.Errorf("unexpected %T from daemon", env.Body))
+		}
+	}
+}
+
+// LastSeen is when the daemon last sent anything.
+func (s *Session) LastSeen() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastSeen
+}
+
+// Push queues an update. Updates for one handle coalesce: the newest
+// generation wins field by field, so a stale update never overwrites a newer one.
+func (s *Session) Push(u Update) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		if u.OnApplied != nil {
+			u.OnApplied(ErrClosed)
+		}
+		return
+	}
+	if prev, ok := s.pending[u.Handle]; ok {
+		newer, older := u, *prev
+		if newer.Gen < older.Gen {
+			newer, older = older, newer
+		}
+		if newer.QuotaUs == 0 {
+			newer.QuotaUs, newer.PeriodUs = older.QuotaUs, older.PeriodUs
+		}
+		if newer.MemLimit == 0 {
+			newer.MemLimit = older.MemLimit
+		}
+		if newer.Received == 0 || (older.Received != 0 && older.Received < newer.Received) {
+			newer.Received = older.Received
+		}
+		newer.merged = append(append(newer.merged, older.merged...), older.OnApplied)
+		if older.OnApplied == nil {
+			newer.merged = newer.merged[:len(newer.merged)-1]
+		}
+		s.pending[u.Handle] = &newer
+	} else {
+		nu := u
+		s.pending[u.Handle] = &nu
+		s.order = append(s.order, u.Handle)
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+// Reclaim asks the daemon to reclaim (§IV-C) and calls cb with the result.
+func (s *Session) Reclaim(handles []uint32, marginBytes uint64, cb func(*pb.ReclaimResult, error)) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		cb(nil, ErrClosed)
+		return
+	}
+	s.nextID++
+	id := s.nextID
+	s.rpcs[id] = &rpc{deadline: time.Now().Add(s.cfg.RPCTimeout), onReclaim: cb}
+	s.envs = append(s.envs, verdict{env: &pb.Envelope{RequestId: id, Body: &pb.Envelope_Reclaim{
+		Reclaim: &pb.ReclaimRequest{SafeMarginBytes: marginBytes, Handles: handles}}}})
+	s.mu.Unlock()
+	s.poke()
+}
+
+// Verdict answers an OOM request.
+func (s *Session) Verdict(requestID uint64, v *pb.OomVerdict, received time.Time) {
+	s.sendEnv(&pb.Envelope{RequestId: requestID, Body: &pb.Envelope_OomVerdict{OomVerdict: v}}, received)
+}
+
+func (s *Session) sendEnv(env *pb.Envelope, received time.Time) {
+	s.mu.Lock()
+	if !s.closed {
+		s.envs = append(s.envs, verdict{env: env, received: received})
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *Session) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop drains the queues: every update pending for this host goes in
+// one SetLimits envelope; all envelopes of a round go in one write.
+func (s *Session) writeLoop() {
+	sweep := time.NewTicker(max(s.cfg.RPCTimeout/4, 10*time.Millisecond))
+	defer sweep.Stop()
+	var buf []byte
+	var sl pb.SetLimits
+	updates := make([]*Update, 0, 64)
+	lus := make([]pb.LimitUpdate, 0, 64)
+	lims := make([]pb.Limits, 0, 64)
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-sweep.C:
+			s.expire(time.Now())
+			continue
+		case <-s.wake:
+		}
+		s.mu.Lock()
+		updates = updates[:0]
+		for _, h := range s.order {
+			updates = append(updates, s.pending[h])
+		}
+		clear(s.pending)
+		s.order = s.order[:0]
+		envs := s.envs
+		s.envs = nil
+		var id uint64
+		if len(updates) > 0 {
+			s.nextID++
+			id = s.nextID
+			var ws []waiter
+			for _, u := range updates {
+				for _, cb := range u.merged {
+					ws = append(ws, waiter{u.Handle, u.Gen, cb})
+				}
+				if u.OnApplied != nil {
+					ws = append(ws, waiter{u.Handle, u.Gen, u.OnApplied})
+				}
+			}
+			if ws != nil {
+				s.rpcs[id] = &rpc{deadline: time.Now().Add(s.cfg.RPCTimeout), waiters: ws}
+			}
+		}
+		s.mu.Unlock()
+
+		buf = buf[:0]
+		var err error
+		if len(updates) > 0 {
+			lus, lims = lus[:0], lims[:0]
+			sl.Updates = sl.Updates[:0]
+			for _, u := range updates {
+				lims = append(lims, pb.Limits{CpuQuotaUs: u.QuotaUs, CpuPeriodUs: u.PeriodUs, MemoryLimitBytes: u.MemLimit})
+				lus = append(lus, pb.LimitUpdate{Handle: u.Handle, Generation: u.Gen})
+			}
+			for i := range lus {
+				lus[i].Limits = &lims[i]
+				sl.Updates = append(sl.Updates, &lus[i])
+			}
+			buf, err = wire.AppendEnvelope(buf, &pb.Envelope{RequestId: id, Body: &pb.Envelope_SetLimits{SetLimits: &sl}})
+		}
+		for _, v := range envs {
+			if err != nil {
+				break
+			}
+			buf, err = wire.AppendEnvelope(buf, v.env)
+		}
+		if err == nil && len(buf) > 0 {
+			s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+			_, err = s.conn.Write(buf)
+		}
+		if err != nil {
+			s.conn.Close() // reader ends, shutdown fails the callbacks
+			return
+		}
+		if o := s.cfg.Observer; o != nil {
+			now := time.Now()
+			for _, u := range updates {
+				if u.Received != 0 {
+					o.DecisionSent(time.Duration(now.UnixNano() - u.Received))
+				}
+			}
+			for _, v := range envs {
+				if !v.received.IsZero() {
+					o.VerdictSent(now.Sub(v.received))
+				}
+			}
+		}
+	}
+}
+
+func (s *Session) take(id uint64) *rpc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.rpcs[id]
+	delete(s.rpcs, id)
+	return r
+}
+
+func (s *Session) acked(id uint64, ack *pb.SetLimitsAck) {
+	r := s.take(id)
+	if r == nil {
+		return // no waiters, or late after a timeout
+	}
+	for _, w := range r.waiters {
+		err := ErrNotAcked
+		for _, a := range ack.GetApplied() {
+			if a.GetHandle() == w.handle && a.GetGeneration() >= w.gen {
+				err = nil
+				if a.GetError() != "" {
+					err = errors.New(a.GetError())
+				}
+				break
+			}
+		}
+		w.cb(err)
+	}
+}
+
+func (s *Session) reclaimed(id uint64, res *pb.ReclaimResult, err error) {
+	r := s.take(id)
+	if r == nil {
+		return
+	}
+	if r.onReclaim != nil {
+		r.onReclaim(res, err)
+	}
+	for _, w := range r.waiters {
+		w.cb(ErrNotAcked)
+	}
+}
+
+func (s *Session) failed(id uint64, err error) {
+	r := s.take(id)
+	if r == nil {
+		return
+	}
+	if r.onReclaim != nil {
+		r.onReclaim(nil, err)
+	}
+	for _, w := range r.waiters {
+		w.cb(err)
+	}
+}
+
+func (s *Session) expire(now time.Time) {
+	var late []*rpc
+	s.mu.Lock()
+	for id, r := range s.rpcs {
+		if now.After(r.deadline) {
+			late = append(late, r)
+			delete(s.rpcs, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, r := range late {
+		if r.onReclaim != nil {
+			r.onReclaim(nil, ErrTimeout)
+		}
+		for _, w := range r.waiters {
+			w.cb(ErrTimeout)
+		}
+	}
+}
+
+func (s *Session) shutdown() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.done)
+	rpcs := s.rpcs
+	s.rpcs = map[uint64]*rpc{}
+	var cbs []func(error)
+	for _, u := range s.pending {
+		cbs = append(cbs, u.merged...)
+		if u.OnApplied != nil {
+			cbs = append(cbs, u.OnApplied)
+		}
+	}
+	clear(s.pending)
+	s.mu.Unlock()
+	for _, r := range rpcs {
+		if r.onReclaim != nil {
+			r.onReclaim(nil, ErrClosed)
+		}
+		for _, w := range r.waiters {
+			cbs = append(cbs, w.cb)
+		}
+	}
+	for _, cb := range cbs {
+		cb(ErrClosed)
+	}
+}
+
+// Close ends the session.
+func (s *Session) Close() error { return s.conn.Close() }

@@ -1,0 +1,146 @@
+// Package telemetry ingests the daemons' per-period CPU statistics (seed
+// 000 §IV-B): one TelemetryBatch per UDP datagram, decoded with
+// wire.DecodeBatch, checked, and handed to a Sink. The sliding windows
+// over the last n periods live with each member in the allocator.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/internal/ratelog"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+	"github.com/escra-dev/escra/proto/wire"
+)
+
+// Stat is one container's period, named by its host-local handle.
+type Stat struct {
+	Handle uint32
+	allocator.Stat
+}
+
+// Sink receives one datagram's stats. It must not keep stats after it
+// returns (the slice is reused).
+type Sink func(session uint32, stats []Stat, receivedNs int64)
+
+// Drop reasons (metric labels).
+const (
+	DropOversized = "oversized"
+	DropMalformed = "malformed"
+	DropAbsurd    = "absurd"
+)
+
+var errNoPeriod = errors.New("telemetry: stat without a period")
+
+// Decode parses a datagram into out (reused), resolving each stat's
+// period. Stats with no period or absurd fields are dropped and counted
+// in bad; the batch is still used.
+func Decode(data []byte, batch *pb.TelemetryBatch, out []Stat) (session uint32, stats []Stat, bad int, err error) {
+	if err := wire.DecodeBatch(data, batch); err != nil {
+		return 0, out[:0], 0, err
+	}
+	out = out[:0]
+	for _, s := range batch.Stats {
+		p := s.GetPeriodUs()
+		if p == 0 {
+			p = batch.PeriodUs
+		}
+		if p == 0 || p > 1_000_000 || s.GetUnusedUs() < 0 || s.GetQuotaUs() < -1 ||
+			s.GetUnusedUs() > 1_000_000_000 || s.GetQuotaUs() > 1_000_000_000 || s.GetUsageUs() > 1<<40 {
+			bad++
+			continue
+		}
+		out = append(out, Stat{Handle: s.GetHandle(), Stat: allocator.Stat{
+			Seq: s.GetPeriodSeq(), QuotaUs: s.GetQuotaUs(), PeriodUs: int64(p),
+			UnusedUs: s.GetUnusedUs(), Throttled: s.GetThrottled(), UsageUs: int64(s.GetUsageUs()),
+		}})
+	}
+	return batch.SessionId, out, bad, nil
+}
+
+// Counters of the ingest.
+type Counters struct {
+	Datagrams, Stats, Bytes atomic.Uint64
+}
+
+// Listener reads telemetry datagrams.
+type Listener struct {
+	conn *net.UDPConn
+	sink Sink
+	drop func(reason string, n int)
+	log  *ratelog.Limiter
+	C    Counters
+}
+
+// Listen binds addr (":0" allowed).
+func Listen(addr string, sink Sink, drop func(reason string, n int), log *ratelog.Limiter) (*Listener, error) {
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, err
+	}
+	c.SetReadBuffer(8 << 20) // absorb a burst of a whole period from many hosts
+	return &Listener{conn: c, sink: sink, drop: drop, log: log}, nil
+}
+
+// Addr is the bound address.
+func (l *Listener) Addr() string { return l.conn.LocalAddr().String() }
+
+// Close stops Serve.
+func (l *Listener) Close() error { return l.conn.Close() }
+
+// Serve reads until ctx ends or the listener closes.
+func (l *Listener) Serve(ctx context.Context) {
+	stop := context.AfterFunc(ctx, func() { l.conn.Close() })
+	defer stop()
+	buf := make([]byte, 64<<10) // larger than allowed, to see oversized datagrams
+	batch := &pb.TelemetryBatch{}
+	var stats []Stat
+	for {
+		n, from, err := l.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(time.Millisecond) // transient (e.g. ICMP-induced); don't spin
+			continue
+		}
+		recv := time.Now().UnixNano()
+		l.C.Datagrams.Add(1)
+		l.C.Bytes.Add(uint64(n))
+		var sess uint32
+		var bad int
+		sess, stats, bad, err = Decode(buf[:n], batch, stats)
+		if err != nil {
+			reason := DropMalformed
+			if errors.Is(err, wire.ErrDatagramTooLarge) {
+				reason = DropOversized
+			}
+			l.drop(reason, 1)
+			l.warn(from, "telemetry datagram dropped", err)
+			continue
+		}
+		if bad > 0 {
+			l.drop(DropAbsurd, bad)
+			l.warn(from, "telemetry stats with absurd values dropped", nil)
+		}
+		l.C.Stats.Add(uint64(len(stats)))
+		if len(stats) > 0 {
+			l.sink(sess, stats, recv)
+		}
+	}
+}
+
+func (l *Listener) warn(from netip.AddrPort, msg string, err error) {
+	if l.log != nil {
+		l.log.Warn(from.String(), msg, "err", err)
+	}
+}
