@@ -3,8 +3,9 @@
 #
 # Source: Debian's linux-source-6.1 tarball. Patches: patches/linux-6.1/*.patch.
 # Config: `make tinyconfig` + vm-tests/kernel.config. The tree is built in
-# place under /var/cache/escra/kernel/<hash of source version, patches,
-# config fragment and this script>, reused when complete (.done stamp).
+# place under /var/cache/escra/kernel/<hash of source version, patches and
+# config fragment>, reused when complete (.done stamp). A lock serializes
+# concurrent callers (parallel make test runs share the cache).
 #
 #   scripts/kernel-build.sh         build (or reuse) and print the tree's path last
 #   scripts/kernel-build.sh --dir   print the tree's path only, build nothing
@@ -19,7 +20,7 @@ jobs=${JOBS:-$(nproc)}
 
 [ -r "$tarball" ] || { echo "kernel-build: $tarball missing; run make setup (linux-source-6.1)" >&2; exit 1; }
 srcver=$(dpkg-query -W -f='${Version}' linux-source-6.1 2>/dev/null || stat -c '%s-%Y' "$tarball")
-key=$( { echo "$srcver"; cat patches/linux-6.1/*.patch "$fragment" "$0"; } | sha256sum | cut -c1-16)
+key=$( { echo "$srcver"; cat patches/linux-6.1/*.patch "$fragment"; } | sha256sum | cut -c1-16)
 dir=$cache/$key/linux
 
 if [ "${1:-}" = --dir ]; then
@@ -28,6 +29,13 @@ if [ "${1:-}" = --dir ]; then
 fi
 
 log() { printf '[kernel %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+
+mkdir -p "$cache"
+exec 9>"$cache/$key.lock"
+if ! flock -n 9; then
+	log "another build of $key is running; waiting for it"
+	flock 9
+fi
 
 if [ -e "$cache/$key/.done" ]; then
 	log "cached build $key (source $srcver)"

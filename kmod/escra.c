@@ -1,0 +1,647 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * escra.ko: the kernel half of Escra's data path (seed 000 §IV-B).
+ *
+ * - CFS telemetry: the scheduler calls escra_cfs_period() at the end of
+ *   every bandwidth period of each group with a quota (hard irq,
+ *   cfs_b->lock held). For watched cgroups the record goes into a per-CPU
+ *   single-producer ring (full ring: drop and count). An irq_work, then a
+ *   delayed work, drain the rings into batched multicast messages on the
+ *   "telemetry" group - the net/core/drop_monitor.c pattern, with irq_work
+ *   so nothing here wakes a worker while the scheduler's locks are held.
+ * - OOM: try_charge_memcg() calls escra_memcg_oom() before the OOM kill.
+ *   For a watched cgroup with a listener on the "oom" group the module
+ *   multicasts a request with a fresh id and sleeps (killable, bounded by
+ *   oom_timeout_ms) until ESCRA_CMD_OOM_REPLY arrives. Timeout, signal or
+ *   unload mean "not granted": the normal OOM path runs.
+ *
+ * Built against a kernel without CONFIG_ESCRA_HOOKS (e.g. Debian's stock
+ * headers) the module compiles to a stub whose init fails with
+ * -EOPNOTSUPP, so the "escra" family never appears and escrad falls back
+ * to its cgroupfs backend.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/module.h>
+#include <linux/kernel.h>
+
+#if __has_include(<linux/escra.h>)
+#include <linux/escra.h>
+#endif
+
+#ifdef CONFIG_ESCRA_HOOKS
+
+#include <linux/cgroup.h>
+#include <linux/completion.h>
+#include <linux/hashtable.h>
+#include <linux/irq_work.h>
+#include <linux/ktime.h>
+#include <linux/list.h>
+#include <linux/mutex.h>
+#include <linux/percpu.h>
+#include <linux/slab.h>
+#include <linux/spinlock.h>
+#include <linux/workqueue.h>
+#include <net/genetlink.h>
+
+#include "escra_uapi.h"
+
+static unsigned int oom_timeout_ms = 100;
+module_param(oom_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(oom_timeout_ms, "how long a blocked charge waits for a verdict (ms, default 100)");
+
+static unsigned int drain_delay_ms = 2;
+module_param(drain_delay_ms, uint, 0644);
+MODULE_PARM_DESC(drain_delay_ms, "batching delay before telemetry is sent (ms, default 2)");
+
+#define ESCRA_RING_SIZE		256	/* records per CPU, power of two */
+#define ESCRA_MAX_WATCHED	4096
+#define ESCRA_HASH_BITS		8
+
+/* One period of one cgroup, as copied out of the scheduler. */
+struct escra_rec {
+	u64 cgroup_id;
+	u64 seq;
+	u64 quota_ns;
+	u64 period_ns;
+	u64 unused_ns;
+	u64 throttled_ns;
+	u64 timestamp_ns;
+	u32 nr_throttled;
+	u8 throttled;
+};
+
+/*
+ * Per-CPU ring. The producer is the CFS hook on this CPU (hard irq, never
+ * nested); the consumer is the drain work (one at a time). head and tail
+ * are free-running counters published with release/acquire.
+ */
+struct escra_ring {
+	struct escra_rec recs[ESCRA_RING_SIZE];
+	unsigned int head;
+	unsigned int tail;
+	struct irq_work kick;
+	u64 dropped;
+	u64 hook_ns;
+	u64 hook_calls;
+};
+
+static DEFINE_PER_CPU(struct escra_ring, escra_rings);
+
+struct escra_watch {
+	struct hlist_node node;
+	struct rcu_head rcu;
+	u64 cgroup_id;
+	/* Touched only by the CFS hook, serialized by that group's cfs_b->lock. */
+	u64 seq;
+	u64 last_throttled_ns;
+	u32 last_nr_throttled;
+};
+
+static DEFINE_HASHTABLE(escra_watched, ESCRA_HASH_BITS);
+static DEFINE_MUTEX(escra_watch_mutex);
+static unsigned int escra_nr_watched;
+
+/* A task blocked in try_charge_memcg, waiting for a verdict. */
+struct escra_oom_waiter {
+	struct list_head node;
+	u64 id;
+	bool answered;
+	bool granted;
+	struct completion done;
+};
+
+static DEFINE_SPINLOCK(escra_oom_lock);
+static LIST_HEAD(escra_oom_waiters);
+static u64 escra_oom_next_id;
+static bool escra_unloading;
+
+static atomic64_t escra_records_sent = ATOMIC64_INIT(0);
+static atomic64_t escra_send_dropped = ATOMIC64_INIT(0);
+static atomic64_t escra_oom_requests = ATOMIC64_INIT(0);
+static atomic64_t escra_oom_granted = ATOMIC64_INIT(0);
+static atomic64_t escra_oom_timeouts = ATOMIC64_INIT(0);
+
+static struct genl_family escra_family;
+static void escra_drain(struct work_struct *work);
+static DECLARE_DELAYED_WORK(escra_drain_work, escra_drain);
+
+enum escra_mcgrp { ESCRA_MCGRP_TELEMETRY_IDX, ESCRA_MCGRP_OOM_IDX };
+
+/* Caller holds rcu_read_lock() or escra_watch_mutex. */
+static struct escra_watch *escra_find_watch(u64 cgroup_id)
+{
+	struct escra_watch *w;
+
+	hash_for_each_possible_rcu(escra_watched, w, node, cgroup_id,
+				   lockdep_is_held(&escra_watch_mutex))
+		if (w->cgroup_id == cgroup_id)
+			return w;
+	return NULL;
+}
+
+/* ---- telemetry: producer (scheduler hard irq) ---- */
+
+static void escra_kick(struct irq_work *work)
+{
+	/*
+	 * Outside cfs_b->lock now, so waking a worker cannot invert locks.
+	 * Already pending: the queued drain will pick this record up too.
+	 */
+	queue_delayed_work(system_wq, &escra_drain_work,
+			   msecs_to_jiffies(drain_delay_ms));
+}
+
+static void escra_cfs_period(const struct escra_cfs_period *p)
+{
+	struct escra_ring *ring = this_cpu_ptr(&escra_rings);
+	u64 start = ktime_get_ns();
+	struct escra_watch *w;
+	struct escra_rec *r;
+	unsigned int head;
+
+	/* Called under rcu_read_lock() by __escra_cfs_period(). */
+	w = escra_find_watch(p->cgroup_id);
+	if (!w)
+		goto out;
+
+	w->seq += p->overrun ? p->overrun : 1;
+	head = ring->head;
+	if (head - smp_load_acquire(&ring->tail) >= ESCRA_RING_SIZE) {
+		ring->dropped++;
+	} else {
+		r = &ring->recs[head & (ESCRA_RING_SIZE - 1)];
+		r->cgroup_id = p->cgroup_id;
+		r->seq = w->seq;
+		r->quota_ns = p->quota_ns;
+		r->period_ns = p->period_ns;
+		r->unused_ns = p->unused_ns;
+		r->throttled_ns = p->throttled_ns;
+		r->nr_throttled = p->nr_throttled;
+		r->timestamp_ns = start;
+		/*
+		 * Throttled at the boundary, or throttled and released within
+		 * the period (slack handed back by other CPUs).
+		 */
+		r->throttled = p->throttled ||
+			       p->throttled_ns != w->last_throttled_ns ||
+			       p->nr_throttled != w->last_nr_throttled;
+		smp_store_release(&ring->head, head + 1);
+		irq_work_queue(&ring->kick);
+	}
+	w->last_throttled_ns = p->throttled_ns;
+	w->last_nr_throttled = p->nr_throttled;
+out:
+	ring->hook_ns += ktime_get_ns() - start;
+	ring->hook_calls++;
+}
+
+/* ---- telemetry: consumer (process context) ---- */
+
+static int escra_put_rec(struct sk_buff *skb, const struct escra_rec *r)
+{
+	struct nlattr *nest = nla_nest_start(skb, ESCRA_A_RECORD);
+
+	if (!nest)
+		return -EMSGSIZE;
+	if (nla_put_u64_64bit(skb, ESCRA_REC_CGROUP_ID, r->cgroup_id, ESCRA_REC_PAD) ||
+	    nla_put_u64_64bit(skb, ESCRA_REC_SEQ, r->seq, ESCRA_REC_PAD) ||
+	    nla_put_u64_64bit(skb, ESCRA_REC_QUOTA_NS, r->quota_ns, ESCRA_REC_PAD) ||
+	    nla_put_u64_64bit(skb, ESCRA_REC_PERIOD_NS, r->period_ns, ESCRA_REC_PAD) ||
+	    nla_put_u64_64bit(skb, ESCRA_REC_UNUSED_NS, r->unused_ns, ESCRA_REC_PAD) ||
+	    nla_put_u8(skb, ESCRA_REC_THROTTLED, r->throttled) ||
+	    nla_put_u32(skb, ESCRA_REC_NR_THROTTLED, r->nr_throttled) ||
+	    nla_put_u64_64bit(skb, ESCRA_REC_THROTTLED_NS, r->throttled_ns, ESCRA_REC_PAD) ||
+	    nla_put_u64_64bit(skb, ESCRA_REC_TIMESTAMP_NS, r->timestamp_ns, ESCRA_REC_PAD)) {
+		nla_nest_cancel(skb, nest);
+		return -EMSGSIZE;
+	}
+	nla_nest_end(skb, nest);
+	return 0;
+}
+
+struct escra_batch {
+	struct sk_buff *skb;
+	void *hdr;
+	unsigned int n;
+};
+
+static void escra_batch_send(struct escra_batch *b)
+{
+	int err;
+
+	if (!b->skb)
+		return;
+	genlmsg_end(b->skb, b->hdr);
+	err = genlmsg_multicast(&escra_family, b->skb, 0,
+				ESCRA_MCGRP_TELEMETRY_IDX, GFP_KERNEL);
+	/* -ESRCH: nobody listens, the records are simply not wanted. */
+	if (!err)
+		atomic64_add(b->n, &escra_records_sent);
+	else if (err != -ESRCH)
+		atomic64_add(b->n, &escra_send_dropped);
+	b->skb = NULL;
+	b->n = 0;
+}
+
+static void escra_batch_add(struct escra_batch *b, const struct escra_rec *r)
+{
+	if (b->skb && escra_put_rec(b->skb, r) == 0) {
+		b->n++;
+		return;
+	}
+	escra_batch_send(b);
+	b->skb = genlmsg_new(NLMSG_GOODSIZE, GFP_KERNEL);
+	if (!b->skb)
+		goto drop;
+	b->hdr = genlmsg_put(b->skb, 0, 0, &escra_family, 0, ESCRA_CMD_TELEMETRY);
+	if (!b->hdr || escra_put_rec(b->skb, r)) {
+		nlmsg_free(b->skb);
+		b->skb = NULL;
+		goto drop;
+	}
+	b->n = 1;
+	return;
+drop:
+	atomic64_inc(&escra_send_dropped);
+}
+
+static void escra_drain(struct work_struct *work)
+{
+	struct escra_batch b = {};
+	int cpu;
+
+	for_each_possible_cpu(cpu) {
+		struct escra_ring *ring = per_cpu_ptr(&escra_rings, cpu);
+		unsigned int head = smp_load_acquire(&ring->head);
+		unsigned int tail = ring->tail;
+
+		for (; tail != head; tail++) {
+			struct escra_rec r = ring->recs[tail & (ESCRA_RING_SIZE - 1)];
+
+			/* Free the slot before the (possibly slow) send. */
+			smp_store_release(&ring->tail, tail + 1);
+			escra_batch_add(&b, &r);
+		}
+	}
+	escra_batch_send(&b);
+}
+
+/* ---- OOM ---- */
+
+static int escra_send_oom_request(u64 id, const struct escra_memcg_oom *req)
+{
+	struct sk_buff *skb;
+	void *hdr;
+
+	/* Small and atomic: we are inside a failing charge. */
+	skb = genlmsg_new(NLMSG_DEFAULT_SIZE, GFP_NOWAIT | __GFP_NOWARN);
+	if (!skb)
+		return -ENOMEM;
+	hdr = genlmsg_put(skb, 0, 0, &escra_family, 0, ESCRA_CMD_OOM_REQUEST);
+	if (!hdr ||
+	    nla_put_u64_64bit(skb, ESCRA_A_REQUEST_ID, id, ESCRA_A_PAD) ||
+	    nla_put_u64_64bit(skb, ESCRA_A_CGROUP_ID, req->cgroup_id, ESCRA_A_PAD) ||
+	    nla_put_u64_64bit(skb, ESCRA_A_USAGE_BYTES, req->usage_bytes, ESCRA_A_PAD) ||
+	    nla_put_u64_64bit(skb, ESCRA_A_MAX_BYTES, req->max_bytes, ESCRA_A_PAD) ||
+	    nla_put_u32(skb, ESCRA_A_NR_PAGES, req->nr_pages)) {
+		nlmsg_free(skb);
+		return -EMSGSIZE;
+	}
+	genlmsg_end(skb, hdr);
+	return genlmsg_multicast(&escra_family, skb, 0, ESCRA_MCGRP_OOM_IDX,
+				 GFP_NOWAIT | __GFP_NOWARN);
+}
+
+static bool escra_memcg_oom(const struct escra_memcg_oom *req)
+{
+	struct escra_oom_waiter w = { .granted = false };
+	bool watched;
+	long left;
+
+	if (!genl_has_listeners(&escra_family, &init_net, ESCRA_MCGRP_OOM_IDX))
+		return false;
+	rcu_read_lock();
+	watched = escra_find_watch(req->cgroup_id);
+	rcu_read_unlock();
+	if (!watched)
+		return false;
+
+	init_completion(&w.done);
+	spin_lock(&escra_oom_lock);
+	if (escra_unloading) {
+		spin_unlock(&escra_oom_lock);
+		return false;
+	}
+	w.id = ++escra_oom_next_id;
+	list_add_tail(&w.node, &escra_oom_waiters);
+	spin_unlock(&escra_oom_lock);
+	atomic64_inc(&escra_oom_requests);
+
+	if (escra_send_oom_request(w.id, req) == 0)
+		left = wait_for_completion_killable_timeout(&w.done,
+				msecs_to_jiffies(oom_timeout_ms));
+	else
+		left = 0;
+
+	/* The replier completes under this lock, so w may leave the stack after it. */
+	spin_lock(&escra_oom_lock);
+	list_del(&w.node);
+	if (!w.answered)
+		atomic64_inc(&escra_oom_timeouts);
+	spin_unlock(&escra_oom_lock);
+
+	if (w.granted)
+		atomic64_inc(&escra_oom_granted);
+	return w.granted && left != -ERESTARTSYS;
+}
+
+static void escra_release_all_waiters(void)
+{
+	struct escra_oom_waiter *w;
+
+	spin_lock(&escra_oom_lock);
+	escra_unloading = true;
+	list_for_each_entry(w, &escra_oom_waiters, node)
+		complete(&w->done);
+	spin_unlock(&escra_oom_lock);
+}
+
+/* ---- generic netlink commands ---- */
+
+static int escra_cmd_watch(struct sk_buff *skb, struct genl_info *info)
+{
+	struct escra_watch *w;
+	struct cgroup *cgrp;
+	u64 id;
+	int err = 0;
+
+	if (GENL_REQ_ATTR_CHECK(info, ESCRA_A_CGROUP_ID))
+		return -EINVAL;
+	id = nla_get_u64(info->attrs[ESCRA_A_CGROUP_ID]);
+
+	/* Only existing cgroup v2 cgroups (cgroup_get_from_id looks there). */
+	cgrp = cgroup_get_from_id(id);
+	if (IS_ERR(cgrp)) {
+		GENL_SET_ERR_MSG(info, "no cgroup v2 cgroup with this id");
+		return PTR_ERR(cgrp);
+	}
+	cgroup_put(cgrp);
+
+	mutex_lock(&escra_watch_mutex);
+	if (escra_find_watch(id))
+		goto out;	/* watching twice is fine: daemons restart */
+	if (escra_nr_watched >= ESCRA_MAX_WATCHED) {
+		GENL_SET_ERR_MSG(info, "too many watched cgroups");
+		err = -ENOSPC;
+		goto out;
+	}
+	w = kzalloc(sizeof(*w), GFP_KERNEL);
+	if (!w) {
+		err = -ENOMEM;
+		goto out;
+	}
+	w->cgroup_id = id;
+	hash_add_rcu(escra_watched, &w->node, id);
+	escra_nr_watched++;
+out:
+	mutex_unlock(&escra_watch_mutex);
+	return err;
+}
+
+static int escra_cmd_unwatch(struct sk_buff *skb, struct genl_info *info)
+{
+	struct escra_watch *w;
+	int err = 0;
+
+	if (GENL_REQ_ATTR_CHECK(info, ESCRA_A_CGROUP_ID))
+		return -EINVAL;
+
+	mutex_lock(&escra_watch_mutex);
+	w = escra_find_watch(nla_get_u64(info->attrs[ESCRA_A_CGROUP_ID]));
+	if (w) {
+		hash_del_rcu(&w->node);
+		escra_nr_watched--;
+		kfree_rcu(w, rcu);
+	} else {
+		GENL_SET_ERR_MSG(info, "cgroup is not watched");
+		err = -ENOENT;
+	}
+	mutex_unlock(&escra_watch_mutex);
+	return err;
+}
+
+static int escra_cmd_oom_reply(struct sk_buff *skb, struct genl_info *info)
+{
+	struct escra_oom_waiter *w;
+	int err = -ENOENT;
+	u64 id;
+
+	if (GENL_REQ_ATTR_CHECK(info, ESCRA_A_REQUEST_ID) ||
+	    GENL_REQ_ATTR_CHECK(info, ESCRA_A_GRANTED))
+		return -EINVAL;
+	id = nla_get_u64(info->attrs[ESCRA_A_REQUEST_ID]);
+
+	spin_lock(&escra_oom_lock);
+	list_for_each_entry(w, &escra_oom_waiters, node) {
+		if (w->id != id || w->answered)
+			continue;
+		w->answered = true;
+		w->granted = nla_get_u8(info->attrs[ESCRA_A_GRANTED]);
+		complete(&w->done);
+		err = 0;
+		break;
+	}
+	spin_unlock(&escra_oom_lock);
+	if (err)
+		GENL_SET_ERR_MSG(info, "no pending OOM request with this id (timed out?)");
+	return err;
+}
+
+static int escra_cmd_get_stats(struct sk_buff *skb, struct genl_info *info)
+{
+	u64 dropped = atomic64_read(&escra_send_dropped);
+	u64 hook_ns = 0, hook_calls = 0;
+	struct nlattr *nest;
+	struct sk_buff *msg;
+	unsigned int watched;
+	void *hdr;
+	int cpu;
+
+	for_each_possible_cpu(cpu) {
+		struct escra_ring *ring = per_cpu_ptr(&escra_rings, cpu);
+
+		dropped += READ_ONCE(ring->dropped);
+		hook_ns += READ_ONCE(ring->hook_ns);
+		hook_calls += READ_ONCE(ring->hook_calls);
+	}
+	mutex_lock(&escra_watch_mutex);
+	watched = escra_nr_watched;
+	mutex_unlock(&escra_watch_mutex);
+
+	msg = genlmsg_new(NLMSG_DEFAULT_SIZE, GFP_KERNEL);
+	if (!msg)
+		return -ENOMEM;
+	hdr = genlmsg_put_reply(msg, info, &escra_family, 0, ESCRA_CMD_GET_STATS);
+	if (!hdr)
+		goto nospace;
+	nest = nla_nest_start(msg, ESCRA_A_STATS);
+	if (!nest ||
+	    nla_put_u32(msg, ESCRA_STAT_WATCHED, watched) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_RECORDS_SENT,
+			      atomic64_read(&escra_records_sent), ESCRA_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_RECORDS_DROPPED, dropped, ESCRA_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_OOM_REQUESTS,
+			      atomic64_read(&escra_oom_requests), ESCRA_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_OOM_GRANTED,
+			      atomic64_read(&escra_oom_granted), ESCRA_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_OOM_TIMEOUTS,
+			      atomic64_read(&escra_oom_timeouts), ESCRA_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_HOOK_NS_TOTAL, hook_ns, ESCRA_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_HOOK_CALLS, hook_calls, ESCRA_STAT_PAD))
+		goto nospace;
+	nla_nest_end(msg, nest);
+	genlmsg_end(msg, hdr);
+	return genlmsg_reply(msg, info);
+nospace:
+	nlmsg_free(msg);
+	return -EMSGSIZE;
+}
+
+/*
+ * Strict policy: user space may send only the ids and the verdict; the
+ * attributes the module emits are rejected on input.
+ */
+static const struct nla_policy escra_policy[ESCRA_A_MAX + 1] = {
+	[ESCRA_A_PAD]		= { .type = NLA_REJECT },
+	[ESCRA_A_CGROUP_ID]	= { .type = NLA_U64 },
+	[ESCRA_A_REQUEST_ID]	= { .type = NLA_U64 },
+	[ESCRA_A_GRANTED]	= NLA_POLICY_MAX(NLA_U8, 1),
+	[ESCRA_A_RECORD]	= { .type = NLA_REJECT },
+	[ESCRA_A_USAGE_BYTES]	= { .type = NLA_REJECT },
+	[ESCRA_A_MAX_BYTES]	= { .type = NLA_REJECT },
+	[ESCRA_A_NR_PAGES]	= { .type = NLA_REJECT },
+	[ESCRA_A_STATS]		= { .type = NLA_REJECT },
+};
+
+static const struct genl_small_ops escra_ops[] = {
+	{
+		.cmd	= ESCRA_CMD_WATCH,
+		.flags	= GENL_ADMIN_PERM,
+		.doit	= escra_cmd_watch,
+	},
+	{
+		.cmd	= ESCRA_CMD_UNWATCH,
+		.flags	= GENL_ADMIN_PERM,
+		.doit	= escra_cmd_unwatch,
+	},
+	{
+		.cmd	= ESCRA_CMD_OOM_REPLY,
+		.flags	= GENL_ADMIN_PERM,
+		.doit	= escra_cmd_oom_reply,
+	},
+	{
+		.cmd	= ESCRA_CMD_GET_STATS,
+		.doit	= escra_cmd_get_stats,
+	},
+};
+
+static const struct genl_multicast_group escra_mcgrps[] = {
+	[ESCRA_MCGRP_TELEMETRY_IDX]	= { .name = ESCRA_MCGRP_TELEMETRY, },
+	[ESCRA_MCGRP_OOM_IDX]		= { .name = ESCRA_MCGRP_OOM, },
+};
+
+static struct genl_family escra_family __ro_after_init = {
+	.name		= ESCRA_GENL_NAME,
+	.version	= ESCRA_GENL_VERSION,
+	.maxattr	= ESCRA_A_MAX,
+	.policy		= escra_policy,
+	.module		= THIS_MODULE,
+	.small_ops	= escra_ops,
+	.n_small_ops	= ARRAY_SIZE(escra_ops),
+	.resv_start_op	= ESCRA_CMD_MAX + 1,
+	.mcgrps		= escra_mcgrps,
+	.n_mcgrps	= ARRAY_SIZE(escra_mcgrps),
+};
+
+static const struct escra_hook_ops escra_hooks = {
+	.cfs_period	= escra_cfs_period,
+	.memcg_oom	= escra_memcg_oom,
+};
+
+static void escra_free_watched(void)
+{
+	struct escra_watch *w;
+	struct hlist_node *tmp;
+	int bkt;
+
+	mutex_lock(&escra_watch_mutex);
+	hash_for_each_safe(escra_watched, bkt, tmp, w, node) {
+		hash_del_rcu(&w->node);
+		kfree_rcu(w, rcu);
+	}
+	escra_nr_watched = 0;
+	mutex_unlock(&escra_watch_mutex);
+}
+
+static int __init escra_init(void)
+{
+	int cpu, err;
+
+	for_each_possible_cpu(cpu)
+		init_irq_work(&per_cpu_ptr(&escra_rings, cpu)->kick, escra_kick);
+
+	err = genl_register_family(&escra_family);
+	if (err)
+		return err;
+	err = escra_register_hooks(&escra_hooks);
+	if (err) {
+		pr_err("cannot register hooks (%d): another module holds them\n", err);
+		genl_unregister_family(&escra_family);
+		return err;
+	}
+	pr_info("loaded: genetlink family %s v%d, oom_timeout_ms=%u\n",
+		ESCRA_GENL_NAME, ESCRA_GENL_VERSION, oom_timeout_ms);
+	return 0;
+}
+
+static void __exit escra_exit(void)
+{
+	int cpu;
+
+	/* Waiters first: unregistering waits for hook calls in flight. */
+	escra_release_all_waiters();
+	escra_unregister_hooks(&escra_hooks);
+	for_each_possible_cpu(cpu)
+		irq_work_sync(&per_cpu_ptr(&escra_rings, cpu)->kick);
+	cancel_delayed_work_sync(&escra_drain_work);
+	genl_unregister_family(&escra_family);
+	escra_free_watched();
+	rcu_barrier();	/* kfree_rcu callbacks run before the module text goes */
+	pr_info("unloaded\n");
+}
+
+#else /* !CONFIG_ESCRA_HOOKS */
+
+/*
+ * A stock kernel has no hook to attach to. Refuse to load with a clear
+ * message; the missing "escra" family is what escrad checks.
+ */
+static int __init escra_init(void)
+{
+	pr_err("this kernel lacks the Escra hooks (CONFIG_ESCRA_HOOKS, patches/linux-6.1); refusing to load\n");
+	return -EOPNOTSUPP;
+}
+
+static void __exit escra_exit(void)
+{
+}
+
+#endif /* CONFIG_ESCRA_HOOKS */
+
+module_init(escra_init);
+module_exit(escra_exit);
+
+MODULE_DESCRIPTION("Escra per-period CFS telemetry and memcg OOM rescue over generic netlink");
+MODULE_AUTHOR("Escra Developers <dev@escra.invalid>");
+MODULE_LICENSE("GPL");
