@@ -240,7 +240,6 @@ func TestControllerLimitsReachCgroupThenDockerInspect(t *testing.T) {
 	}
 }
 
-
 // oomCase runs a memhog that needs 96 MiB in a 32 MiB container under an
 // agent talking to ctlAddr, and reports its exit code and the kernel's
 // oom_kill count for its cgroup (Docker's OOMKilled flag is not used: on
@@ -348,5 +347,61 @@ func TestOOMControllerAbsentKilled(t *testing.T) {
 	code, kills, _ := oomCase(t, addr, nil)
 	if kills == 0 || code != 137 {
 		t.Fatalf("exit %d, oom_kill %d; want OOM-killed (137)", code, kills)
+	}
+}
+
+func TestEngineRestartResubscribes(t *testing.T) {
+	dockertest.Client(t, "") // skip without an engine
+	eng := dockertest.StartEngine(t, "e2e-restart")
+	cli := dockertest.Client(t, eng.Host)
+	img := dockertest.WorkloadImage(t, cli)
+	p := startPeer(t)
+	startAgent(t, eng.Host, p.Addr(), nil)
+
+	a := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-rs-a"), Image: img, Cmd: []string{"-idle"}, Labels: appLabel(t),
+		Resources: container.Resources{CPUQuota: 40000, CPUPeriod: 100000}})
+	regA := p.WaitRegistered(a, 5*time.Second)
+	if regA == nil {
+		t.Fatal("container not registered before the restart")
+	}
+	if !strings.Contains(regA.CgroupPath, eng.CgroupParent) {
+		t.Errorf("cgroup %s not under the engine's --cgroup-parent %s", regA.CgroupPath, eng.CgroupParent)
+	}
+	eng.Kill()
+	time.Sleep(500 * time.Millisecond)
+	if err := eng.Start(); err != nil {
+		t.Fatal(err)
+	}
+	b := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-rs-b"), Image: img, Cmd: []string{"-idle"}, Labels: appLabel(t)})
+	if p.WaitRegistered(b, 10*time.Second) == nil {
+		t.Fatal("container started after the engine restart never registered: no resubscription")
+	}
+	if p.Unregistered(a) {
+		t.Error("container that survived the restart (live-restore) was unregistered")
+	}
+	// The old container is still managed: limits still apply, and Docker's
+	// view is reconciled through the new engine connection.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, err := p.SetLimits(ctx, &pb.LimitUpdate{Handle: regA.Handle, Generation: 1, Limits: &pb.Limits{CpuQuotaUs: 17000}})
+	if err != nil || ack.Applied[0].Error != "" {
+		t.Fatalf("set limits after restart: %v %v", ack, err)
+	}
+	paths := cgroupOf(t, inspectPid(t, cli, a))
+	if q := readFile(t, filepath.Join(paths.CPU, "cpu.cfs_quota_us")); q != "17000" {
+		t.Errorf("quota %s after restart, want 17000", q)
+	}
+	for {
+		j, err := cli.ContainerInspect(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.HostConfig.CPUQuota == 17000 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("docker inspect quota %d, want 17000", j.HostConfig.CPUQuota)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

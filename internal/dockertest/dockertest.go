@@ -81,12 +81,23 @@ func BuildBinaries(dir string, pkgs ...string) error {
 // a hash of the binaries, so a changed workload makes a new image.
 func WorkloadImage(t testing.TB, cli *client.Client) string {
 	t.Helper()
+	imgMu.Lock()
+	defer imgMu.Unlock()
+	if ref, ok := imgs[cli.DaemonHost()]; ok {
+		return ref
+	}
 	ref, err := ImportWorkloads(context.Background(), cli)
 	if err != nil {
 		t.Fatal(err)
 	}
+	imgs[cli.DaemonHost()] = ref
 	return ref
 }
+
+var (
+	imgMu sync.Mutex
+	imgs  = map[string]string{} // engine host -> image, per process
+)
 
 // ImportWorkloads is WorkloadImage without a testing.TB (benchmarks).
 func ImportWorkloads(ctx context.Context, cli *client.Client) (string, error) {
