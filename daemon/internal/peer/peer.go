@@ -48,8 +48,11 @@ type session struct {
 }
 
 // Start listens on 127.0.0.1 (TCP and UDP, ephemeral ports).
-func Start() (*Peer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func Start() (*Peer, error) { return StartAt("127.0.0.1:0") }
+
+// StartAt listens for daemons on addr (a loopback address).
+func StartAt(addr string) (*Peer, error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,136 @@
+package limits
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+func open(t *testing.T, rel string) *cgroups.Group {
+	t.Helper()
+	p, err := cgroups.PathsForCgroup(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cgroups.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	return g
+}
+
+func TestMemoryAndMemswOrderBothWays(t *testing.T) {
+	rel := cgtest.New(t, "memsw")
+	g := open(t, rel)
+	if !g.Has(cgroups.MemswLimit) {
+		t.Skip("no swap accounting (memory.memsw.*) on this kernel")
+	}
+	// Docker's default: memsw = memory (no swap allowance) or larger.
+	cgtest.Write(t, "memory", rel, "memory.limit_in_bytes", strconv.Itoa(64<<20))
+	cgtest.Write(t, "memory", rel, "memory.memsw.limit_in_bytes", strconv.Itoa(80<<20))
+	e, err := NewEntry("x", false, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New()
+	a.Add(1, e)
+	// Raising past the old memsw only works when memsw goes first.
+	if err := a.Apply(1, 1, &pb.Limits{MemoryLimitBytes: 256 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if m, s := cgtest.Read(t, "memory", rel, "memory.limit_in_bytes"), cgtest.Read(t, "memory", rel, "memory.memsw.limit_in_bytes"); m != strconv.Itoa(256<<20) || s != strconv.Itoa(272<<20) {
+		t.Fatalf("after raise: memory %s memsw %s; want 256 MiB and 272 MiB (swap allowance kept)", m, s)
+	}
+	// Lowering below the old memory only works when memory goes first.
+	if err := a.Apply(1, 2, &pb.Limits{MemoryLimitBytes: 32 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if m, s := cgtest.Read(t, "memory", rel, "memory.limit_in_bytes"), cgtest.Read(t, "memory", rel, "memory.memsw.limit_in_bytes"); m != strconv.Itoa(32<<20) || s != strconv.Itoa(48<<20) {
+		t.Fatalf("after lower: memory %s memsw %s", m, s)
+	}
+}
+
+func TestStaleGenerationNeverOverwrites(t *testing.T) {
+	rel := cgtest.New(t, "gen")
+	a := New()
+	e, err := NewEntry("x", false, open(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Add(7, e)
+	if err := a.Apply(7, 10, &pb.Limits{CpuQuotaUs: 30000, CpuPeriodUs: 100000, CpusetCpus: "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Apply(7, 9, &pb.Limits{CpuQuotaUs: 90000}); err != ErrStale {
+		t.Fatalf("stale update: %v", err)
+	}
+	if q := cgtest.Read(t, "cpu", rel, "cpu.cfs_quota_us"); q != "30000" {
+		t.Fatalf("quota %s, want 30000", q)
+	}
+	if c := cgtest.Read(t, "cpuset", rel, "cpuset.cpus"); c != "0" {
+		t.Fatalf("cpuset %s", c)
+	}
+	if err := a.Apply(7, 11, &pb.Limits{CpuQuotaUs: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if q := cgtest.Read(t, "cpu", rel, "cpu.cfs_quota_us"); q != "-1" {
+		t.Fatalf("unlimited quota %s", q)
+	}
+	if err := a.Apply(99, 1, &pb.Limits{CpuQuotaUs: 1000}); err != ErrUnknown {
+		t.Fatalf("unknown handle: %v", err)
+	}
+}
+
+func TestReclaimToUsagePlusMarginNeverBelowUsage(t *testing.T) {
+	rel := cgtest.New(t, "reclaim")
+	hog := cgtest.Workload(t, "memhog")
+	cgtest.Write(t, "memory", rel, "memory.limit_in_bytes", strconv.Itoa(256<<20))
+	p, err := cgtest.Start(rel, hog, "-mib", "24", "-hold", "30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	g := open(t, rel)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		u, _ := g.ReadInt(cgroups.MemUsage)
+		if u > 20<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("memhog never reached 20 MiB (usage %d)", u)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e, err := NewEntry("x", false, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New()
+	a.Add(1, e)
+	const margin = 8 << 20
+	res := a.Reclaim(margin, nil)
+	if len(res) != 1 {
+		t.Fatalf("reclaimed %v", res)
+	}
+	r := res[0]
+	lim, _ := strconv.ParseInt(cgtest.Read(t, "memory", rel, "memory.limit_in_bytes"), 10, 64)
+	if lim != r.NewLimitBytes || r.OldLimitBytes != 256<<20 || r.ReclaimedBytes != uint64(256<<20-lim) {
+		t.Fatalf("result %v, cgroup limit %d", r, lim)
+	}
+	if lim < int64(r.UsageBytes)+margin || lim > int64(r.UsageBytes)+margin+4096 {
+		t.Fatalf("new limit %d not usage %d + margin", lim, r.UsageBytes)
+	}
+	// Already tight: a second pass changes nothing.
+	if res := a.Reclaim(margin+(64<<20), nil); len(res) != 0 {
+		t.Fatalf("second reclaim raised or changed limits: %v", res)
+	}
+	if _, err := p.Wait(100 * time.Millisecond); err == nil {
+		t.Fatal("memhog died: reclaim must never push a limit below usage")
+	}
+}
