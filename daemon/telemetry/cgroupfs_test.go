@@ -26,7 +26,7 @@ func (r *recSink) CPU(s *pb.CpuStat) {
 		Throttled: s.Throttled, NrThrottled: s.NrThrottled, ThrottledUs: s.ThrottledUs, UsageUs: s.UsageUs, PeriodUs: s.PeriodUs})
 	r.mu.Unlock()
 }
-func (r *recSink) Flush()         { r.mu.Lock(); r.flushes++; r.mu.Unlock() }
+func (r *recSink) Flush()        { r.mu.Lock(); r.flushes++; r.mu.Unlock() }
 func (r *recSink) OOM(oom.Event) {}
 
 // A busy group capped at 20 ms per 100 ms is throttled every period and
