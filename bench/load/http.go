@@ -35,7 +35,8 @@ func (p SchedulePacer) Rate(elapsed time.Duration) float64 {
 
 // HTTPRun describes one open-loop HTTP run.
 type HTTPRun struct {
-	URL      string // must be a loopback address
+	URL      string   // must be a loopback address
+	URLs     []string // instead of URL: requests go round-robin over these
 	Shape    Shape
 	Duration time.Duration
 	Timeout  time.Duration // per request; 5 s when zero
@@ -60,8 +61,16 @@ func CheckLoopback(raw string) error {
 // RunHTTP runs the attack and reduces it to a Result. Latencies count every
 // request, failed ones included (a timeout is the latency a user saw).
 func RunHTTP(ctx context.Context, r HTTPRun) (Result, error) {
-	if err := CheckLoopback(r.URL); err != nil {
-		return Result{}, err
+	urls := r.URLs
+	if len(urls) == 0 {
+		urls = []string{r.URL}
+	}
+	var targets []vegeta.Target
+	for _, u := range urls {
+		if err := CheckLoopback(u); err != nil {
+			return Result{}, err
+		}
+		targets = append(targets, vegeta.Target{Method: "GET", URL: u, Header: r.Header})
 	}
 	if r.Timeout <= 0 {
 		r.Timeout = 5 * time.Second
@@ -73,7 +82,7 @@ func RunHTTP(ctx context.Context, r HTTPRun) (Result, error) {
 	}
 	atk := vegeta.NewAttacker(vegeta.Timeout(r.Timeout), vegeta.KeepAlive(true),
 		vegeta.Workers(32), vegeta.Connections(1000), vegeta.Redirects(vegeta.NoFollow))
-	tgt := vegeta.NewStaticTargeter(vegeta.Target{Method: "GET", URL: r.URL, Header: r.Header})
+	tgt := vegeta.NewStaticTargeter(targets...)
 	lat := make([]time.Duration, 0, len(offsets))
 	var first, last time.Time
 	lastLog := time.Now()

@@ -185,6 +185,9 @@ func TestStaticLimitThrottlesRealContainer(t *testing.T) {
 	if len(run.Slack) < 20 || len(run.Series) < 20 {
 		t.Fatalf("%d slack and %d series samples in 3 s", len(run.Slack), len(run.Series))
 	}
+	if run.LimitChanges != 1 { // unlimited → 0.2 cores, 256 MiB, seen once by the sampler
+		t.Errorf("sampler saw %d limit changes, want 1", run.LimitChanges)
+	}
 	if run.ThrottledPeriods < 5 {
 		t.Errorf("%d throttled periods of %d under 2 cores of demand at a 0.2 limit", run.ThrottledPeriods, run.Periods)
 	}
@@ -216,7 +219,9 @@ func TestOOMIsSeen(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ooms := make(chan string, 4)
+	kills := make(chan string, 4)
 	go sampler.WatchOOM(ctx, cli, func(id string, _ time.Time) { ooms <- id })
+	go sampler.WatchKills(ctx, cli, func(id string, _ time.Time) { kills <- id })
 	time.Sleep(200 * time.Millisecond) // the event stream is subscribed
 	id := start(t, cli, tag, "-min", "8", "-max", "160", "-period", "4s")
 	s, err := sampler.New(ctx, cli, []string{id})
@@ -240,8 +245,16 @@ func TestOOMIsSeen(t *testing.T) {
 		}
 		r.OnOOM(got, time.Now())
 	case <-ctx.Done():
+		t.Fatal("no OOM event")
+	}
+	select {
+	case got := <-kills:
+		if got != id {
+			t.Errorf("OOM kill of %s, want %s", got, id)
+		}
+	case <-ctx.Done():
 		in, _ := cli.ContainerInspect(context.Background(), id)
 		b, _ := json.Marshal(in.State)
-		t.Fatalf("no OOM event; state %s", b)
+		t.Fatalf("no OOM kill seen; state %s", b)
 	}
 }

@@ -23,6 +23,9 @@ func TestRecorder(t *testing.T) {
 	r.Add(snap(300, 1, 1, true))  // a's counters restarted at 0: +1/+1
 	var run report.Run
 	r.Fill(&run)
+	if run.LimitChanges != 0 {
+		t.Errorf("%d limit changes, want 0", run.LimitChanges)
+	}
 	if run.Periods != 2 || run.ThrottledPeriods != 2 {
 		t.Errorf("periods %d throttled %d, want 2 and 2", run.Periods, run.ThrottledPeriods)
 	}

@@ -240,6 +240,38 @@ func WatchOOM(ctx context.Context, cli *client.Client, f func(id string, t time.
 	}
 }
 
+// WatchKills calls f for every OOM kill of a container: a "die" event with
+// exit code 137 (SIGKILL) within 5 s of an "oom" event of the same
+// container. An "oom" event alone is not a kill: the cgroup hit its limit,
+// and with Escra's OOM interception the allocation may have been rescued.
+func WatchKills(ctx context.Context, cli *client.Client, f func(id string, t time.Time)) error {
+	msgs, errs := cli.Events(ctx, events.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("type", "container"), filters.Arg("event", "oom"), filters.Arg("event", "die"))})
+	lastOOM := map[string]time.Time{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errs:
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		case m := <-msgs:
+			t := time.Unix(0, m.TimeNano)
+			switch m.Action {
+			case "oom":
+				lastOOM[m.Actor.ID] = t
+			case "die":
+				if o, ok := lastOOM[m.Actor.ID]; ok && m.Actor.Attributes["exitCode"] == "137" && t.Sub(o) < 5*time.Second {
+					delete(lastOOM, m.Actor.ID)
+					f(m.Actor.ID, t)
+				}
+			}
+		}
+	}
+}
+
 // Recorder turns snapshots into the report's per-run fields.
 type Recorder struct {
 	Start  time.Time
@@ -249,6 +281,11 @@ type Recorder struct {
 	series []report.SeriesPoint
 	acc    map[string][2]uint64 // periods and throttled periods since the first sample
 	last   map[string][2]uint64
+	limits map[string][2]float64
+	// LimitChanges counts samples in which a container's CPU or memory
+	// limit differed from its previous sample: the same count for every
+	// policy, at the 100 ms sampling resolution.
+	LimitChanges int
 }
 
 // Add records one snapshot: slack summed over containers, the series of
@@ -257,7 +294,7 @@ func (r *Recorder) Add(s Snapshot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.acc == nil {
-		r.acc, r.last = map[string][2]uint64{}, map[string][2]uint64{}
+		r.acc, r.last, r.limits = map[string][2]uint64{}, map[string][2]uint64{}, map[string][2]float64{}
 	}
 	if r.Start.IsZero() {
 		r.Start = s.T
@@ -285,6 +322,11 @@ func (r *Recorder) Add(s Snapshot) {
 			r.acc[c.ID] = a
 		}
 		r.last[c.ID] = ctr
+		lim := [2]float64{c.CPULimit, c.MemLimit}
+		if prev, ok := r.limits[c.ID]; ok && prev != lim {
+			r.LimitChanges++
+		}
+		r.limits[c.ID] = lim
 		if c.Name == r.Series || c.ID == r.Series {
 			r.series = append(r.series, report.SeriesPoint{TMs: tms, CPULimit: c.CPULimit, CPUUsage: c.CPUUsage,
 				MemLimitMiB: c.MemLimit / (1 << 20), MemUsageMiB: c.MemUsage / (1 << 20)})
@@ -302,6 +344,7 @@ func (r *Recorder) Fill(run *report.Run) {
 	run.Slack = append(run.Slack, r.slack...)
 	run.Series = append(run.Series, r.series...)
 	run.SeriesContainer = r.Series
+	run.LimitChanges += r.LimitChanges
 	for _, a := range r.acc {
 		run.Periods += int64(a[0])
 		run.ThrottledPeriods += int64(a[1])
