@@ -245,10 +245,34 @@ func TestControllerLimitsReachCgroupThenDockerInspect(t *testing.T) {
 // oom_kill count for its cgroup (Docker's OOMKilled flag is not used: on
 // v1 it is set by any OOM notification, even one nobody was killed for).
 func oomCase(t *testing.T, ctlAddr string, mod func(*agent.Config)) (code int, oomKills uint64, took time.Duration) {
+	code, oomKills, took, _ = oomCaseAgent(t, ctlAddr, mod)
+	return
+}
+
+// oomOutcomes reads the agent's OOM outcome counters.
+func oomOutcomes(t *testing.T, a *agent.Agent) map[string]float64 {
+	t.Helper()
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "escrad_oom_outcomes_total" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			out[m.Label[0].GetValue()] = m.Counter.GetValue()
+		}
+	}
+	return out
+}
+
+func oomCaseAgent(t *testing.T, ctlAddr string, mod func(*agent.Config)) (code int, oomKills uint64, took time.Duration, a *agent.Agent) {
 	t.Helper()
 	cli := dockertest.Client(t, "")
 	img := dockertest.WorkloadImage(t, cli)
-	startAgent(t, "", ctlAddr, mod)
+	a = startAgent(t, "", ctlAddr, mod)
 	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
 	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-hog"), Image: img, Labels: appLabel(t),
@@ -292,7 +316,7 @@ func oomCase(t *testing.T, ctlAddr string, mod func(*agent.Config)) (code int, o
 	if kills == 0 && dockerOOM && code == 137 {
 		kills = 1 // killed between two polls
 	}
-	return code, kills, time.Since(start)
+	return code, kills, time.Since(start), a
 }
 
 func TestOOMGrantedContainerFinishes(t *testing.T) {

@@ -52,6 +52,9 @@ type Config struct {
 	Docker      *client.Client
 	Cgroups     []containers.CgroupSpec
 	Log         *slog.Logger
+	// OnOOMRescue, when set, sees every rescue latency (OOM wake-up to the
+	// raised limit written); the benchmark uses it.
+	OnOOMRescue func(time.Duration)
 }
 
 // Agent manages one host's labelled containers.
@@ -80,6 +83,31 @@ type managed struct {
 	e       *limits.Entry
 	cgID    uint64
 	pending atomic.Bool // an OOM request is out
+
+	oomMu    sync.Mutex
+	oomAt    time.Time // wake-up of the pending OOM
+	oomLimit int64     // limit it hit
+	rescued  bool      // limit raised since
+}
+
+// noteRaise records the rescue moment of a pending OOM when its limit has
+// just been raised above the one it hit (by a SetLimits or a verdict).
+func (a *Agent) noteRaise(m *managed, limit int64) {
+	if !m.pending.Load() {
+		return
+	}
+	m.oomMu.Lock()
+	if m.rescued || m.oomAt.IsZero() || (limit != cgroups.Max && limit <= m.oomLimit) {
+		m.oomMu.Unlock()
+		return
+	}
+	m.rescued = true
+	d := time.Since(m.oomAt)
+	m.oomMu.Unlock()
+	a.m.oomRescue.Observe(d.Seconds())
+	if a.cfg.OnOOMRescue != nil {
+		a.cfg.OnOOMRescue(d)
+	}
 }
 
 // New checks cfg and builds the agent (nothing runs until Run).
@@ -376,6 +404,14 @@ func (a *Agent) SetLimits(recv time.Time, s *pb.SetLimits) *pb.SetLimitsAck {
 			}
 		} else {
 			a.m.applyLatency.Observe(lat.Seconds())
+			if u.Limits.GetMemoryLimitBytes() != 0 {
+				a.mu.Lock()
+				m := a.byH[u.Handle]
+				a.mu.Unlock()
+				if m != nil {
+					a.noteRaise(m, u.Limits.GetMemoryLimitBytes())
+				}
+			}
 		}
 		ack.Applied[i] = ap
 	}
@@ -433,6 +469,9 @@ func (a *Agent) OOM(ev oom.Event) {
 		return
 	}
 	a.m.oomEvents.Inc()
+	m.oomMu.Lock()
+	m.oomAt, m.oomLimit, m.rescued = ev.At, ev.Limit, false
+	m.oomMu.Unlock()
 	var once sync.Once
 	var timer *time.Timer
 	var reqID atomic.Uint64
@@ -442,7 +481,7 @@ func (a *Agent) OOM(ev oom.Event) {
 				timer.Stop()
 			}
 			if granted {
-				a.m.oomRescue.Observe(time.Since(ev.At).Seconds())
+				a.noteRaise(m, limit)
 				a.m.oomOutcome.WithLabelValues("granted").Inc()
 			} else {
 				a.m.oomOutcome.WithLabelValues(why).Inc()

@@ -52,6 +52,7 @@ type Client struct {
 	out     escrapb.Envelope
 	pending map[uint64]func(*escrapb.OomVerdict)
 	nextID  uint64
+	sent    map[uint32]bool // handles registered on this session
 
 	udp atomic.Pointer[udpSession]
 	// Telemetry state, used only by the sampler goroutine.
@@ -143,18 +144,23 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 	c.udp.Store(us)
 	defer c.udp.CompareAndSwap(us, nil)
 
+	// Registering everything happens under c.mu, so a container the agent
+	// adds meanwhile is registered exactly once on this session.
 	c.mu.Lock()
-	c.conn, c.w = conn, w
+	c.conn, c.w, c.sent = conn, w, map[uint32]bool{}
+	for _, reg := range c.h.Registrations() {
+		if err := c.sendLocked(0, &escrapb.Envelope_Register{Register: reg}); err != nil {
+			c.mu.Unlock()
+			c.drop()
+			return true, err
+		}
+		c.sent[reg.Handle] = true
+	}
 	c.mu.Unlock()
 	defer c.drop()
 	c.Connects.Add(1)
 	c.cfg.Log.Info("controller session up", "addr", c.cfg.Addr, "session", ack.SessionId, "telemetry", us.conn.RemoteAddr().String())
 
-	for _, reg := range c.h.Registrations() {
-		if err := c.send(0, &escrapb.Envelope_Register{Register: reg}); err != nil {
-			return true, err
-		}
-	}
 	hbDone := make(chan struct{})
 	defer close(hbDone)
 	go c.heartbeats(hbDone)
@@ -218,7 +224,7 @@ func dialTelemetry(addr string, tcpPeer net.Addr) (*udpSession, error) {
 // drop ends the session state; pending OOM requests get a nil verdict.
 func (c *Client) drop() {
 	c.mu.Lock()
-	c.conn, c.w = nil, nil
+	c.conn, c.w, c.sent = nil, nil, nil
 	p := c.pending
 	c.pending = map[uint64]func(*escrapb.OomVerdict){}
 	c.mu.Unlock()
@@ -288,12 +294,27 @@ func (c *Client) sendLocked(reqID uint64, b any) error {
 
 // Register announces a container (dropped when down: sent again on connect).
 func (c *Client) Register(r *escrapb.ContainerRegister) error {
-	return c.send(0, &escrapb.Envelope_Register{Register: r})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil || c.sent[r.Handle] {
+		return nil
+	}
+	err := c.sendLocked(0, &escrapb.Envelope_Register{Register: r})
+	if err == nil {
+		c.sent[r.Handle] = true
+	}
+	return err
 }
 
 // Unregister announces a container's end.
 func (c *Client) Unregister(u *escrapb.ContainerUnregister) error {
-	return c.send(0, &escrapb.Envelope_Unregister{Unregister: u})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil || !c.sent[u.Handle] {
+		return nil
+	}
+	delete(c.sent, u.Handle)
+	return c.sendLocked(0, &escrapb.Envelope_Unregister{Unregister: u})
 }
 
 // RequestOOM sends an OOM request; cb gets the verdict, or nil when the
