@@ -17,90 +17,110 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/escra-dev/escra/controller/allocator"
 )
 
 // DefaultURL is where the controller's admin API listens unless configured.
 const DefaultURL = "http://127.0.0.1:7472"
 
-// AllocatorParams are the resource allocator's parameters (seed 000 §IV-C/D).
-// The JSON names are those of controller/allocator.Params, so the controller
-// can decode the object onto its defaults; Period and ReclaimInterval are
-// time.Duration, which encoding/json writes as nanoseconds.
-type AllocatorParams struct {
-	Policy          string        `json:"policy,omitempty"`
-	Window          int           `json:"window"`
-	Upsilon         float64       `json:"upsilon"`
-	Gamma           float64       `json:"gamma"`
-	Kappa           float64       `json:"kappa"`
-	Period          time.Duration `json:"period"`
-	CPUFloorUs      int64         `json:"cpu_floor_us,omitempty"`
-	OOMStepBytes    int64         `json:"oom_step_bytes,omitempty"`
-	SafeMarginBytes int64         `json:"safe_margin_bytes"`
-	ReclaimInterval time.Duration `json:"reclaim_interval,omitempty"`
-}
-
 // AppBudget is the body of PUT /v1/apps/{name}: a Distributed Container's
-// global limits, sent before any container is deployed (seed 000 §IV-A).
+// global limits and allocator parameters, sent before any container is
+// deployed (seed 000 §IV-A). It mirrors controller/server.AppSpec, which
+// refuses unknown fields.
 type AppBudget struct {
-	Name        string          `json:"name"`
-	CPUCores    float64         `json:"cpu_cores"`
-	MemoryBytes int64           `json:"memory_bytes"`
-	Sigma       float64         `json:"sigma"`
-	Allocator   AllocatorParams `json:"allocator"`
+	Name        string            `json:"name"`
+	CPUCores    float64           `json:"cpu_cores"`
+	MemoryBytes int64             `json:"memory_bytes"`
+	Sigma       float64           `json:"sigma"`
+	Params      *allocator.Params `json:"params,omitempty"`
 }
 
-// App is one row of GET /v1/apps.
+// App is one element of GET /v1/apps (controller/server.AppState).
 type App struct {
-	Name                 string  `json:"name"`
-	CPUCores             float64 `json:"cpu_cores"`    // global limit
-	MemoryBytes          int64   `json:"memory_bytes"` // global limit
-	Sigma                float64 `json:"sigma"`
-	Containers           int     `json:"containers"`
-	CPUAllocatedCores    float64 `json:"cpu_allocated_cores"`
-	CPUUsageCores        float64 `json:"cpu_usage_cores"`
-	MemoryAllocatedBytes int64   `json:"memory_allocated_bytes"`
-	MemoryUsageBytes     int64   `json:"memory_usage_bytes"`
-	OOMGrants            uint64  `json:"oom_grants"`
-	OOMDenials           uint64  `json:"oom_denials"`
+	Name                   string           `json:"name"`
+	Auto                   bool             `json:"auto"` // created by a labelled container, never defined
+	Policy                 string           `json:"policy"`
+	CPUCores               float64          `json:"cpu_cores"` // global limit Ω
+	CPUAllocatedCores      float64          `json:"cpu_allocated_cores"`
+	CPUUnallocatedCores    float64          `json:"cpu_unallocated_cores"`
+	MemoryBytes            int64            `json:"memory_bytes"` // global limit
+	MemoryAllocatedBytes   int64            `json:"memory_allocated_bytes"`
+	MemoryUnallocatedBytes int64            `json:"memory_unallocated_bytes"`
+	Sigma                  float64          `json:"sigma"`
+	Members                int              `json:"members"`
+	PendingOOMs            int              `json:"pending_ooms"`
+	Params                 allocator.Params `json:"params"`
 }
 
-// Container is one row of GET /v1/containers.
+// Container is one element of GET /v1/containers
+// (controller/server.ContainerState).
 type Container struct {
-	ID               string  `json:"id"`
-	Name             string  `json:"name"`
-	App              string  `json:"app"`
-	Host             string  `json:"host"`
-	State            string  `json:"state"`
-	CPULimitCores    float64 `json:"cpu_limit_cores"`
-	CPUUsageCores    float64 `json:"cpu_usage_cores"`
-	ThrottledPeriods uint64  `json:"throttled_periods"` // cumulative
-	MemoryLimitBytes int64   `json:"memory_limit_bytes"`
-	MemoryUsageBytes int64   `json:"memory_usage_bytes"`
-	OOMGrants        uint64  `json:"oom_grants"`
-	OOMDenials       uint64  `json:"oom_denials"`
+	App              string `json:"app"`
+	HostID           string `json:"host_id"`
+	SessionID        uint32 `json:"session_id"`
+	Handle           uint32 `json:"handle"`
+	ContainerID      string `json:"container_id"`
+	Name             string `json:"name"`
+	CPUQuotaUs       int64  `json:"cpu_quota_us"`
+	CPUPeriodUs      int64  `json:"cpu_period_us"`
+	CPUUsageUs       int64  `json:"cpu_usage_us_last_period"`
+	MemoryLimitBytes int64  `json:"memory_limit_bytes"`
+	MemoryUsageBytes int64  `json:"memory_usage_bytes"`
+	Generation       uint64 `json:"generation"`
+	Periods          uint64 `json:"periods"`
+	ThrottledPeriods uint64 `json:"throttled_periods"` // cumulative
+	OOMRequests      uint64 `json:"oom_requests"`
+	OOMGrants        uint64 `json:"oom_grants"`
+	OOMDenials       uint64 `json:"oom_denials"`
 }
 
-// Host is one row of GET /v1/hosts: a daemon and its session.
+// CPULimitCores is the quota as cores (0 when unknown).
+func (c Container) CPULimitCores() float64 {
+	if c.CPUPeriodUs <= 0 || c.CPUQuotaUs <= 0 {
+		return 0
+	}
+	return float64(c.CPUQuotaUs) / float64(c.CPUPeriodUs)
+}
+
+// CPUUsageCores is the last period's usage as cores.
+func (c Container) CPUUsageCores() float64 {
+	if c.CPUPeriodUs <= 0 || c.CPUUsageUs <= 0 {
+		return 0
+	}
+	return float64(c.CPUUsageUs) / float64(c.CPUPeriodUs)
+}
+
+// Host is one element of GET /v1/hosts: a connected daemon
+// (controller/server.HostState).
 type Host struct {
-	ID          string  `json:"id"`
-	Addr        string  `json:"addr"`
-	State       string  `json:"state"`
-	Backend     string  `json:"backend"`
-	Containers  int     `json:"containers"`
-	CPUCores    float64 `json:"cpu_cores"`
-	MemoryBytes int64   `json:"memory_bytes"`
-	Version     string  `json:"version"`
+	HostID      string    `json:"host_id"`
+	SessionID   uint32    `json:"session_id"`
+	Peer        string    `json:"peer"`
+	Cores       uint32    `json:"cores"`
+	MemoryBytes uint64    `json:"memory_bytes"`
+	Backend     string    `json:"backend"`
+	Kernel      string    `json:"kernel_release,omitempty"`
+	Containers  int       `json:"containers"`
+	Since       time.Time `json:"connected_since"`
+	LastSeen    time.Time `json:"last_seen"`
 }
 
-// Event is one line of GET /v1/events: a limit change or an OOM verdict.
+// Event is one server-sent event of GET /v1/events: a limit change, an OOM
+// verdict, a reclaim, a join or a leave (controller/events.Event).
 type Event struct {
-	Time      time.Time `json:"time"`
-	App       string    `json:"app"`
-	Container string    `json:"container"`
-	Host      string    `json:"host"`
-	Kind      string    `json:"kind"`
-	Reason    string    `json:"reason"`
-	Message   string    `json:"message"`
+	Time        time.Time `json:"time"`
+	App         string    `json:"app"`
+	Host        string    `json:"host,omitempty"`
+	ContainerID string    `json:"container_id,omitempty"`
+	Handle      uint32    `json:"handle"`
+	Kind        string    `json:"kind"`
+	Generation  uint64    `json:"generation,omitempty"`
+	CPUQuotaUs  int64     `json:"cpu_quota_us,omitempty"`
+	MemoryBytes int64     `json:"memory_limit_bytes,omitempty"`
+	Granted     *bool     `json:"granted,omitempty"`
+	Reason      string    `json:"reason,omitempty"`
+	Raw         string    `json:"-"` // a line that was not an event's JSON
 }
 
 // Client calls one controller.
@@ -246,7 +266,12 @@ func (c *Client) PutApp(ctx context.Context, b AppBudget) error {
 
 // DeleteApp removes an app; it fails with ErrNotFound for an unknown app.
 func (c *Client) DeleteApp(ctx context.Context, name string) error {
-	return c.do(ctx, http.MethodDelete, "/v1/apps/"+url.PathEscape(name), nil, nil)
+	err := c.do(ctx, http.MethodDelete, "/v1/apps/"+url.PathEscape(name), nil, nil)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusMethodNotAllowed {
+		return fmt.Errorf("the controller at %s cannot delete apps yet (DELETE /v1/apps/{name} answered 405)", c.URL())
+	}
+	return err
 }
 
 // Apps lists the apps.
@@ -319,7 +344,7 @@ func (c *Client) list(ctx context.Context, path, key string, out any) error {
 // Events streams events (of one app when app is not empty) to fn until ctx
 // ends or the controller closes the stream. It reads newline-delimited JSON
 // and also server-sent events ("data: {...}" lines). A line that is not an
-// event's JSON is passed on as the event's Message, so nothing is lost.
+// event's JSON is passed on in the event's Raw, so nothing is lost.
 func (c *Client) Events(ctx context.Context, app string, fn func(Event, []byte)) error {
 	path := "/v1/events"
 	if app != "" {
@@ -340,7 +365,7 @@ func (c *Client) Events(ctx context.Context, app string, fn func(Event, []byte))
 		line = bytes.TrimSpace(bytes.TrimPrefix(line, []byte("data:")))
 		var ev Event
 		if json.Unmarshal(line, &ev) != nil {
-			ev = Event{Message: string(line)}
+			ev = Event{Raw: string(line)}
 		}
 		fn(ev, append([]byte(nil), line...))
 	}

@@ -44,8 +44,8 @@ func Parse(file string, data []byte) (*App, error) {
 		Allocator: Allocator{
 			Policy: DefaultPolicy, Kappa: DefaultKappa, Gamma: DefaultGamma,
 			Upsilon: DefaultUpsilon, Window: DefaultWindow, Period: DefaultPeriod,
-			ReclaimInterval: DefaultReclaimInterval, ReclaimMarginBytes: DefaultReclaimMargin,
-			CPUFloor: DefaultCPUFloor, OOMStepBytes: DefaultOOMStep,
+			ReclaimMarginBytes: DefaultReclaimMargin,
+			CPUFloor:           DefaultCPUFloor, OOMStepBytes: DefaultOOMStep,
 		},
 	}
 	top := d.mapping(doc.Content[0], "", map[string]func(v *yaml.Node, f string){
@@ -73,7 +73,10 @@ func Parse(file string, data []byte) (*App, error) {
 				d.err(v, f, fmt.Sprintf("%g must be in [0, 1): the share of memory withheld for OOM grants", app.Sigma))
 			}
 		},
-		"allocator":  func(v *yaml.Node, f string) { d.allocator(v, f, &app.Allocator) },
+		"allocator": func(v *yaml.Node, f string) {
+			app.AllocatorSet = true
+			d.allocator(v, f, &app.Allocator)
+		},
 		"containers": func(v *yaml.Node, f string) { app.Containers = d.containers(v, f) },
 	})
 	d.validate(app, top)
@@ -334,12 +337,6 @@ func (d *decoder) allocator(n *yaml.Node, field string, a *Allocator) {
 			a.Period = d.duration(v, f)
 			if d.ok() && (a.Period < time.Millisecond || a.Period > time.Second) {
 				d.err(v, f, fmt.Sprintf("%s must be between 1ms and 1s (the CFS period)", a.Period))
-			}
-		},
-		"reclaim_interval": func(v *yaml.Node, f string) {
-			a.ReclaimInterval = d.duration(v, f)
-			if d.ok() && (a.ReclaimInterval < 100*time.Millisecond || a.ReclaimInterval > time.Hour) {
-				d.err(v, f, fmt.Sprintf("%s must be between 100ms and 1h", a.ReclaimInterval))
 			}
 		},
 		"reclaim_margin": func(v *yaml.Node, f string) { a.ReclaimMarginBytes = d.bytes(v, f) },

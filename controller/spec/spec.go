@@ -17,22 +17,22 @@ import (
 )
 
 // Defaults from the paper (seed 000 §V: κ = 0.8, γ = 0.2, Υ = 20; §IV-C:
-// reclaim every 5 s with a 50 MiB safe margin). The window length n and σ are
-// not given there; these are our choices (docs/spec.md says why).
+// a 50 MiB reclaim safe margin). The window length n, σ, the CPU floor and
+// the OOM step are not given there; these are our choices (docs/spec.md).
+// The reclaim interval (5 s) is the controller's, not an app's.
 const (
-	DefaultSigma           = 0.1
-	DefaultPolicy          = "escra"
-	DefaultKappa           = 0.8
-	DefaultGamma           = 0.2
-	DefaultUpsilon         = 20.0
-	DefaultWindow          = 10
-	DefaultPeriod          = 100 * time.Millisecond
-	DefaultReclaimInterval = 5 * time.Second
-	DefaultReclaimMargin   = 50 << 20
-	DefaultCPUFloor        = 0.05     // cores: 5 ms of a 100 ms period
-	DefaultOOMStep         = 64 << 20 // bytes granted per OOM request
-	DefaultReplicas        = 1
-	DefaultNetwork         = "none"
+	DefaultSigma         = 0.1
+	DefaultPolicy        = "escra"
+	DefaultKappa         = 0.8
+	DefaultGamma         = 0.2
+	DefaultUpsilon       = 20.0
+	DefaultWindow        = 10
+	DefaultPeriod        = 100 * time.Millisecond
+	DefaultReclaimMargin = 50 << 20
+	DefaultCPUFloor      = 0.05     // cores: 5 ms of a 100 ms period
+	DefaultOOMStep       = 64 << 20 // bytes granted per OOM request
+	DefaultReplicas      = 1
+	DefaultNetwork       = "none"
 )
 
 // App is one Distributed Container: containers on any hosts that share one
@@ -43,7 +43,10 @@ type App struct {
 	MemoryBytes int64   // global memory limit
 	Sigma       float64 // share of memory withheld at deploy for OOM grants (§IV-A eq. 2)
 	Allocator   Allocator
-	Containers  []Container
+	// AllocatorSet: the spec has an allocator section. Without one the app
+	// uses the controller's configured parameters.
+	AllocatorSet bool
+	Containers   []Container
 }
 
 // Allocator holds the resource allocator's parameters (seed 000 §IV-C/D).
@@ -54,7 +57,6 @@ type Allocator struct {
 	Upsilon            float64       // Υ: scale-up rate
 	Window             int           // n: periods in the sliding windows
 	Period             time.Duration // CFS period
-	ReclaimInterval    time.Duration // memory reclaim loop
 	ReclaimMarginBytes int64         // δ: reclaim safe margin
 	CPUFloor           float64       // smallest CPU limit, cores
 	OOMStepBytes       int64         // memory granted per OOM request (§IV-D-2)

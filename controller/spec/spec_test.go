@@ -69,7 +69,7 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Allocator{Policy: "escra", Kappa: 0.8, Gamma: 0.2, Upsilon: 20, Window: 10,
-		Period: 100 * time.Millisecond, ReclaimInterval: 5 * time.Second, ReclaimMarginBytes: 50 << 20,
+		Period: 100 * time.Millisecond, ReclaimMarginBytes: 50 << 20,
 		CPUFloor: 0.05, OOMStepBytes: 64 << 20}
 	if a.Allocator != want {
 		t.Fatalf("allocator defaults %+v, want %+v", a.Allocator, want)

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/escra-dev/escra/controller/adminclient"
+	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/spec"
 )
 
@@ -28,17 +29,20 @@ func (budgetOnly) Deploy(_ context.Context, _ *adminclient.Client, app *spec.App
 // deployer is the step apply uses; tests may swap it.
 var deployer deployStep = budgetOnly{}
 
-// Budget converts a validated spec into the controller's app budget.
+// Budget converts a validated spec into the controller's app budget. The
+// allocator parameters go along only when the spec has an allocator section;
+// otherwise the controller's own (flags) apply.
 func Budget(a *spec.App) adminclient.AppBudget {
-	al := a.Allocator
-	return adminclient.AppBudget{
-		Name: a.Name, CPUCores: a.CPU, MemoryBytes: a.MemoryBytes, Sigma: a.Sigma,
-		Allocator: adminclient.AllocatorParams{
-			Policy: al.Policy, Window: al.Window, Upsilon: al.Upsilon, Gamma: al.Gamma, Kappa: al.Kappa,
-			Period: al.Period, CPUFloorUs: int64(math.Round(al.CPUFloor * float64(al.Period.Microseconds()))),
-			OOMStepBytes: al.OOMStepBytes, SafeMarginBytes: al.ReclaimMarginBytes, ReclaimInterval: al.ReclaimInterval,
-		},
+	b := adminclient.AppBudget{Name: a.Name, CPUCores: a.CPU, MemoryBytes: a.MemoryBytes, Sigma: a.Sigma}
+	if a.AllocatorSet {
+		al := a.Allocator
+		b.Params = &allocator.Params{
+			Window: al.Window, Upsilon: al.Upsilon, Gamma: al.Gamma, Kappa: al.Kappa, Period: al.Period,
+			CPUFloorUs:   int64(math.Round(al.CPUFloor * float64(al.Period.Microseconds()))),
+			OOMStepBytes: al.OOMStepBytes, SafeMarginBytes: al.ReclaimMarginBytes,
+		}
 	}
+	return b
 }
 
 func specFlag(e *env, name string, args []string) (string, error) {

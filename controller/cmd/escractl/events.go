@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/escra-dev/escra/controller/adminclient"
+	"github.com/escra-dev/escra/controller/spec"
 )
 
 func cmdEvents(e *env, args []string) error {
@@ -33,24 +35,42 @@ func cmdEvents(e *env, args []string) error {
 			fmt.Fprintf(e.stdout, "%s\n", raw)
 			return
 		}
-		ts := ev.Time
-		if ts.IsZero() {
-			ts = time.Now()
-		}
-		where := ev.App
-		if ev.Container != "" {
-			where += "/" + ev.Container
-		}
-		if ev.Host != "" {
-			where += "@" + ev.Host
-		}
-		line := fmt.Sprintf("%s  %-10s %s", ts.Local().Format("15:04:05.000"), ev.Kind, where)
-		if ev.Reason != "" {
-			line += "  " + ev.Reason
-		}
-		if ev.Message != "" {
-			line += "  " + ev.Message
-		}
-		fmt.Fprintln(e.stdout, line)
+		fmt.Fprintln(e.stdout, eventLine(ev))
 	})
+}
+
+// eventLine renders one event: time, kind, where, what changed and why.
+func eventLine(ev adminclient.Event) string {
+	if ev.Raw != "" {
+		return ev.Raw
+	}
+	ts := ev.Time
+	if ts.IsZero() {
+		ts = time.Now()
+	}
+	where := ev.App
+	if ev.ContainerID != "" {
+		where += "/" + shortID(ev.ContainerID)
+	}
+	if ev.Host != "" {
+		where += "@" + ev.Host
+	}
+	var what []string
+	if ev.CPUQuotaUs > 0 {
+		what = append(what, fmt.Sprintf("cpu %dus/period", ev.CPUQuotaUs))
+	}
+	if ev.MemoryBytes > 0 {
+		what = append(what, "mem "+spec.FormatBytes(ev.MemoryBytes))
+	}
+	if ev.Granted != nil {
+		if *ev.Granted {
+			what = append(what, "granted")
+		} else {
+			what = append(what, "denied")
+		}
+	}
+	if ev.Reason != "" {
+		what = append(what, "("+ev.Reason+")")
+	}
+	return fmt.Sprintf("%s  %-11s %s  %s", ts.Local().Format("15:04:05.000"), ev.Kind, where, strings.Join(what, " "))
 }

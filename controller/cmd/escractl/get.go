@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"time"
+
+	"github.com/escra-dev/escra/controller/adminclient"
 
 	"github.com/escra-dev/escra/controller/spec"
 )
@@ -60,6 +63,11 @@ func cmdGet(e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		cs, err := c.Containers(e.ctx, app)
+		if err != nil {
+			return err
+		}
+		use := usageByApp(cs)
 		if app != "" {
 			kept := apps[:0]
 			for _, a := range apps {
@@ -75,10 +83,16 @@ func cmdGet(e *env, args []string) error {
 		if *out == "json" {
 			return writeJSON(e, apps)
 		}
-		t := newTable([]int{1, 2, 3, 4, 5, 6, 7}, "APP", "CONTAINERS", "CPU LIMIT", "CPU ALLOC", "CPU USED", "MEM LIMIT", "MEM ALLOC", "MEM USED")
+		t := newTable([]int{1, 2, 3, 4, 5, 6, 7, 8}, "APP", "CONTAINERS", "CPU LIMIT", "CPU ALLOC", "CPU USED", "MEM LIMIT", "MEM ALLOC", "MEM USED", "SIGMA")
 		for _, a := range apps {
-			t.add(a.Name, strconv.Itoa(a.Containers), cores(a.CPUCores), cores(a.CPUAllocatedCores), cores(a.CPUUsageCores),
-				spec.FormatBytes(a.MemoryBytes), spec.FormatBytes(a.MemoryAllocatedBytes), spec.FormatBytes(a.MemoryUsageBytes))
+			u := use[a.Name]
+			name := a.Name
+			if a.Auto {
+				name += " (auto)"
+			}
+			t.add(name, strconv.Itoa(a.Members), cores(a.CPUCores), cores(a.CPUAllocatedCores), cores(u.cpu),
+				spec.FormatBytes(a.MemoryBytes), spec.FormatBytes(a.MemoryAllocatedBytes), spec.FormatBytes(u.mem),
+				strconv.FormatFloat(a.Sigma, 'g', 3, 64))
 		}
 		t.write(e.stdout, e.width)
 	case "/v1/containers":
@@ -89,10 +103,11 @@ func cmdGet(e *env, args []string) error {
 		if *out == "json" {
 			return writeJSON(e, cs)
 		}
-		t := newTable([]int{5, 6, 7, 8}, "CONTAINER", "NAME", "APP", "HOST", "STATE", "CPU LIMIT", "CPU USED", "MEM LIMIT", "MEM USED")
+		t := newTable([]int{4, 5, 6, 7, 8, 9}, "CONTAINER", "NAME", "APP", "HOST", "CPU LIMIT", "CPU USED", "MEM LIMIT", "MEM USED", "THROTTLED", "OOM OK/NO")
 		for _, ct := range cs {
-			t.add(shortID(ct.ID), ct.Name, ct.App, ct.Host, ct.State, cores(ct.CPULimitCores), cores(ct.CPUUsageCores),
-				spec.FormatBytes(ct.MemoryLimitBytes), spec.FormatBytes(ct.MemoryUsageBytes))
+			t.add(shortID(ct.ContainerID), ct.Name, ct.App, ct.HostID, cores(ct.CPULimitCores()), cores(ct.CPUUsageCores()),
+				spec.FormatBytes(ct.MemoryLimitBytes), spec.FormatBytes(ct.MemoryUsageBytes),
+				strconv.FormatUint(ct.ThrottledPeriods, 10), fmt.Sprintf("%d/%d", ct.OOMGrants, ct.OOMDenials))
 		}
 		t.write(e.stdout, e.width)
 	case "/v1/hosts":
@@ -103,13 +118,41 @@ func cmdGet(e *env, args []string) error {
 		if *out == "json" {
 			return writeJSON(e, hs)
 		}
-		t := newTable([]int{4, 5, 6}, "HOST", "ADDRESS", "STATE", "BACKEND", "CONTAINERS", "CPUS", "MEMORY")
+		t := newTable([]int{3, 4, 5}, "HOST", "PEER", "BACKEND", "CONTAINERS", "CPUS", "MEMORY", "KERNEL", "CONNECTED")
 		for _, h := range hs {
-			t.add(h.ID, h.Addr, h.State, h.Backend, strconv.Itoa(h.Containers), cores(h.CPUCores), spec.FormatBytes(h.MemoryBytes))
+			since := "-"
+			if !h.Since.IsZero() {
+				since = time.Since(h.Since).Round(time.Second).String() + " ago"
+			}
+			t.add(h.HostID, h.Peer, h.Backend, strconv.Itoa(h.Containers), strconv.FormatUint(uint64(h.Cores), 10),
+				spec.FormatBytes(int64(h.MemoryBytes)), h.Kernel, since)
 		}
 		t.write(e.stdout, e.width)
 	}
 	return nil
+}
+
+// usage is what an app's containers use now: the controller's app rows carry
+// limits and allocations, the container rows carry usage.
+type appUsage struct {
+	cpu         float64
+	mem         int64
+	grants, den uint64
+	throttled   uint64
+}
+
+func usageByApp(cs []adminclient.Container) map[string]appUsage {
+	m := map[string]appUsage{}
+	for _, c := range cs {
+		u := m[c.App]
+		u.cpu += c.CPUUsageCores()
+		u.mem += c.MemoryUsageBytes
+		u.grants += c.OOMGrants
+		u.den += c.OOMDenials
+		u.throttled += c.ThrottledPeriods
+		m[c.App] = u
+	}
+	return m
 }
 
 func writeJSON(e *env, v any) error {

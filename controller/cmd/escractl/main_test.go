@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/adminclient"
+	"github.com/escra-dev/escra/controller/allocator"
 )
 
 // fakeController stands in for the controller's admin API so the CLI around
@@ -61,17 +62,14 @@ func newFake(t *testing.T) (*fakeController, *httptest.Server) {
 			a := adminclient.App{Name: b.Name, CPUCores: b.CPUCores, MemoryBytes: b.MemoryBytes, Sigma: b.Sigma}
 			for _, c := range f.containers {
 				if c.App == b.Name {
-					a.Containers++
-					a.CPUAllocatedCores += c.CPULimitCores
-					a.CPUUsageCores += c.CPUUsageCores
+					a.Members++
+					a.CPUAllocatedCores += c.CPULimitCores()
 					a.MemoryAllocatedBytes += c.MemoryLimitBytes
-					a.MemoryUsageBytes += c.MemoryUsageBytes
-					a.OOMGrants += c.OOMGrants
 				}
 			}
 			out = append(out, a)
 		}
-		json.NewEncoder(w).Encode(map[string]any{"apps": out})
+		json.NewEncoder(w).Encode(out)
 	})
 	mux.HandleFunc("GET /v1/containers", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
@@ -80,12 +78,13 @@ func newFake(t *testing.T) (*fakeController, *httptest.Server) {
 	})
 	mux.HandleFunc("GET /v1/hosts", func(w http.ResponseWriter, r *http.Request) {
 		json.NewEncoder(w).Encode(map[string]any{"hosts": []adminclient.Host{
-			{ID: "h1", Addr: "127.0.0.1:40001", State: "connected", Backend: "stock", Containers: 2, CPUCores: 2, MemoryBytes: 24 << 30}}})
+			{HostID: "h1", Peer: "127.0.0.1:40001", Backend: "BACKEND_CGROUPFS", Containers: 2, Cores: 2, MemoryBytes: 24 << 30}}})
 	})
 	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, r *http.Request) {
 		app := r.URL.Query().Get("app")
-		fmt.Fprintf(w, `{"time":"2026-01-02T03:04:05Z","app":%q,"container":"web-1","host":"h1","kind":"cpu","reason":"throttled 3 of 10 periods","message":"limit 0.50 -> 0.80 cores"}`+"\n", app)
-		fmt.Fprintf(w, ": keep-alive\n\ndata: {\"app\":%q,\"kind\":\"oom-grant\",\"container\":\"db-1\",\"reason\":\"pool had 200MiB\"}\n\n", app)
+		// The controller's form: server-sent events; a bare JSON line works too.
+		fmt.Fprintf(w, "event: limits\ndata: {\"time\":\"2026-01-02T03:04:05Z\",\"app\":%q,\"container_id\":\"aaaaaaaaaaaaaaaaaaaa\",\"host\":\"h1\",\"kind\":\"limits\",\"cpu_quota_us\":80000,\"reason\":\"throttled\"}\n\n", app)
+		fmt.Fprintf(w, ": ping\n\n{\"app\":%q,\"kind\":\"oom-verdict\",\"container_id\":\"bbbb\",\"memory_limit_bytes\":335544320,\"granted\":true,\"reason\":\"pool\"}\n", app)
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -133,9 +132,12 @@ func TestApplySendsBudget(t *testing.T) {
 		t.Fatalf("controller got no budget for shop")
 	}
 	want := adminclient.AppBudget{Name: "shop", CPUCores: 2, MemoryBytes: 1536 << 20, Sigma: 0.1,
-		Allocator: adminclient.AllocatorParams{Policy: "escra", Kappa: 0.8, Gamma: 0.2, Upsilon: 20, Window: 10,
-			Period: 100 * time.Millisecond, CPUFloorUs: 5000, OOMStepBytes: 64 << 20, SafeMarginBytes: 50 << 20,
-			ReclaimInterval: 5 * time.Second}}
+		Params: &allocator.Params{Kappa: 0.8, Gamma: 0.2, Upsilon: 20, Window: 10,
+			Period: 100 * time.Millisecond, CPUFloorUs: 5000, OOMStepBytes: 64 << 20, SafeMarginBytes: 50 << 20}}
+	if b.Params == nil || *b.Params != *want.Params {
+		t.Fatalf("params\n got %+v\nwant %+v", b.Params, want.Params)
+	}
+	b.Params, want.Params = nil, nil
 	if b != want {
 		t.Fatalf("budget\n got %+v\nwant %+v", b, want)
 	}
@@ -228,11 +230,11 @@ func sample(f *fakeController) {
 	f.apps["shop"] = adminclient.AppBudget{Name: "shop", CPUCores: 2, MemoryBytes: 1 << 30}
 	f.apps["other"] = adminclient.AppBudget{Name: "other", CPUCores: 1, MemoryBytes: 1 << 30}
 	f.containers = []adminclient.Container{
-		{ID: "aaaaaaaaaaaaaaaaaaaa", Name: "web-1", App: "shop", Host: "h1", State: "running", CPULimitCores: 0.8, CPUUsageCores: 0.5,
+		{ContainerID: "aaaaaaaaaaaaaaaaaaaa", Name: "web-1", App: "shop", HostID: "h1", CPUQuotaUs: 80000, CPUPeriodUs: 100000, CPUUsageUs: 50000,
 			ThrottledPeriods: 10, MemoryLimitBytes: 300 << 20, MemoryUsageBytes: 200 << 20, OOMGrants: 2},
-		{ID: "bbbbbbbbbbbbbbbbbbbb", Name: "web-2", App: "shop", Host: "h2", State: "running", CPULimitCores: 0.6, CPUUsageCores: 0.6,
+		{ContainerID: "bbbbbbbbbbbbbbbbbbbb", Name: "web-2", App: "shop", HostID: "h2", CPUQuotaUs: 60000, CPUPeriodUs: 100000, CPUUsageUs: 60000,
 			ThrottledPeriods: 0, MemoryLimitBytes: 256 << 20, MemoryUsageBytes: 100 << 20, OOMDenials: 1},
-		{ID: "cccccccccccccccccccc", Name: "job-1", App: "other", Host: "h1", CPULimitCores: 1, MemoryLimitBytes: 1 << 20},
+		{ContainerID: "cccccccccccccccccccc", Name: "job-1", App: "other", HostID: "h1", CPUQuotaUs: 100000, CPUPeriodUs: 100000, MemoryLimitBytes: 1 << 20},
 	}
 }
 
@@ -359,10 +361,10 @@ func TestEvents(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("want 2 events, got:\n%s", r.stdout)
 	}
-	if !strings.Contains(lines[0], "cpu") || !strings.Contains(lines[0], "shop/web-1@h1") || !strings.Contains(lines[0], "limit 0.50 -> 0.80 cores") {
+	if !strings.Contains(lines[0], "limits") || !strings.Contains(lines[0], "shop/aaaaaaaaaaaa@h1") || !strings.Contains(lines[0], "cpu 80000us/period (throttled)") {
 		t.Errorf("line 1: %q", lines[0])
 	}
-	if !strings.Contains(lines[1], "oom-grant") || !strings.Contains(lines[1], "pool had 200MiB") {
+	if !strings.Contains(lines[1], "oom-verdict") || !strings.Contains(lines[1], "mem 320MiB granted (pool)") {
 		t.Errorf("line 2: %q", lines[1])
 	}
 	r = runCLI(t, "--controller", srv.URL, "events", "-o", "json")

@@ -93,8 +93,8 @@ func (st *topState) frame(e *env, c *adminclient.Client, app string, w io.Writer
 		if cs[i].App != cs[j].App {
 			return cs[i].App < cs[j].App
 		}
-		if cs[i].Host != cs[j].Host {
-			return cs[i].Host < cs[j].Host
+		if cs[i].HostID != cs[j].HostID {
+			return cs[i].HostID < cs[j].HostID
 		}
 		return cs[i].Name < cs[j].Name
 	})
@@ -109,7 +109,7 @@ func (st *topState) frame(e *env, c *adminclient.Client, app string, w io.Writer
 	dt := now.Sub(st.lastTime).Seconds()
 	next := make(map[string]uint64, len(cs))
 	for _, ct := range cs {
-		key := ct.Host + "/" + ct.ID
+		key := ct.HostID + "/" + ct.ContainerID
 		next[key] = ct.ThrottledPeriods
 		thr := "-"
 		if prev, ok := st.last[key]; ok && dt > 0 && ct.ThrottledPeriods >= prev {
@@ -117,10 +117,10 @@ func (st *topState) frame(e *env, c *adminclient.Client, app string, w io.Writer
 		}
 		name := ct.Name
 		if name == "" {
-			name = shortID(ct.ID)
+			name = shortID(ct.ContainerID)
 		}
-		t.add(name, ct.App, ct.Host,
-			cores(ct.CPULimitCores), cores(ct.CPUUsageCores), cores(ct.CPULimitCores-ct.CPUUsageCores), thr,
+		t.add(name, ct.App, ct.HostID,
+			cores(ct.CPULimitCores()), cores(ct.CPUUsageCores()), cores(ct.CPULimitCores()-ct.CPUUsageCores()), thr,
 			spec.FormatBytes(ct.MemoryLimitBytes), spec.FormatBytes(ct.MemoryUsageBytes), spec.FormatBytes(ct.MemoryLimitBytes-ct.MemoryUsageBytes),
 			strconv.FormatUint(ct.OOMGrants, 10), strconv.FormatUint(ct.OOMDenials, 10))
 	}
@@ -131,13 +131,15 @@ func (st *topState) frame(e *env, c *adminclient.Client, app string, w io.Writer
 	// Per-app totals against the global limits (the Distributed Container's pool).
 	at := newTable([]int{1, 2, 3, 4, 5, 6, 7, 8, 9},
 		"APP", "CPU ALLOC", "/ LIMIT", "CPU USE", "CPU SLACK", "MEM ALLOC", "/ LIMIT", "MEM USE", "OOM OK", "OOM NO")
+	use := usageByApp(cs)
 	for _, a := range apps {
+		u := use[a.Name]
 		at.add(a.Name,
 			cores(a.CPUAllocatedCores)+" "+pct(a.CPUAllocatedCores, a.CPUCores), cores(a.CPUCores),
-			cores(a.CPUUsageCores), cores(a.CPUAllocatedCores-a.CPUUsageCores),
+			cores(u.cpu), cores(a.CPUAllocatedCores-u.cpu),
 			spec.FormatBytes(a.MemoryAllocatedBytes)+" "+pct(float64(a.MemoryAllocatedBytes), float64(a.MemoryBytes)), spec.FormatBytes(a.MemoryBytes),
-			spec.FormatBytes(a.MemoryUsageBytes),
-			strconv.FormatUint(a.OOMGrants, 10), strconv.FormatUint(a.OOMDenials, 10))
+			spec.FormatBytes(u.mem),
+			strconv.FormatUint(u.grants, 10), strconv.FormatUint(u.den, 10))
 	}
 	at.write(w, e.width)
 	return nil
