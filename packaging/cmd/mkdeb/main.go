@@ -142,8 +142,18 @@ func build(o options) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	dkmsConf, err := subst(p("packaging/dkms/dkms.conf"), "VERSION", ver)
+	// kmod/dkms.conf is the module's own recipe; the package version
+	// replaces its PACKAGE_VERSION so /usr/src/escra-VERSION matches.
+	dkmsSrc, err := os.ReadFile(p("kmod/dkms.conf"))
 	if err != nil {
+		return nil, err
+	}
+	verLine := regexp.MustCompile(`(?m)^PACKAGE_VERSION=.*$`)
+	if !verLine.Match(dkmsSrc) {
+		return nil, fmt.Errorf("kmod/dkms.conf has no PACKAGE_VERSION line")
+	}
+	dkmsConf := filepath.Join(tmp, "dkms.conf")
+	if err := os.WriteFile(dkmsConf, verLine.ReplaceAll(dkmsSrc, []byte(`PACKAGE_VERSION="`+ver+`"`)), 0o644); err != nil {
 		return nil, err
 	}
 	var dkmsScripts nfpm.Scripts
