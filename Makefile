@@ -54,13 +54,13 @@ bench: ## quick benchmark report against the peers (FULL=1 for the full matrix)
 	@scripts/not-yet.sh bench "the benchmark issue"
 
 bench-controller: ## controller containers-per-core and decision latency
-	@scripts/not-yet.sh bench-controller "the controller issue"
+	@scripts/bench/controller.sh
 
 bench-daemon: ## daemon apply latency and OOM rescue
 	@scripts/not-yet.sh bench-daemon "the daemon issue"
 
 bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM
-	@scripts/not-yet.sh bench-kernel "the kernel-path issue"
+	@scripts/kernel-bench.sh
 
 soak: ## 30-minute soak with 1,000 simulated containers
 	@scripts/not-yet.sh soak "the trust-and-failure issue"

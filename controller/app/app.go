@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
@@ -21,6 +22,9 @@ import (
 // Host is the daemon session a member lives on (*session.Session).
 type Host interface {
 	Push(u session.Update)
+	// Queue adds an update without waking the writer; Wake sends what is queued.
+	Queue(u session.Update)
+	Wake()
 	Reclaim(handles []uint32, marginBytes uint64, cb func(*pb.ReclaimResult, error))
 	Verdict(requestID uint64, v *pb.OomVerdict, received time.Time)
 }
@@ -58,12 +62,14 @@ type Counters interface {
 	BadStat(reason string)
 }
 
-// Shard is one app's goroutine.
+// Shard is one app: its goroutine runs TCP-side events; telemetry is
+// decided inline by the UDP reader under the same mutex, so all decisions
+// for an app are serialized without a goroutine hand-off per datagram.
 type Shard struct {
 	Name string
 	in   chan func()
-	stat chan statBatch
 	done chan struct{}
+	mu   sync.Mutex // held while deciding; never across network I/O
 
 	// owned by the shard goroutine
 	a          *allocator.App
@@ -77,12 +83,6 @@ type Shard struct {
 	periodUs   uint32
 }
 
-type statBatch struct {
-	keys  []allocator.Key
-	stats []telemetry.Stat
-	recv  int64
-}
-
 // New starts an app's goroutine. auto marks an app created for a
 // container whose app was never defined; its budget grows with members.
 func New(name string, b allocator.Budget, p allocator.Params, pol allocator.Policy, auto bool,
@@ -91,7 +91,7 @@ func New(name string, b allocator.Budget, p allocator.Params, pol allocator.Poli
 	if err != nil {
 		return nil, err
 	}
-	s := &Shard{Name: name, in: make(chan func(), 256), stat: make(chan statBatch, 4096),
+	s := &Shard{Name: name, in: make(chan func(), 256),
 		done: make(chan struct{}), a: a, auto: auto, members: map[allocator.Key]*member{},
 		log: log.With("app", name), hub: hub, cnt: cnt, periodUs: uint32(p.PeriodUs())}
 	go s.run()
@@ -104,9 +104,9 @@ func (s *Shard) run() {
 		case <-s.done:
 			return
 		case f := <-s.in:
+			s.mu.Lock()
 			f()
-		case b := <-s.stat:
-			s.onStats(b)
+			s.mu.Unlock()
 		}
 	}
 }
@@ -133,40 +133,37 @@ func (s *Shard) call(f func()) {
 	}
 }
 
-// Stats enqueues one datagram's stats for this app; it never blocks the
-// UDP reader: a full queue drops the batch (returns false).
-func (s *Shard) Stats(keys []allocator.Key, stats []telemetry.Stat, recvNs int64) bool {
-	select {
-	case s.stat <- statBatch{keys, stats, recvNs}:
-		return true
+// CPUStat decides one period's statistic (§IV-D-1) on the caller's
+// goroutine (the UDP reader). The update is queued on the member's host
+// without waking its writer: the caller wakes it once per datagram, so
+// all updates a datagram causes travel in one SetLimits envelope.
+func (s *Shard) CPUStat(k allocator.Key, st telemetry.Stat, recvNs int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := s.a.CPU(k, st.Stat)
+	switch err {
+	case nil:
+	case allocator.ErrStale:
+		s.cnt.BadStat("stale")
+		return
+	case allocator.ErrAbsurd:
+		s.cnt.BadStat("absurd")
+		return
 	default:
-		return false
+		s.cnt.BadStat("unknown_container")
+		return
 	}
-}
-
-func (s *Shard) onStats(b statBatch) {
-	for i, st := range b.stats {
-		d, err := s.a.CPU(b.keys[i], st.Stat)
-		switch err {
-		case nil:
-		case allocator.ErrStale:
-			s.cnt.BadStat("stale")
-			continue
-		case allocator.ErrAbsurd:
-			s.cnt.BadStat("absurd")
-			continue
-		default:
-			s.cnt.BadStat("unknown_container")
-			continue
-		}
-		if d.Gen != 0 {
-			s.apply(d, b.recv, nil)
-		}
+	if d.Gen != 0 {
+		s.send(d, recvNs, nil, false)
 	}
 }
 
 // apply sends a decision to the member's host.
 func (s *Shard) apply(d allocator.Decision, recvNs int64, onApplied func(error)) {
+	s.send(d, recvNs, onApplied, true)
+}
+
+func (s *Shard) send(d allocator.Decision, recvNs int64, onApplied func(error), wake bool) {
 	m := s.members[d.Key]
 	if m == nil {
 		if onApplied != nil {
@@ -179,7 +176,11 @@ func (s *Shard) apply(d allocator.Decision, recvNs int64, onApplied func(error))
 	if d.QuotaUs != 0 {
 		u.PeriodUs = s.periodUs
 	}
-	m.Host.Push(u)
+	if wake {
+		m.Host.Push(u)
+	} else {
+		m.Host.Queue(u)
+	}
 	s.cnt.Decision(string(d.Reason))
 	if s.hub.Active() {
 		s.hub.Publish(events.Event{Time: time.Now(), App: s.Name, Host: m.HostID, ContainerID: m.ContainerID,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -170,6 +171,11 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, s.Stats())
 	})
+	mux.HandleFunc("POST /v1/stats/reset", func(w http.ResponseWriter, r *http.Request) {
+		s.decLat.Reset()
+		s.oomLat.Reset()
+		writeJSON(w, 200, s.Stats())
+	})
 	mux.HandleFunc("PUT /v1/apps/{name}", func(w http.ResponseWriter, r *http.Request) {
 		var spec AppSpec
 		dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
@@ -228,6 +234,9 @@ func (s *Server) adminHandler() http.Handler {
 			fl.Flush()
 		}
 	})
+	// Profiles for operators chasing controller CPU (admin is loopback by default).
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
 	return mux
 }

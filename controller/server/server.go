@@ -516,12 +516,6 @@ func (s *Server) VerdictSent(d time.Duration) {
 
 // --- telemetry ---
 
-type group struct {
-	shard *app.Shard
-	keys  []allocator.Key
-	stats []telemetry.Stat
-}
-
 func (s *Server) onTelemetry(sessionID uint32, stats []telemetry.Stat, recv int64) {
 	h := s.host(sessionID)
 	if h == nil {
@@ -529,7 +523,6 @@ func (s *Server) onTelemetry(sessionID uint32, stats []telemetry.Stat, recv int6
 		s.rl.Warn(fmt.Sprintf("session %d", sessionID), "telemetry for an unknown session dropped")
 		return
 	}
-	var groups []group
 	unknown := 0
 	h.mu.RLock()
 	for _, st := range stats {
@@ -538,24 +531,13 @@ func (s *Server) onTelemetry(sessionID uint32, stats []telemetry.Stat, recv int6
 			unknown++
 			continue
 		}
-		i := 0
-		for i < len(groups) && groups[i].shard != r.shard {
-			i++
-		}
-		if i == len(groups) {
-			groups = append(groups, group{shard: r.shard})
-		}
-		groups[i].keys = append(groups[i].keys, r.key)
-		groups[i].stats = append(groups[i].stats, st)
+		r.shard.CPUStat(r.key, st, recv)
 	}
 	h.mu.RUnlock()
+	// A datagram comes from one host: its updates leave in one envelope.
+	h.sess.Wake()
 	if unknown > 0 {
 		s.met.bad("unknown_container", unknown)
-	}
-	for _, g := range groups {
-		if !g.shard.Stats(g.keys, g.stats, recv) {
-			s.met.bad("queue_full", len(g.stats))
-		}
 	}
 }
 

@@ -11,7 +11,10 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
@@ -102,6 +105,10 @@ type Session struct {
 	wake     chan struct{}
 	done     chan struct{}
 	lastSeen time.Time
+
+	wmu sync.Mutex
+	w   writer
+	raw syscall.RawConn // nil when conn is not a socket (tests)
 }
 
 // Serve runs one connection until it ends or ctx is done. assignID gives
@@ -119,6 +126,9 @@ func Serve(ctx context.Context, conn net.Conn, h Handler, cfg Config, id uint32)
 	s := &Session{ID: id, Peer: conn.RemoteAddr().String(), conn: conn, cfg: cfg,
 		pending: map[uint32]*Update{}, rpcs: map[uint64]*rpc{},
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if sc, ok := conn.(syscall.Conn); ok {
+		s.raw, _ = sc.SyscallConn()
+	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
@@ -206,9 +216,15 @@ func (s *Session) LastSeen() time.Time {
 	return s.lastSeen
 }
 
-// Push queues an update. Updates for one handle coalesce: the newest
-// generation wins field by field, so a stale update never overwrites a newer one.
+// Push queues an update and wakes the writer.
 func (s *Session) Push(u Update) {
+	s.Queue(u)
+	s.poke()
+}
+
+// Queue adds an update without waking the writer. Updates for one handle coalesce: the newest
+// generation wins field by field, so a stale update never overwrites a newer one.
+func (s *Session) Queue(u Update) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -242,7 +258,6 @@ func (s *Session) Push(u Update) {
 		s.order = append(s.order, u.Handle)
 	}
 	s.mu.Unlock()
-	s.poke()
 }
 
 // Reclaim asks the daemon to reclaim (§IV-C) and calls cb with the result.
@@ -283,16 +298,144 @@ func (s *Session) poke() {
 	}
 }
 
-// writeLoop drains the queues: every update pending for this host goes in
-// one SetLimits envelope; all envelopes of a round go in one write.
+// writer state, guarded by Session.wmu: whoever holds it owns the
+// connection's write side.
+type writer struct {
+	buf     []byte
+	left    []byte // unsent tail of a non-blocking write; goes out first
+	sl      pb.SetLimits
+	updates []*Update
+	lus     []pb.LimitUpdate
+	lims    []pb.Limits
+	envs    []verdict
+}
+
+// drain moves everything queued into w.buf (after any leftover bytes).
+// Every update pending for this host goes in one SetLimits envelope.
+func (s *Session) drain(w *writer) error {
+	s.mu.Lock()
+	w.updates = w.updates[:0]
+	for _, h := range s.order {
+		w.updates = append(w.updates, s.pending[h])
+	}
+	clear(s.pending)
+	s.order = s.order[:0]
+	w.envs = s.envs
+	s.envs = nil
+	var id uint64
+	if len(w.updates) > 0 {
+		s.nextID++
+		id = s.nextID
+		var ws []waiter
+		for _, u := range w.updates {
+			for _, cb := range u.merged {
+				ws = append(ws, waiter{u.Handle, u.Gen, cb})
+			}
+			if u.OnApplied != nil {
+				ws = append(ws, waiter{u.Handle, u.Gen, u.OnApplied})
+			}
+		}
+		if ws != nil {
+			s.rpcs[id] = &rpc{deadline: time.Now().Add(s.cfg.RPCTimeout), waiters: ws}
+		}
+	}
+	s.mu.Unlock()
+
+	w.buf = append(w.buf[:0], w.left...)
+	w.left = w.left[:0]
+	var err error
+	if len(w.updates) > 0 {
+		w.lus, w.lims = w.lus[:0], w.lims[:0]
+		w.sl.Updates = w.sl.Updates[:0]
+		for _, u := range w.updates {
+			w.lims = append(w.lims, pb.Limits{CpuQuotaUs: u.QuotaUs, CpuPeriodUs: u.PeriodUs, MemoryLimitBytes: u.MemLimit})
+			w.lus = append(w.lus, pb.LimitUpdate{Handle: u.Handle, Generation: u.Gen})
+		}
+		for i := range w.lus {
+			w.lus[i].Limits = &w.lims[i]
+			w.sl.Updates = append(w.sl.Updates, &w.lus[i])
+		}
+		w.buf, err = wire.AppendEnvelope(w.buf, &pb.Envelope{RequestId: id, Body: &pb.Envelope_SetLimits{SetLimits: &w.sl}})
+	}
+	for _, v := range w.envs {
+		if err != nil {
+			break
+		}
+		w.buf, err = wire.AppendEnvelope(w.buf, v.env)
+	}
+	return err
+}
+
+func (s *Session) observe(w *writer) {
+	o := s.cfg.Observer
+	if o == nil {
+		return
+	}
+	now := time.Now()
+	for _, u := range w.updates {
+		if u.Received != 0 {
+			o.DecisionSent(time.Duration(now.UnixNano() - u.Received))
+		}
+	}
+	for _, v := range w.envs {
+		if !v.received.IsZero() {
+			o.VerdictSent(now.Sub(v.received))
+		}
+	}
+}
+
+// Wake sends what is queued. When nobody is writing, the caller (the UDP
+// reader, which just decided) writes at once with one non-blocking
+// write: no goroutine hand-off, no wait. What the socket does not take
+// is left to the writer goroutine, so a daemon that stops reading can
+// never stall the caller.
+func (s *Session) Wake() {
+	if s.raw == nil || !s.wmu.TryLock() {
+		s.poke()
+		return
+	}
+	w := &s.w
+	if len(w.left) > 0 {
+		s.wmu.Unlock()
+		s.poke()
+		return
+	}
+	err := s.drain(w)
+	if err == nil && len(w.buf) > 0 {
+		var n int
+		var werr error
+		cerr := s.raw.Write(func(fd uintptr) bool {
+			n, werr = unix.Write(int(fd), w.buf)
+			return true // never wait for the socket to drain
+		})
+		switch {
+		case cerr != nil:
+			err = cerr
+		case werr == unix.EAGAIN || werr == unix.EINTR:
+			n = 0
+		case werr != nil:
+			err = werr
+		}
+		if err == nil && n < len(w.buf) {
+			w.left = append(w.left[:0], w.buf[max(n, 0):]...)
+			defer s.poke()
+		}
+	}
+	if err != nil {
+		s.wmu.Unlock()
+		s.conn.Close()
+		return
+	}
+	s.observe(w)
+	s.wmu.Unlock()
+}
+
+// writeLoop sends what is queued whenever woken; all envelopes of a round
+// go in one blocking write (bounded by WriteTimeout).
 func (s *Session) writeLoop() {
 	sweep := time.NewTicker(max(s.cfg.RPCTimeout/4, 10*time.Millisecond))
 	defer sweep.Stop()
-	var buf []byte
-	var sl pb.SetLimits
-	updates := make([]*Update, 0, 64)
-	lus := make([]pb.LimitUpdate, 0, 64)
-	lims := make([]pb.Limits, 0, 64)
+	w := &s.w
 	for {
 		select {
 		case <-s.done:
@@ -302,76 +445,19 @@ func (s *Session) writeLoop() {
 			continue
 		case <-s.wake:
 		}
-		s.mu.Lock()
-		updates = updates[:0]
-		for _, h := range s.order {
-			updates = append(updates, s.pending[h])
-		}
-		clear(s.pending)
-		s.order = s.order[:0]
-		envs := s.envs
-		s.envs = nil
-		var id uint64
-		if len(updates) > 0 {
-			s.nextID++
-			id = s.nextID
-			var ws []waiter
-			for _, u := range updates {
-				for _, cb := range u.merged {
-					ws = append(ws, waiter{u.Handle, u.Gen, cb})
-				}
-				if u.OnApplied != nil {
-					ws = append(ws, waiter{u.Handle, u.Gen, u.OnApplied})
-				}
-			}
-			if ws != nil {
-				s.rpcs[id] = &rpc{deadline: time.Now().Add(s.cfg.RPCTimeout), waiters: ws}
-			}
-		}
-		s.mu.Unlock()
-
-		buf = buf[:0]
-		var err error
-		if len(updates) > 0 {
-			lus, lims = lus[:0], lims[:0]
-			sl.Updates = sl.Updates[:0]
-			for _, u := range updates {
-				lims = append(lims, pb.Limits{CpuQuotaUs: u.QuotaUs, CpuPeriodUs: u.PeriodUs, MemoryLimitBytes: u.MemLimit})
-				lus = append(lus, pb.LimitUpdate{Handle: u.Handle, Generation: u.Gen})
-			}
-			for i := range lus {
-				lus[i].Limits = &lims[i]
-				sl.Updates = append(sl.Updates, &lus[i])
-			}
-			buf, err = wire.AppendEnvelope(buf, &pb.Envelope{RequestId: id, Body: &pb.Envelope_SetLimits{SetLimits: &sl}})
-		}
-		for _, v := range envs {
-			if err != nil {
-				break
-			}
-			buf, err = wire.AppendEnvelope(buf, v.env)
-		}
-		if err == nil && len(buf) > 0 {
+		s.wmu.Lock()
+		err := s.drain(w)
+		if err == nil && len(w.buf) > 0 {
 			s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
-			_, err = s.conn.Write(buf)
+			_, err = s.conn.Write(w.buf)
 		}
 		if err != nil {
+			s.wmu.Unlock()
 			s.conn.Close() // reader ends, shutdown fails the callbacks
 			return
 		}
-		if o := s.cfg.Observer; o != nil {
-			now := time.Now()
-			for _, u := range updates {
-				if u.Received != 0 {
-					o.DecisionSent(time.Duration(now.UnixNano() - u.Received))
-				}
-			}
-			for _, v := range envs {
-				if !v.received.IsZero() {
-					o.VerdictSent(now.Sub(v.received))
-				}
-			}
-		}
+		s.observe(w)
+		s.wmu.Unlock()
 	}
 }
 

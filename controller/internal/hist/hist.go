@@ -55,3 +55,12 @@ func (h *H) MeanUs() float64 {
 	}
 	return float64(h.sumUs.Load()) / float64(n)
 }
+
+// Reset empties the histogram (benchmarks drop their warm-up).
+func (h *H) Reset() {
+	for i := range h.b {
+		h.b[i].Store(0)
+	}
+	h.n.Store(0)
+	h.sumUs.Store(0)
+}
