@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDebVersion(t *testing.T) {
@@ -89,6 +90,25 @@ func TestPackages(t *testing.T) {
 		if !strings.Contains(dk, f) {
 			t.Errorf("escra-dkms lacks %s:\n%s", f, dk)
 		}
+	}
+
+	// The shipped escrad.yaml is one escrad accepts (it refuses unknown keys):
+	// with it, escrad starts and waits for its (absent) engine.
+	cmd := exec.Command(filepath.Join(bin, "escrad"), "--config", "../../etc/escrad.yaml",
+		"--docker-host", "unix://"+filepath.Join(t.TempDir(), "none.sock"), "--metrics-listen", "")
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Fatalf("escrad exited with the shipped config: %v\n%s", err, log.String())
+	case <-time.After(1500 * time.Millisecond):
+		cmd.Process.Kill()
+		<-done
 	}
 
 	installInDebianRoot(t, debs, version)
