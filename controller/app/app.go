@@ -342,9 +342,11 @@ func (s *Shard) verdict(m *member, r oomReq, granted bool, limit int64, reason s
 func (s *Shard) startReclaim(keys []allocator.Key) {
 	byHost := map[Host][]uint32{}
 	var hosts []Host
-	if keys == nil {
+	if keys == nil { // periodic: every member with an assigned limit
 		for _, m := range s.a.Members() {
-			keys = append(keys, m.Key)
+			if m.MemLimit > 0 {
+				keys = append(keys, m.Key)
+			}
 		}
 	}
 	for _, k := range keys {
