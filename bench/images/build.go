@@ -53,7 +53,7 @@ var (
 )
 
 // Text files nginx serves, gzipped at level 9 on every request.
-var NginxFiles = map[string]int{"/srv/www/1m.txt": 1 << 20, "/srv/www/4m.txt": 4 << 20}
+var NginxFiles = map[string]int{"/srv/www/64k.txt": 64 << 10, "/srv/www/1m.txt": 1 << 20, "/srv/www/4m.txt": 4 << 20}
 
 func goFill(pkg, dst string) func(string, *Rootfs) error {
 	return func(repoRoot string, r *Rootfs) error {

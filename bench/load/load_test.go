@@ -291,7 +291,7 @@ func TestRedisBenchmarkAndWrkAgainstRealServers(t *testing.T) {
 
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
 	defer srv.Close()
-	wr, err := RunWrk(ctx, WrkRun{URL: srv.URL, Conns: 2, Duration: time.Second})
+	wr, err := RunWrk(ctx, WrkRun{URL: srv.URL, Conns: 2, Duration: time.Second, Timeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func RunWrk(ctx context.Context, w WrkRun) (Result, error) {
 	args := []string{"-t", strconv.Itoa(threads), "-c", strconv.Itoa(conns),
 		"-d", fmt.Sprintf("%ds", max(1, int(w.Duration.Seconds()))), "-s", f.Name()}
 	if w.Timeout > 0 {
-		args = append(args, "--timeout", fmt.Sprintf("%dms", w.Timeout.Milliseconds()))
+		args = append(args, "--timeout", fmt.Sprintf("%ds", max(1, int(w.Timeout.Seconds()))))
 	}
 	for _, h := range w.Header {
 		args = append(args, "-H", h)

@@ -64,6 +64,10 @@ type Runner struct {
 	Applier Applier
 	// New makes the recommender of one container.
 	New func(id string) recommender.Recommender
+	// Warmup keeps the container's initial limits until the recommender
+	// has seen this much history (a recommender in production starts
+	// from the user's limits, not from one idle second).
+	Warmup time.Duration
 
 	mu      sync.Mutex
 	recs    map[string]*state
@@ -78,6 +82,7 @@ type state struct {
 	applied recommender.Limits
 	started bool
 	lastMem float64
+	first   time.Time
 }
 
 // changed ignores differences below 1 % (and below one quota/page step),
@@ -107,6 +112,12 @@ func (r *Runner) OnSample(s sampler.Snapshot) {
 		}
 		st.lastMem = c.MemUsage
 		st.rec.Observe(recommender.Sample{T: s.T, CPU: c.CPUUsage, MemBytes: c.MemUsage})
+		if st.first.IsZero() {
+			st.first = s.T
+		}
+		if s.T.Sub(st.first) < r.Warmup {
+			continue
+		}
 		if st.started && (st.rec.Interval() <= 0 || s.T.Before(st.next)) {
 			continue
 		}

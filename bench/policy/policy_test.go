@@ -53,6 +53,21 @@ func TestRunnerAppliesAtTheRecommenderInterval(t *testing.T) {
 	if app.got[1].CPU <= app.got[0].CPU {
 		t.Errorf("CPU limit did not follow the step: %+v", app.got)
 	}
+	// With a 2 s warm-up the first apply waits for 2 s of history.
+	app3 := &recordingApplier{}
+	r3 := &Runner{Applier: app3, Warmup: 2 * time.Second, New: func(string) recommender.Recommender {
+		return recommender.NewVPA(recommender.DefaultVPA(time.Second))
+	}}
+	for i := 0; i < 25; i++ {
+		r3.OnSample(sampler.Snapshot{T: t0.Add(time.Duration(i) * 100 * time.Millisecond),
+			Per: []sampler.ContainerSample{{ID: "c", CPUUsage: 0.5, MemUsage: 50 << 20, Valid: true}}})
+		if i < 20 && len(app3.got) > 0 {
+			t.Fatalf("applied at sample %d, inside the warm-up", i)
+		}
+	}
+	if len(app3.got) != 1 {
+		t.Errorf("applied %d times after the warm-up, want 1", len(app3.got))
+	}
 	// Static applies once.
 	app2 := &recordingApplier{}
 	r2 := &Runner{Applier: app2, New: func(string) recommender.Recommender {

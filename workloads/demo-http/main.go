@@ -14,8 +14,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -81,14 +81,20 @@ func main() {
 			var hold int
 			hold, err = intParam(r, "hold", 100, 600000)
 			if err == nil {
-				b := make([]byte, mib<<20)
+				// mmap/munmap rather than the Go heap: the pages are charged
+				// when touched and uncharged at once when released, so the
+				// cgroup's usage follows the requests (no GC or scavenger lag).
+				b, merr := syscall.Mmap(-1, 0, mib<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+				if merr != nil {
+					http.Error(w, merr.Error(), http.StatusServiceUnavailable)
+					return
+				}
 				for i := 0; i < len(b); i += 4096 { // touch every page so it is charged
 					b[i] = 1
 				}
 				time.Sleep(time.Duration(hold) * time.Millisecond)
 				fmt.Fprintf(w, "%d\n", len(b)>>20)
-				b = nil
-				debug.FreeOSMemory() // give the pages back so usage falls again
+				syscall.Munmap(b)
 				return
 			}
 		}

@@ -4,8 +4,8 @@
 //
 //	ws(t) = min + (max-min) * (1 - cos(2πt/period)) / 2
 //
-// stepping every -step; pages are touched when grown and returned to the
-// kernel when shrunk, so the cgroup's usage follows ws(t).
+// stepping every -step; pages are touched when grown and unmapped when
+// shrunk, so the cgroup's usage follows ws(t).
 package main
 
 import (
@@ -14,7 +14,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"runtime/debug"
+	"syscall"
 	"time"
 )
 
@@ -43,20 +43,22 @@ func main() {
 		}
 		phase := 2 * math.Pi * t.Seconds() / period.Seconds()
 		want := *minMiB + int(math.Round(float64(*maxMiB-*minMiB)*(1-math.Cos(phase))/2))
-		shrunk := false
 		for len(chunks) < want {
-			c := make([]byte, 1<<20)
+			// mmap'd chunks: charged when touched, uncharged at munmap,
+			// so the cgroup's usage follows ws(t) without GC lag.
+			c, err := syscall.Mmap(-1, 0, 1<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "memwave: mmap:", err)
+				os.Exit(1)
+			}
 			for i := 0; i < len(c); i += 4096 {
 				c[i] = 1
 			}
 			chunks = append(chunks, c)
 		}
-		if len(chunks) > want {
-			for i := want; i < len(chunks); i++ {
-				chunks[i] = nil
-			}
-			chunks = chunks[:want]
-			shrunk = true
+		for len(chunks) > want {
+			syscall.Munmap(chunks[len(chunks)-1])
+			chunks = chunks[:len(chunks)-1]
 		}
 		if *touch {
 			for _, c := range chunks {
@@ -64,9 +66,6 @@ func main() {
 					c[i]++
 				}
 			}
-		}
-		if shrunk {
-			debug.FreeOSMemory()
 		}
 		if now.Sub(lastLog) >= time.Second {
 			slog.Info("memwave", "t_s", int(t.Seconds()), "working_set_mib", len(chunks))

@@ -1,0 +1,192 @@
+// Package matrix runs the benchmark matrix of issue 7: for every workload,
+// load and policy it starts fresh containers, lets the policy manage them,
+// drives the load with a real client, samples slack every 100 ms and
+// records one report.Run. Static limits come from a profiling run of the
+// same workload and load without limits (seed 000 §VI-B).
+package matrix
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/escra-dev/escra/bench/images"
+	"github.com/escra-dev/escra/bench/load"
+)
+
+// Workload is one application under test.
+type Workload struct {
+	Name     string
+	Image    images.Spec
+	Replicas int
+	// Cmd is the command of replica i listening on port.
+	Cmd func(i, port int) []string
+	// Loads this workload is driven with (names given to Client).
+	Loads []string
+	// Ready waits until every replica answers.
+	Ready func(ctx context.Context, ports []int) error
+	// Client drives the load and reports what the client measured.
+	Client func(ctx context.Context, loadName string, ports []int, d time.Duration, seed int64, progress func(string)) (load.Result, error)
+}
+
+func waitTCP(ctx context.Context, ports []int) error {
+	for _, p := range ports {
+		for {
+			c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", p), time.Second)
+			if err == nil {
+				c.Close()
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("port %d never listened: %w", p, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func waitHTTP(path string) func(context.Context, []int) error {
+	return func(ctx context.Context, ports []int) error {
+		for _, p := range ports {
+			url := fmt.Sprintf("http://127.0.0.1:%d%s", p, path)
+			for {
+				resp, err := http.Get(url)
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == 200 {
+						break
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("%s never answered: %w", url, ctx.Err())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// httpClient drives vegeta with one of the seed shapes at scale over urls.
+func httpClient(scale float64, urls func(ports []int) []string, header http.Header) func(context.Context, string, []int, time.Duration, int64, func(string)) (load.Result, error) {
+	return func(ctx context.Context, name string, ports []int, d time.Duration, seed int64, progress func(string)) (load.Result, error) {
+		shape, err := load.ShapeByName(name, scale, seed)
+		if err != nil {
+			return load.Result{}, err
+		}
+		return load.RunHTTP(ctx, load.HTTPRun{URLs: urls(ports), Shape: shape, Duration: d, Timeout: 5 * time.Second,
+			Header: header, Progress: progress})
+	}
+}
+
+// Workloads are the applications of the benchmark.
+var Workloads = []Workload{
+	{
+		// Two replicas of the demo service: 3 of 4 requests burn 3 ms of
+		// CPU, 1 of 4 holds 16 MiB for 100 ms, so CPU and memory both
+		// follow the load.
+		Name: "demo-http", Image: images.DemoHTTP, Replicas: 2,
+		Cmd:   func(_, port int) []string { return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)} },
+		Loads: []string{"fixed", "exp", "burst", "trace"},
+		Ready: waitHTTP("/healthz"),
+		Client: httpClient(0.25, func(ports []int) []string {
+			var u []string
+			for k := 0; k < 3; k++ {
+				for _, p := range ports {
+					u = append(u, fmt.Sprintf("http://127.0.0.1:%d/cpu?ms=3", p))
+				}
+			}
+			for _, p := range ports {
+				u = append(u, fmt.Sprintf("http://127.0.0.1:%d/mem?mib=16&hold=100", p))
+			}
+			return u
+		}, nil),
+	},
+	{
+		// nginx gzip-9 of a 64 KiB text (≈ 11 ms of CPU per request).
+		Name: "nginx", Image: images.Nginx, Replicas: 1,
+		Cmd:   func(_, port int) []string { return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)} },
+		Loads: []string{"fixed", "exp", "burst", "trace", "wrk"},
+		Ready: waitHTTP("/healthz"),
+		Client: func(ctx context.Context, name string, ports []int, d time.Duration, seed int64, progress func(string)) (load.Result, error) {
+			url := fmt.Sprintf("http://127.0.0.1:%d/64k.txt", ports[0])
+			if name == "wrk" {
+				return load.RunWrk(ctx, load.WrkRun{URL: url, Threads: 1, Conns: 4, Duration: d, Header: []string{"Accept-Encoding: gzip"}, Timeout: 5 * time.Second})
+			}
+			return httpClient(0.1, func([]int) []string { return []string{url} }, http.Header{"Accept-Encoding": {"gzip"}})(ctx, name, ports, d, seed, progress)
+		},
+	},
+	{
+		Name: "redis", Image: images.Redis, Replicas: 1,
+		Cmd:    func(_, port int) []string { return []string{"--port", fmt.Sprint(port)} },
+		Loads:  []string{"redis-benchmark"},
+		Ready:  waitTCP,
+		Client: redisClient,
+	},
+	{
+		// No client: the working set waves between 32 and 192 MiB every 20 s.
+		Name: "memwave", Image: images.Memwave, Replicas: 1,
+		Cmd:   func(_, _ int) []string { return []string{"-min", "32", "-max", "192", "-period", "20s"} },
+		Loads: []string{"wave"},
+		Ready: func(context.Context, []int) error { return nil },
+		Client: func(ctx context.Context, _ string, _ []int, d time.Duration, _ int64, _ func(string)) (load.Result, error) {
+			select {
+			case <-ctx.Done():
+				return load.Result{}, ctx.Err()
+			case <-time.After(d):
+			}
+			return load.Result{Tool: "none", Shape: "wave", DurationS: d.Seconds()}, nil
+		},
+	},
+}
+
+// redisClient runs redis-benchmark (closed loop, SET and GET, 10 clients)
+// in chunks of 20000 requests until d has passed. Chunks are combined as
+// total requests over total time; p50 is the chunks' mean, p99, p99.9 and
+// max are their maxima (conservative).
+func redisClient(ctx context.Context, _ string, ports []int, d time.Duration, _ int64, progress func(string)) (load.Result, error) {
+	start := time.Now()
+	out := load.Result{Tool: "redis-benchmark", Shape: "closed", Test: "SET+GET"}
+	var p50 float64
+	n := 0
+	for time.Since(start) < d {
+		rs, err := load.RunRedisBenchmark(ctx, load.RedisRun{Port: ports[0], Clients: 10, Requests: 20000, Tests: []string{"set", "get"}})
+		if err != nil {
+			return out, err
+		}
+		for _, r := range rs {
+			out.Requests += r.Requests
+			out.Successes += r.Successes
+			out.DurationS += r.DurationS
+			p50 += r.P50Us
+			n++
+			out.MeanUs += r.MeanUs
+			out.P99Us = max(out.P99Us, r.P99Us)
+			out.P999Us = max(out.P999Us, r.P999Us)
+			out.MaxUs = max(out.MaxUs, r.MaxUs)
+		}
+	}
+	if n > 0 {
+		out.P50Us = p50 / float64(n)
+		out.MeanUs /= float64(n)
+	}
+	if out.DurationS > 0 {
+		out.ThroughputRPS = float64(out.Successes) / out.DurationS
+	}
+	return out, nil
+}
+
+// WorkloadByName finds a workload.
+func WorkloadByName(name string) (Workload, bool) {
+	for _, w := range Workloads {
+		if w.Name == name {
+			return w, true
+		}
+	}
+	return Workload{}, false
+}
