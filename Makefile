@@ -51,7 +51,8 @@ vm-test: ## boot the patched kernel in QEMU and run the kernel-path scenarios
 	@vm-tests/run.sh
 
 bench: ## quick benchmark report against the peers (FULL=1 for the full matrix)
-	@scripts/not-yet.sh bench "the benchmark issue"
+	@scripts/setup.sh
+	@FULL=$(FULL) scripts/bench/run.sh
 
 bench-controller: ## controller containers-per-core and decision latency
 	@scripts/bench/controller.sh

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# make bench: the comparison of seed 000 §VI against Static, Autopilot-style
+# and VPA-style limits on real workloads and clients (issue 7).
+#   make bench           quick matrix (about 12 minutes)
+#   make bench FULL=1    every load and policy, 60 s runs, 3 repetitions
+# Writes results/bench/{results.json,report.md,summary.json,plots/}.
+# Extra flags for bench-run go in BENCH_ARGS (e.g. BENCH_ARGS="-no-escra").
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=/usr/local/go/bin:$PATH
+
+for t in docker wrk redis-benchmark; do
+	command -v "$t" >/dev/null || { echo "bench: $t missing (run make setup)" >&2; exit 1; }
+done
+timeout 10 docker version >/dev/null 2>&1 || { echo "bench: no Docker engine answers (run make setup)" >&2; exit 1; }
+# escrad and escra-controller come from this tree; the workloads from bench/images.
+make --no-print-directory build >/dev/null
+
+args=(-out results/bench -bin bin)
+[ "${FULL:-0}" = 1 ] && args+=(-full)
+# shellcheck disable=SC2206
+[ -n "${BENCH_ARGS:-}" ] && args+=(${BENCH_ARGS})
+mkdir -p results/bench
+go build -o bin/bench-run ./bench/cmd/bench-run
+exec bin/bench-run "${args[@]}"
