@@ -141,12 +141,28 @@ containerd_of() {
 	[ -n "$pid" ] && grep -q '^containerd' "/proc/$pid/comm" 2>/dev/null && echo "$pid"
 }
 
+# shims_of N: containerd shims of engine hN (they outlive a killed
+# containerd); they name the engine's own containerd socket.
+shims_of() {
+	local sockpath="$RUN/h$1/exec/containerd/containerd.sock" p cmd
+	for p in /proc/[0-9]*; do
+		cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+		case $cmd in
+		*containerd-shim*"-address $sockpath "*) echo "${p#/proc/}" ;;
+		esac
+	done
+}
+
 # clean_engine N: everything of engine hN once its dockerd is gone.
 clean_engine() {
 	local n=$1 pid st
 	if pid=$(containerd_of "$n"); then
 		st=$(starttime "$pid") && stop_pid "$pid" "$st"
 	fi
+	# A shim whose containerd is gone has nothing left to do: no grace period.
+	for pid in $(shims_of "$n"); do
+		kill -KILL "$pid" 2>/dev/null || true
+	done
 	clean_cgroups "$n"
 	unmount_under "$RUN/h$n"
 	unmount_under "$LIB/h$n"

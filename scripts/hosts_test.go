@@ -92,6 +92,13 @@ func leftovers() []string {
 			}
 		}
 	}
+	// Processes of the engines (dockerd, containerd, shims) name their dirs.
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), "/run/"+hostsName+"/") {
+			left = append(left, "process: "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
 	filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return nil
