@@ -54,8 +54,9 @@ type env struct {
 	stdout     io.Writer
 	stderr     io.Writer
 	controller string
-	width      int  // terminal columns; 0 when not a terminal
-	tty        bool // stdout is a terminal: top redraws in place
+	width      int      // terminal columns; 0 when not a terminal
+	tty        bool     // stdout is a terminal: top redraws in place
+	term       *os.File // the terminal, to follow resizes; nil in tests
 }
 
 func main() {
@@ -63,6 +64,9 @@ func main() {
 	defer stop()
 	e := &env{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr}
 	e.width, e.tty = terminalWidth(os.Stdout)
+	if e.tty {
+		e.term = os.Stdout
+	}
 	os.Exit(run(e, os.Args[1:]))
 }
 

@@ -343,7 +343,7 @@ func TestTopThrottleRate(t *testing.T) {
 func TestTopLiveStopsOnCancel(t *testing.T) {
 	f, srv := newFake(t)
 	sample(f)
-	ctx, cancel := context.WithTimeout(context.Background(), 350*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	r := runCLICtx(t, ctx, "--controller", srv.URL, "top", "--interval", "100ms")
 	if r.code != 0 || strings.Count(r.stdout, "escractl top") < 2 {

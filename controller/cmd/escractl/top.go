@@ -45,6 +45,11 @@ func cmdTop(e *env, args []string) error {
 	tick := time.NewTicker(*interval)
 	defer tick.Stop()
 	for {
+		if e.term != nil {
+			if w, ok := terminalWidth(e.term); ok {
+				e.width = w // follow a resized terminal
+			}
+		}
 		var frame bytes.Buffer
 		if err := st.frame(e, c, app, &frame); err != nil {
 			return err
