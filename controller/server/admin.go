@@ -25,8 +25,9 @@ type metrics struct {
 	decisionLatency prometheus.Histogram
 	verdictLatency  prometheus.Histogram
 
-	mu    sync.Mutex
-	dropN map[string]*atomic.Uint64
+	mu       sync.Mutex
+	dropN    map[string]*atomic.Uint64
+	decCache sync.Map // reason → prometheus.Counter
 }
 
 var latencyBuckets = []float64{25e-6, 50e-6, 100e-6, 200e-6, 400e-6, 800e-6, 1.6e-3, 3.2e-3, 6.4e-3, 12.8e-3, 25.6e-3, 0.1, 1}
@@ -51,8 +52,17 @@ func newMetrics(s *Server) *metrics {
 	return m
 }
 
-// Decision implements app.Counters.
-func (m *metrics) Decision(kind string) { m.decisions.WithLabelValues(kind).Inc() }
+// Decision implements app.Counters. Counters are cached per reason: this
+// runs for every decision.
+func (m *metrics) Decision(kind string) {
+	if c, ok := m.decCache.Load(kind); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := m.decisions.WithLabelValues(kind)
+	m.decCache.Store(kind, c)
+	c.Inc()
+}
 
 // BadStat implements app.Counters.
 func (m *metrics) BadStat(reason string) { m.bad(reason, 1) }

@@ -40,7 +40,7 @@ type opts struct {
 	oomRate        float64
 	out            string
 	clkTck         float64
-	label          string
+	prefix         string
 	latencyFloorUs int64
 }
 
@@ -58,6 +58,7 @@ func main() {
 	flag.Float64Var(&o.oomRate, "oom-rate", 50, "OOM requests per second (all hosts)")
 	flag.StringVar(&o.out, "out", "results/controller", "output directory")
 	flag.Float64Var(&o.clkTck, "clk-tck", 100, "kernel USER_HZ for /proc/PID/stat")
+	flag.StringVar(&o.prefix, "controller-prefix", "", "how the controller was started (for the report)")
 	flag.Parse()
 	if o.pid <= 0 || o.containers < 1 || o.hosts < 1 || o.apps < 1 || o.containers > 1<<20 || o.hosts > o.containers {
 		fmt.Fprintln(os.Stderr, "loadgen: need --pid, containers >= hosts >= 1, apps >= 1")
@@ -313,7 +314,10 @@ func run(o opts) error {
 		}
 		return xs[min(int(p*float64(len(xs))), len(xs)-1)]
 	}
+	load, _ := os.ReadFile("/proc/loadavg")
 	sum := map[string]any{
+		"controller_prefix":             o.prefix,
+		"load_average_1m_end":           strings.Fields(string(load) + " ?")[0],
 		"containers":                    o.containers,
 		"hosts":                         o.hosts,
 		"apps":                          o.apps,
@@ -358,7 +362,8 @@ func run(o opts) error {
 
 %d simulated containers on %d simulated hosts in %d Distributed Containers, loopback,
 telemetry every %v, OOM requests at %.0f/s, measured for %.0f s after a %v warm-up.
-The controller ran as its own process (PID %d); its CPU comes from /proc/%d/stat.
+The controller ran as its own process (PID %d, started with prefix %q); its CPU comes from
+/proc/%d/stat. Machine load average at the end: %s (other jobs share this machine).
 
 | metric | value | floor |
 |---|---|---|
@@ -375,7 +380,7 @@ The controller ran as its own process (PID %d); its CPU comes from /proc/%d/stat
 | apps with Σ quotas > Ω at the end | %d | 0 |
 
 Floors met: %v. Seed 000 §VI-I reports 1,192 containers per core (5.7%% of a core for 68).
-`, o.containers, o.hosts, o.apps, o.period, o.oomRate, wall, o.warmup, o.pid, o.pid,
+`, o.containers, o.hosts, o.apps, o.period, o.oomRate, wall, o.warmup, o.pid, o.prefix, o.pid, sum["load_average_1m_end"],
 		cores, sum["containers_per_core"], after.DecisionLatencyP50Us, after.DecisionLatencyP99Us,
 		sum["decisions_per_s"], sum["stats_per_s"], sum["wire_bytes_per_stat"],
 		after.OOMVerdictP50Us, after.OOMVerdictP99Us, oomSent.Load(), oomGranted.Load(), oomFailed.Load(),
