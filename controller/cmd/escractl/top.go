@@ -52,6 +52,9 @@ func cmdTop(e *env, args []string) error {
 		}
 		var frame bytes.Buffer
 		if err := st.frame(e, c, app, &frame); err != nil {
+			if e.ctx.Err() != nil {
+				return nil // Ctrl-C during a request: a clean end, not an error
+			}
 			return err
 		}
 		if e.tty && !*once {
