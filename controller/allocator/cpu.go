@@ -68,6 +68,9 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 		UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order)}
 	q, r := a.Policy.NextQuota(in)
 	q = a.clampQuota(m, q)
+	if d := q - m.QuotaUs; d < a.P.MinStepUs && -d < a.P.MinStepUs && m.QuotaUs >= a.floorUs(len(a.order)) {
+		return Decision{}, nil
+	}
 	return a.decide(m, q, 0, r), nil
 }
 

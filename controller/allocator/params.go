@@ -28,6 +28,9 @@ type Params struct {
 	Period time.Duration `json:"period" yaml:"period"`
 	// CPUFloorUs is the smallest quota (µs per period) a member is cut to.
 	CPUFloorUs int64 `json:"cpu_floor_us" yaml:"cpu_floor_us"`
+	// MinStepUs: a telemetry-driven quota change smaller than this is not
+	// sent (a cgroup write and an RPC for a few µs buy nothing).
+	MinStepUs int64 `json:"min_step_us" yaml:"min_step_us"`
 	// OOMStepBytes is the fixed grant per OOM request (§IV-D-2).
 	OOMStepBytes int64 `json:"oom_step_bytes" yaml:"oom_step_bytes"`
 	// SafeMarginBytes is δ of the reclaim rule limit → usage + δ (§IV-C).
@@ -38,7 +41,8 @@ const MiB = 1 << 20
 
 // DefaultParams: κ = 0.8, γ = 0.2, Υ = 20, δ = 50 MiB and a 100 ms period
 // are the paper's; n = 10 (one second of history), a 5 ms floor (0.05
-// core) and a 64 MiB OOM step are ours (the paper gives no values).
+// core), a 100 µs minimum step and a 64 MiB OOM step are ours (the paper
+// gives no values).
 func DefaultParams() Params {
 	return Params{
 		Window:          10,
@@ -47,6 +51,7 @@ func DefaultParams() Params {
 		Kappa:           0.8,
 		Period:          100 * time.Millisecond,
 		CPUFloorUs:      5000,
+		MinStepUs:       100,
 		OOMStepBytes:    64 * MiB,
 		SafeMarginBytes: 50 * MiB,
 	}
@@ -70,6 +75,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("period %v: want 1ms..1s (CFS limits)", p.Period)
 	case p.CPUFloorUs < 1000 || p.CPUFloorUs > p.PeriodUs():
 		return fmt.Errorf("cpu floor %dus: want 1000us..period (CFS minimum quota is 1ms)", p.CPUFloorUs)
+	case p.MinStepUs < 0 || p.MinStepUs > p.PeriodUs():
+		return fmt.Errorf("min step %dus: want 0..period", p.MinStepUs)
 	case p.OOMStepBytes < 4096:
 		return errors.New("oom step: want at least one page")
 	case p.SafeMarginBytes < 0:

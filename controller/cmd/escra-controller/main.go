@@ -105,6 +105,8 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&p.Period, "period", p.Period, "CFS period the allocator decides for")
 	floor := time.Duration(p.CPUFloorUs) * time.Microsecond
 	fs.DurationVar(&floor, "cpu-floor", floor, "smallest quota per period a container is cut to")
+	minStep := time.Duration(p.MinStepUs) * time.Microsecond
+	fs.DurationVar(&minStep, "min-step", minStep, "smallest quota change worth sending")
 	fs.DurationVar(&cfg.ReclaimEvery, "reclaim-every", cfg.ReclaimEvery, "periodic memory reclaim interval (0: off)")
 	fs.Var(bytesFlag{&p.SafeMarginBytes}, "safe-margin", "δ: reclaim sets limit = usage + δ")
 	fs.Var(bytesFlag{&p.OOMStepBytes}, "oom-step", "memory granted per OOM request")
@@ -135,6 +137,7 @@ func run(args []string, stderr io.Writer) int {
 		return fail("--log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	p.CPUFloorUs = floor.Microseconds()
+	p.MinStepUs = minStep.Microseconds()
 	if err := p.Validate(); err != nil {
 		return fail("%v", err)
 	}
