@@ -144,13 +144,14 @@ containerd_of() {
 # shims_of N: containerd shims of engine hN (they outlive a killed
 # containerd); they name the engine's own containerd socket.
 shims_of() {
-	local sockpath="$RUN/h$1/exec/containerd/containerd.sock" p cmd
-	for p in /proc/[0-9]*; do
-		cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
-		case $cmd in
-		*containerd-shim*"-address $sockpath "*) echo "${p#/proc/}" ;;
-		esac
+	local sockpath="$RUN/h$1/exec/containerd/containerd.sock" f pid
+	# One grep over every cmdline (a fork per process is slow on a busy host).
+	for f in $(grep -l -a -F -- "$sockpath" /proc/[0-9]*/cmdline 2>/dev/null); do
+		pid=${f#/proc/}
+		pid=${pid%/cmdline}
+		grep -q '^containerd-shim' "/proc/$pid/comm" 2>/dev/null && echo "$pid"
 	done
+	return 0
 }
 
 # clean_engine N: everything of engine hN once its dockerd is gone.
@@ -191,9 +192,14 @@ start_engine() { # start_engine N
 	pid=$!
 	sleep 0.2
 	record "dockerd-h$n" "$pid"
+}
+
+# wait_engine N: until engine hN answers (engines start in parallel).
+wait_engine() {
+	local n=$1 r pid
 	for _ in $(seq 1 300); do
 		engine_ok "$n" && return 0
-		kill -0 "$pid" 2>/dev/null || break
+		r=$(recorded "dockerd-h$n") || break
 		sleep 0.2
 	done
 	tail -5 "$RUN/logs/dockerd-h$n.log" >&2
@@ -239,6 +245,9 @@ cmd_up() {
 	for n in $(seq 1 "$k"); do
 		start_engine "$n"
 	done
+	for n in $(seq 1 "$k"); do
+		wait_engine "$n"
+	done
 	if [ "$want_escrad" = 1 ] && [ -x bin/escrad ]; then
 		for n in $(seq 1 "$k"); do
 			metrics=()
@@ -261,16 +270,25 @@ cmd_down() {
 			case $name in escrad-* | controller) stop_pid "$pid" "$st" ;; esac
 		done <"$PIDS"
 	fi
-	# Engines: remove their containers while they answer, then stop them.
+	# Engines: remove their containers while they answer, then stop them
+	# all at once (TERM each, then wait for each).
+	local engines=() r
 	for d in "$RUN"/h* "$LIB"/h*; do
 		[ -e "$d" ] || continue
 		n=${d##*/h}
 		[[ $n =~ ^[0-9]+$ ]] || continue
+		[[ " ${engines[*]} " == *" $n "* ]] && continue
+		engines+=("$n")
 		if engine_ok "$n"; then
 			ids=$(docker -H "$(sock "$n")" ps -aq 2>/dev/null || true)
 			# shellcheck disable=SC2086
 			[ -n "$ids" ] && docker -H "$(sock "$n")" rm -f $ids >/dev/null 2>&1 || true
 		fi
+		if r=$(recorded "dockerd-h$n"); then
+			kill -TERM "${r%% *}" 2>/dev/null || true
+		fi
+	done
+	for n in "${engines[@]}"; do
 		stop_named "dockerd-h$n"
 		clean_engine "$n"
 		rm -rf --one-file-system "$LIB/h$n" 2>/dev/null || say "h$n: could not remove all of $LIB/h$n"
