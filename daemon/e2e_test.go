@@ -48,6 +48,9 @@ func startAgent(t *testing.T, host, ctl string, mod func(*agent.Config)) *agent.
 		HostID: "e2e-" + t.Name(), Controller: ctl, Period: 100 * time.Millisecond,
 		OOMDeadline: 200 * time.Millisecond, Heartbeat: 200 * time.Millisecond,
 		Backend: agent.BackendCgroupfs, Docker: cli, Log: testLog(t),
+		// Only this test's containers: other work on the shared engine
+		// is never touched.
+		Apps: []string{appLabel(t)[containers.AppLabel]},
 	}
 	if mod != nil {
 		mod(&cfg)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -51,7 +52,13 @@ type Config struct {
 	Backend     string        // auto, kernel, cgroupfs
 	Docker      *client.Client
 	Cgroups     []containers.CgroupSpec
-	Log         *slog.Logger
+	// Apps, when not empty, limits management to these escra.app values
+	// (several escrads, or tests and benchmarks, sharing one engine).
+	Apps []string
+	Log  *slog.Logger
+	// NoParentShortcut turns off the cgroupfs sampler's idle-parent check
+	// (benchmarks measure what it saves).
+	NoParentShortcut bool
 	// OnOOMRescue, when set, sees every rescue latency (OOM wake-up to the
 	// raised limit written); the benchmark uses it.
 	OnOOMRescue func(time.Duration)
@@ -127,6 +134,11 @@ func New(cfg Config) (*Agent, error) {
 	if err := (containers.Static{Specs: cfg.Cgroups}).Validate(); err != nil {
 		return nil, err
 	}
+	for _, app := range cfg.Apps {
+		if err := containers.ValidateApp(app); err != nil {
+			return nil, fmt.Errorf("apps: %w", err)
+		}
+	}
 	a := &Agent{cfg: cfg, log: cfg.Log, app: limits.New(), byID: map[string]*managed{}, byH: map[uint32]*managed{},
 		reg: prometheus.NewRegistry(), cgVer: cgroups.HostVersion(), started: make(chan struct{})}
 	a.m = newMetrics(a.reg, a)
@@ -156,6 +168,7 @@ func New(cfg Config) (*Agent, error) {
 			return nil, err
 		}
 		cs.Limits = a.cpuLimits
+		cs.NoParentShortcut = cfg.NoParentShortcut
 		a.src = cs
 	}
 	if cfg.Docker != nil {
@@ -281,6 +294,10 @@ func (a *Agent) handle(ev containers.Event) {
 }
 
 func (a *Agent) add(c containers.Container) {
+	if len(a.cfg.Apps) > 0 && !slices.Contains(a.cfg.Apps, c.App) {
+		a.log.Debug("not managing container of another app", "name", c.Name, "app", c.App)
+		return
+	}
 	var p cgroups.Paths
 	var err error
 	if c.Pid > 0 {
@@ -439,11 +456,9 @@ func (a *Agent) MemoryUsage() *pb.MemoryUsage {
 			continue
 		}
 		cur, _ := m.e.Current()
-		s := &pb.MemoryUsage_Sample{Handle: m.h, UsageBytes: uint64(max(u, 0)), LimitBytes: cur.MemoryBytes}
-		if ns, err := m.g.ReadInt(cgroups.CPUAcctUsage); err == nil && ns > 0 {
-			s.CpuUsageUs = uint64(ns) / 1000
-		}
-		mu.Samples = append(mu.Samples, s)
+		// CPU usage travels in the per-period telemetry; the snapshot
+		// stays one read per container (it runs every heartbeat).
+		mu.Samples = append(mu.Samples, &pb.MemoryUsage_Sample{Handle: m.h, UsageBytes: uint64(max(u, 0)), LimitBytes: cur.MemoryBytes})
 	}
 	return mu
 }

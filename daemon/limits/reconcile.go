@@ -19,14 +19,15 @@ type Updater interface {
 
 // Reconciler tells Docker about limits the fast path already wrote, so
 // docker inspect (and a later docker restart) agrees with the cgroup. It
-// batches marks for Window, retries failures with backoff, and re-writes
+// batches marks for Window (docker update costs a runc run, tens of ms
+// of CPU, so an OOM storm must not turn into a docker update storm), retries failures with backoff, and re-writes
 // the cgroup when a newer fast-path change raced with a docker update (runc
 // would otherwise have written the older values back).
 type Reconciler struct {
 	A      *Applier
 	Docker Updater
 	Log    *slog.Logger
-	Window time.Duration // batching window (default 20 ms)
+	Window time.Duration // batching window (default 250 ms)
 
 	mu    sync.Mutex
 	dirty map[uint32]int // handle -> failed attempts so far
@@ -65,7 +66,7 @@ func (r *Reconciler) kicker() chan struct{} {
 func (r *Reconciler) Run(ctx context.Context) {
 	win := r.Window
 	if win <= 0 {
-		win = 20 * time.Millisecond
+		win = 250 * time.Millisecond
 	}
 	kick := r.kicker()
 	for {

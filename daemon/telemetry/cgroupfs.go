@@ -3,8 +3,11 @@ package telemetry
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/oom"
@@ -25,10 +28,13 @@ type Cgroupfs struct {
 
 	OOM *oom.Watcher
 
+	// NoParentShortcut disables the idle-parent check (see parentGroup);
+	// for measuring what it saves.
+	NoParentShortcut bool
+
 	mu     sync.Mutex
 	groups map[uint32]*sampled
-	list   []*sampled // rebuilt on change; read by the sampler
-	dirty  bool
+	dirty  bool // groups changed: regroup by parent
 }
 
 type sampled struct {
@@ -104,7 +110,13 @@ func (c *Cgroupfs) Run(ctx context.Context, sink Sink) error {
 	defer t.Stop()
 	var st pb.CpuStat
 	buf := make([]byte, 512)
-	var list []*sampled
+	var parents []*parentGroup
+	byDir := map[string]*parentGroup{}
+	defer func() {
+		for _, pg := range byDir {
+			pg.close()
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
@@ -114,20 +126,118 @@ func (c *Cgroupfs) Run(ctx context.Context, sink Sink) error {
 		t.Reset(untilNext(time.Now(), period))
 		c.mu.Lock()
 		if c.dirty {
-			list = list[:0]
-			for _, s := range c.groups {
-				list = append(list, s)
-			}
+			parents = c.regroup(byDir, parents[:0])
 			c.dirty = false
 		}
 		c.mu.Unlock()
-		for _, s := range list {
-			if c.sample(s, &st, buf, period) {
-				sink.CPU(&st)
+		for _, pg := range parents {
+			if !c.NoParentShortcut && pg.idle(buf) {
+				for _, s := range pg.members {
+					s.seq++ // an idle period: a gap, as on the kernel backend
+				}
+				continue
+			}
+			for _, s := range pg.members {
+				if c.sample(s, &st, buf, period) {
+					sink.CPU(&st)
+				}
 			}
 		}
 		sink.Flush()
 	}
+}
+
+// parentGroup is the common parent directory of some watched groups (on a
+// Docker host: /docker or the engine's --cgroup-parent). Its cumulative
+// usage covers all its descendants, so when it did not move during a
+// period, no member ran: one read replaces one per member. That is the
+// common case for a host of mostly idle containers; when siblings are
+// busy the members are read one by one as usual.
+type parentGroup struct {
+	dir     string
+	fd      int // cpuacct.usage (v1) or cpu.stat (v2) of dir; -1: none
+	v2      bool
+	last    uint64
+	primed  bool
+	members []*sampled
+}
+
+func (c *Cgroupfs) regroup(byDir map[string]*parentGroup, out []*parentGroup) []*parentGroup {
+	for _, pg := range byDir {
+		pg.members = pg.members[:0]
+	}
+	for _, s := range c.groups {
+		dir := filepath.Dir(s.g.Paths.CPUAcct)
+		v2 := s.g.Paths.Version == cgroups.V2
+		if v2 {
+			dir = filepath.Dir(s.g.Paths.Unified)
+		}
+		pg := byDir[dir]
+		if pg == nil {
+			pg = &parentGroup{dir: dir, fd: -1, v2: v2}
+			name := "cpuacct.usage"
+			if v2 {
+				name = "cpu.stat"
+			}
+			if fd, err := unix.Open(filepath.Join(dir, name), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+				pg.fd = fd
+			}
+			byDir[dir] = pg
+		}
+		pg.members = append(pg.members, s)
+	}
+	for dir, pg := range byDir {
+		if len(pg.members) == 0 {
+			pg.close()
+			delete(byDir, dir)
+			continue
+		}
+		out = append(out, pg)
+	}
+	return out
+}
+
+func (pg *parentGroup) close() {
+	if pg.fd >= 0 {
+		unix.Close(pg.fd)
+		pg.fd = -1
+	}
+}
+
+// idle reports whether no member can have run or been throttled since the
+// last period: the parent's usage did not move, every member has a
+// baseline and none was throttled last period (a throttled group with
+// runnable tasks runs again when its quota refills each period, so its
+// usage moves).
+func (pg *parentGroup) idle(buf []byte) bool {
+	if pg.fd < 0 {
+		return false
+	}
+	n, err := unix.Pread(pg.fd, buf, 0)
+	if err != nil {
+		return false
+	}
+	var u uint64
+	if pg.v2 {
+		var cs cgroups.CPUStat
+		if cgroups.ParseCPUStat(buf[:n], &cs) != nil || !cs.HasUsage {
+			return false
+		}
+		u = cs.UsageUs
+	} else if u, err = cgroups.ParseUint(buf[:n]); err != nil {
+		return false
+	}
+	same := pg.primed && u == pg.last
+	pg.last, pg.primed = u, true
+	if !same {
+		return false
+	}
+	for _, s := range pg.members {
+		if !s.primed || s.wasThrot {
+			return false
+		}
+	}
+	return true
 }
 
 // untilNext is the time to the next multiple of period (wall clock), so all
@@ -163,10 +273,21 @@ func (c *Cgroupfs) sample(s *sampled, st *pb.CpuStat, buf []byte, period time.Du
 			return false
 		}
 		usageNs = u
-		// An idle, unthrottled group cannot have been throttled this
-		// period: skip the second read (this is most groups most of the
-		// time), but refresh at least once a second.
-		readStats = !s.primed || usageNs != s.usageNs || s.wasThrot || s.skipStats >= 10
+		// cpu.stat (throttle counters) is read when the group could have
+		// been throttled: it used at least a quarter of its quota this
+		// period or was throttled last period; otherwise its cumulative
+		// counters are refreshed once a second. Idle groups — most groups
+		// most of the time — thus cost one read per period.
+		du := uint64(0)
+		if usageNs > s.usageNs {
+			du = (usageNs - s.usageNs) / 1000
+		}
+		quota := int64(-1)
+		if c.Limits != nil {
+			quota, _ = c.Limits(s.h)
+		}
+		busy := quota > 0 && du*4 >= uint64(quota)
+		readStats = !s.primed || busy || s.wasThrot || s.skipStats >= 10
 		if readStats {
 			b, err := s.g.Read(cgroups.CPUStatFile, buf)
 			if err != nil || cgroups.ParseCPUStat(b, &cs) != nil {
@@ -193,6 +314,12 @@ func (c *Cgroupfs) sample(s *sampled, st *pb.CpuStat, buf []byte, period time.Du
 	}
 	throttled := cs.NrThrottled > s.nrThrot
 	s.usageNs, s.nrThrot, s.throtUs, s.wasThrot = usageNs, cs.NrThrottled, cs.ThrottledUs, throttled
+	if du == 0 && !throttled {
+		// A fully idle period is not sent: the gap in period_seq means
+		// "unused", as for the kernel backend's stopped period timer.
+		s.seq++
+		return false
+	}
 
 	quota, cfsPeriod := int64(-1), uint32(0)
 	if c.Limits != nil {

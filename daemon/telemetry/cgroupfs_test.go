@@ -29,15 +29,17 @@ func (r *recSink) CPU(s *pb.CpuStat) {
 func (r *recSink) Flush()        { r.mu.Lock(); r.flushes++; r.mu.Unlock() }
 func (r *recSink) OOM(oom.Event) {}
 
-// A busy group capped at 20 ms per 100 ms is throttled every period and
-// leaves nothing unused; an idle one leaves its whole quota unused.
+// A busy group capped at 5 ms per 100 ms is throttled every period and
+// leaves nothing unused; an idle one sends nothing (gaps mean unused).
 func TestCgroupfsRecordsBusyAndIdleGroups(t *testing.T) {
 	busy := cgtest.New(t, "tel-busy")
 	idle := cgtest.New(t, "tel-idle")
 	spin := cgtest.Workload(t, "spin")
 	for _, rel := range []string{busy, idle} {
 		cgtest.Write(t, "cpu", rel, "cpu.cfs_period_us", "100000")
-		cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "20000")
+		// 5 ms per 100 ms: far below a fair share even on a loaded
+		// 2-core machine, so the spinner really hits the quota.
+		cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "5000")
 	}
 	p, err := cgtest.Start(busy, spin, "-threads", "1", "-for", "20s")
 	if err != nil {
@@ -48,7 +50,7 @@ func TestCgroupfsRecordsBusyAndIdleGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src.Limits = func(uint32) (int64, uint32) { return 20000, 100000 }
+	src.Limits = func(uint32) (int64, uint32) { return 5000, 100000 }
 	for h, rel := range map[uint32]string{1: busy, 2: idle} {
 		paths, err := cgroups.PathsForCgroup(rel)
 		if err != nil {
@@ -79,7 +81,7 @@ func TestCgroupfsRecordsBusyAndIdleGroups(t *testing.T) {
 			if s.Throttled {
 				throttled++
 			}
-			if s.QuotaUs != 20000 {
+			if s.QuotaUs != 5000 {
 				t.Errorf("busy quota %d", s.QuotaUs)
 			}
 		case 2:
@@ -89,16 +91,29 @@ func TestCgroupfsRecordsBusyAndIdleGroups(t *testing.T) {
 			}
 		}
 	}
-	if busyN < 8 || idleN < 8 || sink.flushes < 9 {
-		t.Fatalf("%d busy, %d idle records, %d flushes in 1.3 s at 100 ms", busyN, idleN, sink.flushes)
+	if busyN < 8 || sink.flushes < 9 {
+		t.Fatalf("%d busy records, %d flushes in 1.3 s at 100 ms", busyN, sink.flushes)
+	}
+	// An empty group's periods are all idle: sent as gaps in period_seq.
+	if idleN != 0 {
+		t.Errorf("%d records for a group with no tasks; idle periods should be gaps", idleN)
+	}
+	var last uint64
+	for _, s := range sink.stats {
+		if s.Handle == 1 {
+			if last != 0 && s.PeriodSeq != last+1 {
+				t.Errorf("busy group period_seq jumped %d -> %d", last, s.PeriodSeq)
+			}
+			last = s.PeriodSeq
+		}
 	}
 	if throttled < busyN/2 {
 		t.Errorf("busy group throttled in %d of %d periods", throttled, busyN)
 	}
-	// Usage per period stays near the 20 ms quota (sampling phase jitter
+	// Usage per period stays near the 5 ms quota (sampling phase jitter
 	// moves a little between periods).
-	if avg := busyUsage / uint64(busyN); avg < 12000 || avg > 28000 {
-		t.Errorf("busy usage %d µs per period, want about 20000", avg)
+	if avg := busyUsage / uint64(busyN); avg < 2500 || avg > 8000 {
+		t.Errorf("busy usage %d µs per period, want about 5000", avg)
 	}
 }
 
@@ -111,5 +126,61 @@ func TestUntilNextIsAligned(t *testing.T) {
 	now = time.Unix(0, 1_000_000_000+99_000_000)
 	if d := untilNext(now, p); d != 101*time.Millisecond {
 		t.Fatalf("just before the edge: got %v, want the next one", d)
+	}
+}
+
+// Groups under an idle parent are skipped with one read of the parent; a
+// member that starts running is still reported in the next periods.
+func TestIdleParentShortcutStillSeesWakeUps(t *testing.T) {
+	parent := cgtest.New(t, "tel-parent")
+	child := parent + "/a"
+	if err := cgtest.Make(child); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cgtest.Remove(child) })
+	spin := cgtest.Workload(t, "spin")
+	src, err := NewCgroupfs(100*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Limits = func(uint32) (int64, uint32) { return -1, 0 }
+	paths, err := cgroups.PathsForCgroup(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cgroups.Open(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	if err := src.Watch(1, g); err != nil {
+		t.Fatal(err)
+	}
+	sink := &recSink{}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	go func() {
+		time.Sleep(600 * time.Millisecond)
+		p, err := cgtest.Start(child, spin, "-for", "800ms")
+		if err == nil {
+			t.Cleanup(p.Kill)
+		}
+	}()
+	if err := src.Run(ctx, sink); err != nil {
+		t.Fatal(err)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	var busy int
+	for _, s := range sink.stats {
+		if s.UsageUs > 10000 {
+			busy++
+		}
+	}
+	if busy < 3 {
+		t.Fatalf("%d busy records after the child woke up (records %v)", busy, sink.stats)
+	}
+	if len(sink.stats) > 10 {
+		t.Fatalf("%d records: idle periods before the wake-up should be gaps", len(sink.stats))
 	}
 }

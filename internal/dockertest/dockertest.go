@@ -155,6 +155,9 @@ type Spec struct {
 	Labels     map[string]string
 	Resources  container.Resources
 	OomKillOff bool
+	// CgroupParent puts the container under this cgroup ("/x": below the
+	// hierarchy root).
+	CgroupParent string
 }
 
 // Run creates and starts a container (network none) and removes it when
@@ -178,6 +181,7 @@ func Start(ctx context.Context, cli *client.Client, s Spec) (string, error) {
 		labels[k] = v
 	}
 	hc := &container.HostConfig{NetworkMode: "none", Resources: s.Resources}
+	hc.CgroupParent = s.CgroupParent
 	if s.OomKillOff {
 		t := true
 		hc.OomKillDisable = &t

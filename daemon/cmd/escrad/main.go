@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +38,7 @@ type fileConfig struct {
 	HostID        string                  `yaml:"host_id"`
 	LogLevel      string                  `yaml:"log_level"`
 	MetricsListen string                  `yaml:"metrics_listen"`
+	Apps          []string                `yaml:"apps"`
 	Cgroups       []containers.CgroupSpec `yaml:"cgroups"`
 }
 
@@ -60,6 +62,9 @@ func run(args []string) error {
 		hostID      = fs.String("host-id", "", "host id reported to the controller (default: hostname)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		metrics     = fs.String("metrics-listen", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9470)")
+		apps        = fs.String("apps", "", "comma-separated escra.app values to manage (default: every labelled container)")
+		parentCheck = fs.Bool("idle-parent-check", true, "cgroupfs: skip a period's per-container reads when the containers' common parent cgroup did not run")
+		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile to this file until exit (diagnostics)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -133,7 +138,16 @@ func run(args []string) error {
 
 	cfg := agent.Config{
 		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline,
-		Backend: *backend, Cgroups: fc.Cgroups, Log: log,
+		Backend: *backend, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
+		NoParentShortcut: !*parentCheck,
+	}
+	if set["apps"] || *apps != "" {
+		cfg.Apps = nil
+		for _, a := range strings.Split(*apps, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				cfg.Apps = append(cfg.Apps, a)
+			}
+		}
 	}
 	if !*noDocker {
 		cli, err := containers.NewDockerClient(*dockerHost)
@@ -166,6 +180,17 @@ func run(args []string) error {
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	return a.Run(ctx)
 }
