@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/allocator"
@@ -76,6 +77,18 @@ func cmdValidate(e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "%s: app %s is valid: %d containers, %g cores, %s\n", file, app.Name, app.Replicas(), app.CPU, spec.FormatBytes(app.MemoryBytes))
+	// The bootstrap limits each replica would start with (seed 000 §IV-A eq. 2).
+	t := newTable([]int{2, 3, 4}, "CONTAINER", "IMAGE", "REPLICAS", "START CPU", "START MEM", "HOST")
+	for i := range app.Containers {
+		c := &app.Containers[i]
+		cpu, mem := app.Bootstrap(c)
+		host := c.Host
+		if host == "" {
+			host = "any"
+		}
+		t.add(c.Name, c.Image, strconv.Itoa(c.Replicas), cores(cpu), spec.FormatBytes(mem), host)
+	}
+	t.write(e.stdout, e.width)
 	return nil
 }
 

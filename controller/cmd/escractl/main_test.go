@@ -419,4 +419,18 @@ func TestVersionAndValidate(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "app shop is valid: 4 containers") {
 		t.Fatalf("%+v", r)
 	}
+	// web: 100m + (2 − 0.3)/4 cores; 64MiB + (0.9 × 1.5GiB − 320MiB)/4.
+	// cache: (2 − 0.3)/4 cores; 128MiB + the same share.
+	var web, cache string
+	for _, l := range strings.Split(r.stdout, "\n") {
+		switch f := strings.Fields(l); {
+		case len(f) > 0 && f[0] == "web":
+			web = strings.Join(f, " ")
+		case len(f) > 0 && f[0] == "cache":
+			cache = strings.Join(f, " ")
+		}
+	}
+	if web != "web escra-demo:latest 3 0.53 330MiB any" || cache != "cache escra-demo:latest 1 0.42 394MiB h2" {
+		t.Errorf("bootstrap plan:\n%s", r.stdout)
+	}
 }
