@@ -61,7 +61,7 @@ bench-daemon: ## daemon apply latency and OOM rescue
 	@scripts/not-yet.sh bench-daemon "the daemon issue"
 
 bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM
-	@scripts/not-yet.sh bench-kernel "the kernel-path issue"
+	@scripts/kernel-bench.sh
 
 soak: ## 30-minute soak with 1,000 simulated containers
 	@scripts/not-yet.sh soak "the trust-and-failure issue"

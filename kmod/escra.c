@@ -86,7 +86,8 @@ struct escra_ring {
 	u64 hook_calls;
 };
 
-static DEFINE_PER_CPU(struct escra_ring, escra_rings);
+/* Allocated at init: too big for the module per-CPU reserve. */
+static struct escra_ring __percpu *escra_rings;
 
 struct escra_watch {
 	struct hlist_node node;
@@ -154,7 +155,7 @@ static void escra_kick(struct irq_work *work)
 
 static void escra_cfs_period(const struct escra_cfs_period *p)
 {
-	struct escra_ring *ring = this_cpu_ptr(&escra_rings);
+	struct escra_ring *ring = this_cpu_ptr(escra_rings);
 	u64 start = ktime_get_ns();
 	struct escra_watch *w;
 	struct escra_rec *r;
@@ -272,7 +273,7 @@ static void escra_drain(struct work_struct *work)
 	int cpu;
 
 	for_each_possible_cpu(cpu) {
-		struct escra_ring *ring = per_cpu_ptr(&escra_rings, cpu);
+		struct escra_ring *ring = per_cpu_ptr(escra_rings, cpu);
 		unsigned int head = smp_load_acquire(&ring->head);
 		unsigned int tail = ring->tail;
 
@@ -469,7 +470,7 @@ static int escra_cmd_get_stats(struct sk_buff *skb, struct genl_info *info)
 	int cpu;
 
 	for_each_possible_cpu(cpu) {
-		struct escra_ring *ring = per_cpu_ptr(&escra_rings, cpu);
+		struct escra_ring *ring = per_cpu_ptr(escra_rings, cpu);
 
 		dropped += READ_ONCE(ring->dropped);
 		hook_ns += READ_ONCE(ring->hook_ns);
@@ -588,16 +589,22 @@ static int __init escra_init(void)
 {
 	int cpu, err;
 
+	escra_rings = alloc_percpu(struct escra_ring);
+	if (!escra_rings)
+		return -ENOMEM;
 	for_each_possible_cpu(cpu)
-		init_irq_work(&per_cpu_ptr(&escra_rings, cpu)->kick, escra_kick);
+		init_irq_work(&per_cpu_ptr(escra_rings, cpu)->kick, escra_kick);
 
 	err = genl_register_family(&escra_family);
-	if (err)
+	if (err) {
+		free_percpu(escra_rings);
 		return err;
+	}
 	err = escra_register_hooks(&escra_hooks);
 	if (err) {
 		pr_err("cannot register hooks (%d): another module holds them\n", err);
 		genl_unregister_family(&escra_family);
+		free_percpu(escra_rings);
 		return err;
 	}
 	pr_info("loaded: genetlink family %s v%d, oom_timeout_ms=%u\n",
@@ -613,11 +620,12 @@ static void __exit escra_exit(void)
 	escra_release_all_waiters();
 	escra_unregister_hooks(&escra_hooks);
 	for_each_possible_cpu(cpu)
-		irq_work_sync(&per_cpu_ptr(&escra_rings, cpu)->kick);
+		irq_work_sync(&per_cpu_ptr(escra_rings, cpu)->kick);
 	cancel_delayed_work_sync(&escra_drain_work);
 	genl_unregister_family(&escra_family);
 	escra_free_watched();
 	rcu_barrier();	/* kfree_rcu callbacks run before the module text goes */
+	free_percpu(escra_rings);
 	pr_info("unloaded\n");
 }
 

@@ -74,14 +74,18 @@ func (c *Conn) SetReadBuffer(bytes int) error { return c.c.SetReadBuffer(bytes) 
 // SetReadDeadline bounds the next Receive.
 func (c *Conn) SetReadDeadline(t time.Time) error { return c.c.SetReadDeadline(t) }
 
-// Do sends one request with attributes and waits for the acknowledgement or
-// reply. Kernel errors come back wrapped; errors.Is(err, unix.EPERM) works.
+// Do sends one request with attributes and waits for the acknowledgement.
+// Kernel errors come back wrapped; errors.Is(err, unix.EPERM) works.
 func (c *Conn) Do(cmd uint8, attrs []byte) ([]genetlink.Message, error) {
+	return c.do(cmd, attrs, netlink.Request|netlink.Acknowledge)
+}
+
+func (c *Conn) do(cmd uint8, attrs []byte, flags netlink.HeaderFlags) ([]genetlink.Message, error) {
 	msg := genetlink.Message{
 		Header: genetlink.Header{Command: cmd, Version: FamilyVersion},
 		Data:   attrs,
 	}
-	return c.c.Execute(msg, c.family.ID, netlink.Request|netlink.Acknowledge)
+	return c.c.Execute(msg, c.family.ID, flags)
 }
 
 // Watch starts per-period telemetry and OOM interception for a cgroup v2
@@ -124,7 +128,9 @@ func (c *Conn) ReplyOOM(requestID uint64, granted bool) error {
 
 // Stats reads the module's counters.
 func (c *Conn) Stats() (Stats, error) {
-	msgs, err := c.Do(CmdGetStats, nil)
+	// No Acknowledge: the reply is the answer, and an extra ACK would be
+	// left queued for the next request (mismatched sequence).
+	msgs, err := c.do(CmdGetStats, nil, netlink.Request)
 	if err != nil {
 		return Stats{}, fmt.Errorf("genl: get stats: %w", err)
 	}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/escra-dev/escra/daemon/genl"
+	"golang.org/x/sys/unix"
+)
+
+// workloads are subcommands the scenarios start inside cgroups.
+var workloads = map[string]func(args []string) int{
+	"hog-cpu":       hogCPU,
+	"busy":          busy,
+	"hog-mem":       hogMem,
+	"unpriv":        unpriv,
+	"hog-mem-timed": hogMemTimed,
+}
+
+// hogCPU spins until killed.
+func hogCPU([]string) int {
+	x := 0
+	for {
+		x++
+	}
+}
+
+// busy spins args[0] ms of wall time every args[1] ms, until killed.
+func busy(args []string) int {
+	burn := time.Duration(atoiArg(args, 0, 10)) * time.Millisecond
+	every := time.Duration(atoiArg(args, 1, 100)) * time.Millisecond
+	next := time.Now()
+	for {
+		for start := time.Now(); time.Since(start) < burn; {
+		}
+		next = next.Add(every)
+		if d := time.Until(next); d > 0 {
+			time.Sleep(d)
+		} else {
+			next = time.Now()
+		}
+	}
+}
+
+// hogMem touches args[0] MiB page by page, then exits 0.
+func hogMem(args []string) int {
+	n := atoiArg(args, 0, 64)
+	b := make([]byte, n<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	runtime.KeepAlive(b)
+	fmt.Printf("hog-mem: touched %d MiB\n", n)
+	return 0
+}
+
+// unpriv runs as an unprivileged user: mutating commands must fail with
+// EPERM, reading statistics must work. Exit 0 when both hold.
+func unpriv(args []string) int {
+	c, err := genl.Dial()
+	if err != nil {
+		fmt.Println("unpriv: dial:", err)
+		return 1
+	}
+	defer c.Close()
+	rc := 0
+	if err := c.Watch(uint64(atoiArg(args, 0, 1))); !errors.Is(err, unix.EPERM) {
+		fmt.Printf("unpriv: watch as uid %d: got %v, want EPERM\n", os.Getuid(), err)
+		rc = 1
+	}
+	if err := c.ReplyOOM(1, true); !errors.Is(err, unix.EPERM) {
+		fmt.Printf("unpriv: oom reply: got %v, want EPERM\n", err)
+		rc = 1
+	}
+	if err := c.Unwatch(1); !errors.Is(err, unix.EPERM) {
+		fmt.Printf("unpriv: unwatch: got %v, want EPERM\n", err)
+		rc = 1
+	}
+	if _, err := c.Stats(); err != nil {
+		fmt.Println("unpriv: stats:", err)
+		rc = 1
+	}
+	return rc
+}
