@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -174,6 +176,19 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 	out, err = chroot("systemd-analyze verify /lib/systemd/system/escrad.service /lib/systemd/system/escra-controller.service")
 	if err != nil || strings.TrimSpace(out) != "" {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	// Hardening must not regress: systemd's exposure score (0 best, 10 worst).
+	for unit, most := range map[string]float64{"escra-controller.service": 2.0, "escrad.service": 4.0} {
+		out, err := chroot("systemd-analyze security --offline=yes --no-pager /lib/systemd/system/" + unit + " | tail -1")
+		m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindStringSubmatch(out)
+		if err != nil || m == nil {
+			t.Fatalf("systemd-analyze security %s: %v\n%s", unit, err, out)
+		}
+		if score, _ := strconv.ParseFloat(m[1], 64); score > most {
+			t.Errorf("%s exposure %.1f, want at most %.1f (docs/operator.md, Service hardening)", unit, score, most)
+		} else {
+			t.Logf("%s: systemd exposure %.1f", unit, score)
+		}
 	}
 	// The check itself must be able to fail: a unit with a missing binary.
 	if out, err := chroot("printf '[Service]\\nExecStart=/usr/bin/escra-nope\\n' >/tmp/bad.service\nsystemd-analyze verify /tmp/bad.service"); err == nil {
