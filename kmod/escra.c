@@ -6,7 +6,8 @@
  *   every bandwidth period of each group with a quota (hard irq,
  *   cfs_b->lock held). For watched cgroups the record goes into a per-CPU
  *   single-producer ring (full ring: drop and count). An irq_work, then a
- *   delayed work, drain the rings into batched multicast messages on the
+ *   delayed work (high-priority workqueue: it must keep up with CPU-bound
+ *   groups), drain the rings into batched multicast messages on the
  *   "telemetry" group - the net/core/drop_monitor.c pattern, with irq_work
  *   so nothing here wakes a worker while the scheduler's locks are held.
  * - OOM: try_charge_memcg() calls escra_memcg_oom() before the OOM kill.
@@ -25,7 +26,8 @@
 #include <linux/module.h>
 #include <linux/kernel.h>
 
-#if __has_include(<linux/escra.h>)
+/* Kbuild defines ESCRA_HOOK_API when the kernel tree has linux/escra.h. */
+#ifdef ESCRA_HOOK_API
 #include <linux/escra.h>
 #endif
 
@@ -39,6 +41,7 @@
 #include <linux/list.h>
 #include <linux/mutex.h>
 #include <linux/percpu.h>
+#include <linux/sched/clock.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
 #include <linux/workqueue.h>
@@ -149,14 +152,15 @@ static void escra_kick(struct irq_work *work)
 	 * Outside cfs_b->lock now, so waking a worker cannot invert locks.
 	 * Already pending: the queued drain will pick this record up too.
 	 */
-	queue_delayed_work(system_wq, &escra_drain_work,
+	queue_delayed_work(system_highpri_wq, &escra_drain_work,
 			   msecs_to_jiffies(drain_delay_ms));
 }
 
 static void escra_cfs_period(const struct escra_cfs_period *p)
 {
 	struct escra_ring *ring = this_cpu_ptr(escra_rings);
-	u64 start = ktime_get_ns();
+	/* local_clock: cheap; ktime (HPET under some VMs) only for the record. */
+	u64 start = local_clock();
 	struct escra_watch *w;
 	struct escra_rec *r;
 	unsigned int head;
@@ -168,6 +172,7 @@ static void escra_cfs_period(const struct escra_cfs_period *p)
 
 	w->seq += p->overrun ? p->overrun : 1;
 	head = ring->head;
+	/* Pairs with the consumer's release of tail: the slot is free. */
 	if (head - smp_load_acquire(&ring->tail) >= ESCRA_RING_SIZE) {
 		ring->dropped++;
 	} else {
@@ -179,7 +184,7 @@ static void escra_cfs_period(const struct escra_cfs_period *p)
 		r->unused_ns = p->unused_ns;
 		r->throttled_ns = p->throttled_ns;
 		r->nr_throttled = p->nr_throttled;
-		r->timestamp_ns = start;
+		r->timestamp_ns = ktime_get_ns();
 		/*
 		 * Throttled at the boundary, or throttled and released within
 		 * the period (slack handed back by other CPUs).
@@ -187,13 +192,14 @@ static void escra_cfs_period(const struct escra_cfs_period *p)
 		r->throttled = p->throttled ||
 			       p->throttled_ns != w->last_throttled_ns ||
 			       p->nr_throttled != w->last_nr_throttled;
+		/* Publish the record before the new head (acquired in escra_drain). */
 		smp_store_release(&ring->head, head + 1);
 		irq_work_queue(&ring->kick);
 	}
 	w->last_throttled_ns = p->throttled_ns;
 	w->last_nr_throttled = p->nr_throttled;
 out:
-	ring->hook_ns += ktime_get_ns() - start;
+	ring->hook_ns += local_clock() - start;
 	ring->hook_calls++;
 }
 
@@ -274,6 +280,7 @@ static void escra_drain(struct work_struct *work)
 
 	for_each_possible_cpu(cpu) {
 		struct escra_ring *ring = per_cpu_ptr(escra_rings, cpu);
+		/* Pairs with the producer's release: records up to head are written. */
 		unsigned int head = smp_load_acquire(&ring->head);
 		unsigned int tail = ring->tail;
 
