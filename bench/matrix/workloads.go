@@ -87,22 +87,23 @@ func httpClient(scale float64, urls func(ports []int) []string, header http.Head
 // Workloads are the applications of the benchmark.
 var Workloads = []Workload{
 	{
-		// Two replicas of the demo service: 3 of 4 requests burn 3 ms of
-		// CPU, 1 of 4 holds 16 MiB for 100 ms, so CPU and memory both
-		// follow the load.
+		// Two replicas of the demo service: 7 of 8 requests burn 3 ms of
+		// CPU, 1 of 8 holds 4 MiB for 200 ms, so CPU and memory both
+		// follow the load. (Faulting memory in is expensive in this VM:
+		// ≈ 4 µs a page, so a 4 MiB request also costs ≈ 18 ms of CPU.)
 		Name: "demo-http", Image: images.DemoHTTP, Replicas: 2,
 		Cmd:   func(_, port int) []string { return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)} },
 		Loads: []string{"fixed", "exp", "burst", "trace"},
 		Ready: waitHTTP("/healthz"),
-		Client: httpClient(0.25, func(ports []int) []string {
+		Client: httpClient(0.15, func(ports []int) []string {
 			var u []string
-			for k := 0; k < 3; k++ {
+			for k := 0; k < 7; k++ {
 				for _, p := range ports {
 					u = append(u, fmt.Sprintf("http://127.0.0.1:%d/cpu?ms=3", p))
 				}
 			}
 			for _, p := range ports {
-				u = append(u, fmt.Sprintf("http://127.0.0.1:%d/mem?mib=16&hold=100", p))
+				u = append(u, fmt.Sprintf("http://127.0.0.1:%d/mem?mib=4&hold=200", p))
 			}
 			return u
 		}, nil),

@@ -26,6 +26,7 @@ type Agg struct {
 	CPUSlackP50, CPUSlackP99, MemSlackP50, MemSlackP99 Stat
 	ThrottledPeriods, ThrottledFrac, OOMKills          Stat
 	LimitChangesPerS, ControllerCPUPct, DaemonCPUPct   Stat
+	Errors                                             Stat // failed requests (errors, timeouts, non-2xx/3xx)
 	// Pooled slack samples of every repetition, for the CDFs.
 	CPUSlack, MemSlack []float64
 }
@@ -96,6 +97,7 @@ func Aggregate(r *Results) map[Key]*Agg {
 		add("p99", run.Client.P99Us)
 		add("p999", run.Client.P999Us)
 		add("tput", run.Client.ThroughputRPS)
+		add("err", float64(run.Client.Requests-run.Client.Successes))
 		add("cpu50", Percentile(cpu, 0.5))
 		add("cpu99", Percentile(cpu, 0.99))
 		add("mem50", Percentile(mem, 0.5))
@@ -124,6 +126,7 @@ func Aggregate(r *Results) map[Key]*Agg {
 		g.MemSlackP50, g.MemSlackP99 = stat(a.m["mem50"]), stat(a.m["mem99"])
 		g.ThrottledPeriods, g.ThrottledFrac, g.OOMKills = stat(a.m["thr"]), stat(a.m["thrfrac"]), stat(a.m["oom"])
 		g.LimitChangesPerS, g.ControllerCPUPct, g.DaemonCPUPct = stat(a.m["lcps"]), stat(a.m["ctl"]), stat(a.m["dmn"])
+		g.Errors = stat(a.m["err"])
 	}
 	return out
 }

@@ -48,7 +48,10 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	w("the workloads, the daemon and the controller share %d cores, so client latency includes contention with the ", r.Machine.CPUs)
 	w("client itself, and rates are scaled down accordingly. Latency deltas are reductions, throughput deltas increases ")
 	w("and slack deltas reductions, all in %% of the baseline: **positive means Escra did better**. ")
-	w("With several repetitions, figures are means ± the 95 %% confidence half-width (Student t).\n\n")
+	w("With several repetitions, figures are means ± the 95 %% confidence half-width (Student t). ")
+	w("Latency percentiles count every request, failed ones with the time until they failed: a timeout counts 5 s, ")
+	w("but a refused connection (a server restarting after an OOM kill) fails fast, so read latency together with ")
+	w("throughput and failed requests.\n\n")
 	for _, n := range r.Notes {
 		w("- %s\n", n)
 	}
@@ -98,17 +101,17 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	pols := Policies(aggs)
 	for _, c := range Cells(aggs) {
 		w("## %s, %s load\n\n", c.Workload, c.Load)
-		w("| policy | reps | p50 latency (ms) | p99 (ms) | p99.9 (ms) | throughput (req/s) | CPU slack p50/p99 (cores) | mem slack p50/p99 (MiB) | throttled periods (%%) | OOM kills | limit changes/s | controller CPU %% | daemon CPU %% |\n")
-		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| policy | reps | p50 latency (ms) | p99 (ms) | p99.9 (ms) | throughput (req/s) | failed requests | CPU slack p50/p99 (cores) | mem slack p50/p99 (MiB) | throttled periods (%%) | OOM kills | limit changes/s | controller CPU %% | daemon CPU %% |\n")
+		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, p := range pols {
 			a := aggs[Key{c, p}]
 			if a == nil {
 				continue
 			}
 			ms := func(s Stat) Stat { return Stat{Mean: s.Mean / 1000, CI95: s.CI95 / 1000, N: s.N} }
-			w("| %s | %d | %s | %s | %s | %s | %.3f / %.3f | %.1f / %.1f | %.0f (%.1f %%) | %.1f | %.2f | %.1f | %.1f |\n",
+			w("| %s | %d | %s | %s | %s | %s | %.0f | %.3f / %.3f | %.1f / %.1f | %.0f (%.1f %%) | %.1f | %.2f | %.1f | %.1f |\n",
 				p, a.P999Us.N, ci(ms(a.P50Us), "%.2f"), ci(ms(a.P99Us), "%.2f"), ci(ms(a.P999Us), "%.2f"),
-				ci(a.ThroughputRPS, "%.1f"), a.CPUSlackP50.Mean, a.CPUSlackP99.Mean, a.MemSlackP50.Mean, a.MemSlackP99.Mean,
+				ci(a.ThroughputRPS, "%.1f"), a.Errors.Mean, a.CPUSlackP50.Mean, a.CPUSlackP99.Mean, a.MemSlackP50.Mean, a.MemSlackP99.Mean,
 				a.ThrottledPeriods.Mean, 100*a.ThrottledFrac.Mean, a.OOMKills.Mean, a.LimitChangesPerS.Mean,
 				a.ControllerCPUPct.Mean, a.DaemonCPUPct.Mean)
 		}

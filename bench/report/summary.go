@@ -43,6 +43,7 @@ func Summary(r *Results) map[string]any {
 		s[p+"p99_latency_us"] = a.P99Us.Mean
 		s[p+"p999_latency_us"] = a.P999Us.Mean
 		s[p+"throughput_rps"] = a.ThroughputRPS.Mean
+		s[p+"failed_requests"] = a.Errors.Mean
 		if a.P999Us.N > 1 {
 			s[p+"p999_latency_us_ci95"] = a.P999Us.CI95
 			s[p+"throughput_rps_ci95"] = a.ThroughputRPS.CI95
