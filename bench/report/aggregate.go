@@ -27,6 +27,9 @@ type Agg struct {
 	ThrottledPeriods, ThrottledFrac, OOMKills          Stat
 	LimitChangesPerS, ControllerCPUPct, DaemonCPUPct   Stat
 	Errors                                             Stat // failed requests (errors, timeouts, non-2xx/3xx)
+	// HasClient is false for workloads without a client (memwave): their
+	// latency and throughput are not figures.
+	HasClient bool
 	// Pooled slack samples of every repetition, for the CDFs.
 	CPUSlack, MemSlack []float64
 }
@@ -90,6 +93,7 @@ func Aggregate(r *Results) map[Key]*Agg {
 			cpu = append(cpu, s.CPUCores)
 			mem = append(mem, s.MemMiB)
 		}
+		out[k].HasClient = out[k].HasClient || run.Client.Requests > 0
 		out[k].CPUSlack = append(out[k].CPUSlack, cpu...)
 		out[k].MemSlack = append(out[k].MemSlack, mem...)
 		add := func(name string, v float64) { a.m[name] = append(a.m[name], v) }
@@ -143,6 +147,7 @@ func IsEscra(policy string) bool { return strings.HasPrefix(policy, "escra") }
 type Delta struct {
 	Cell
 	Escra, Baseline                     string
+	HasClient                           bool // latency and throughput are meaningful
 	P999Latency, P99Latency, Throughput float64
 	CPUSlackP50, CPUSlackP99            float64
 	MemSlackP50, MemSlackP99            float64
@@ -170,7 +175,7 @@ func Deltas(aggs map[Key]*Agg) []Delta {
 				if IsEscra(b) || ba == nil {
 					continue
 				}
-				out = append(out, Delta{Cell: c, Escra: e, Baseline: b,
+				out = append(out, Delta{Cell: c, Escra: e, Baseline: b, HasClient: ea.HasClient && ba.HasClient,
 					P999Latency: reduction(ba.P999Us.Mean, ea.P999Us.Mean),
 					P99Latency:  reduction(ba.P99Us.Mean, ea.P99Us.Mean),
 					Throughput:  -reduction(ba.ThroughputRPS.Mean, ea.ThroughputRPS.Mean),
@@ -185,10 +190,12 @@ func Deltas(aggs map[Key]*Agg) []Delta {
 	return out
 }
 
-// TableRow is one row of the Table I analogue: the mean of Deltas over cells.
+// TableRow is one row of the Table I analogue: the mean of Deltas over
+// cells (latency and throughput over the cells that have a client).
 type TableRow struct {
 	Escra, Baseline string
 	Cells           int
+	ClientCells     int
 	Avg             Delta
 }
 
@@ -206,9 +213,12 @@ func TableI(ds []Delta) []TableRow {
 		r := &rows[i]
 		r.Cells++
 		a := &r.Avg
-		a.P999Latency += d.P999Latency
-		a.P99Latency += d.P99Latency
-		a.Throughput += d.Throughput
+		if d.HasClient {
+			r.ClientCells++
+			a.P999Latency += d.P999Latency
+			a.P99Latency += d.P99Latency
+			a.Throughput += d.Throughput
+		}
 		a.CPUSlackP50 += d.CPUSlackP50
 		a.CPUSlackP99 += d.CPUSlackP99
 		a.MemSlackP50 += d.MemSlackP50
@@ -217,9 +227,11 @@ func TableI(ds []Delta) []TableRow {
 	for i := range rows {
 		n := float64(rows[i].Cells)
 		a := &rows[i].Avg
-		a.P999Latency /= n
-		a.P99Latency /= n
-		a.Throughput /= n
+		if nc := float64(rows[i].ClientCells); nc > 0 {
+			a.P999Latency /= nc
+			a.P99Latency /= nc
+			a.Throughput /= nc
+		}
 		a.CPUSlackP50 /= n
 		a.CPUSlackP99 /= n
 		a.MemSlackP50 /= n

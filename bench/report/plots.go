@@ -36,7 +36,7 @@ func PlotDeltas(ds []Delta, baseline, path string) error {
 	var labels []string
 	var lat, tput plotter.Values
 	for _, d := range ds {
-		if d.Baseline != baseline {
+		if d.Baseline != baseline || !d.HasClient {
 			continue
 		}
 		l := d.Workload + "/" + d.Load

@@ -35,7 +35,7 @@ func synthetic() *Results {
 		for _, p := range pols {
 			for rep := 0; rep < 2; rep++ {
 				run := Run{Workload: "demo-http", Load: ld, Policy: p.name, Rep: rep, DurationS: 10,
-					Client:           load.Result{Tool: "vegeta", Shape: ld, P50Us: 1000, P99Us: p.p999[rep] / 2, P999Us: p.p999[rep], ThroughputRPS: p.tput[rep]},
+					Client:           load.Result{Tool: "vegeta", Shape: ld, Requests: 1000, Successes: 990, P50Us: 1000, P99Us: p.p999[rep] / 2, P999Us: p.p999[rep], ThroughputRPS: p.tput[rep]},
 					ThrottledPeriods: 5, Periods: 100, OOMKills: p.oom, LimitChanges: p.changes,
 					ControllerCPUSeconds: 0.2, DaemonCPUSeconds: 0.1, SeriesContainer: "demo-http-0"}
 				for i := 0; i < 100; i++ {
@@ -49,6 +49,14 @@ func synthetic() *Results {
 				r.Runs = append(r.Runs, run)
 			}
 		}
+	}
+	// A workload without a client: slack counts, latency does not.
+	for _, p := range pols[:2] {
+		run := Run{Workload: "memwave", Load: "wave", Policy: p.name, DurationS: 10, Client: load.Result{Tool: "none"}}
+		for i := 0; i < 50; i++ {
+			run.Slack = append(run.Slack, SlackSample{TMs: int64(i * 100), CPUCores: p.cpuSlack, MemMiB: p.mem})
+		}
+		r.Runs = append(r.Runs, run)
 	}
 	return r
 }
@@ -68,7 +76,7 @@ func TestAggregateAndDeltas(t *testing.T) {
 		t.Errorf("rates %+v %+v %+v", e.LimitChangesPerS, e.ControllerCPUPct, e.ThrottledFrac)
 	}
 	ds := Deltas(aggs)
-	if len(ds) != 4 { // 2 cells × 2 baselines
+	if len(ds) != 5 { // 2 cells × 2 baselines + memwave vs static15
 		t.Fatalf("%d deltas", len(ds))
 	}
 	var vsStatic Delta
@@ -88,7 +96,8 @@ func TestAggregateAndDeltas(t *testing.T) {
 		}
 	}
 	rows := TableI(ds)
-	if len(rows) != 2 || rows[0].Baseline != "static15" || rows[0].Cells != 2 || math.Abs(rows[1].Avg.Throughput-100) > 1e-9 {
+	if len(rows) != 2 || rows[0].Baseline != "static15" || rows[0].Cells != 3 || rows[0].ClientCells != 2 ||
+		math.Abs(rows[0].Avg.P999Latency-45) > 1e-9 || math.Abs(rows[0].Avg.CPUSlackP50-90) > 1e-9 || math.Abs(rows[1].Avg.Throughput-100) > 1e-9 {
 		t.Errorf("table rows %+v", rows)
 	}
 }
@@ -137,7 +146,7 @@ func TestGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"Table I analogue", "| static15 | 2 | 45.0 % |", "share 2 cores", "plots/fig4_vs_static15.png",
+	for _, s := range []string{"Table I analogue", "| static15 | 3 (2) | 45.0 % |", "share 2 cores", "plots/fig4_vs_static15.png",
 		"plots/fig5_cpu_slack_cdf_demo_http_burst.png", "plots/fig2_series_demo_http_fixed_autopilot.png", "apply_latency_docker_update_us"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("report lacks %q", s)
@@ -148,7 +157,7 @@ func TestGenerate(t *testing.T) {
 	}
 	// Every plot is a real PNG of sensible size with more than one colour.
 	pngs, _ := filepath.Glob(filepath.Join(dir, "plots", "*.png"))
-	if len(pngs) != 2+2*2+2*3 { // fig4 × 2 baselines, fig5/6 × 2 cells, fig2 × 6 runs
+	if len(pngs) != 2+2*3+6 { // fig4 × 2 baselines, fig5/6 × 3 cells, fig2 × 6 runs with series
 		t.Errorf("%d plots: %v", len(pngs), pngs)
 	}
 	for _, p := range pngs {
