@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -50,4 +51,13 @@ func FuzzParseApps(f *testing.F) {
 			}
 		}
 	})
+}
+
+var sigterm = syscall.SIGTERM
+
+func writeFile(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
