@@ -4,17 +4,19 @@
 # Builds (or reuses) the patched kernel, escra.ko against it, and the static
 # guest driver (vm-tests/guest); packs a busybox initramfs; boots
 # qemu-system-x86_64 under TCG; the guest runs the scenarios and prints
-# --- PASS / --- FAIL lines on the serial console. Exit status: 0 only when
-# the guest reported every scenario passed.
+# --- PASS / --- FAIL lines on the serial console. Then, unless
+# VMTEST_STOCK=0, it boots Debian's stock kernel with escra.ko built against
+# the stock headers and checks the refusal that escrad detects.
+# Exit status: 0 only when every guest reported all scenarios passed.
 #
 #   VMTEST_RUN=telemetry,oom-grant vm-tests/run.sh   only these scenarios
 #   VMTEST_BENCH=results/kernel/summary.json vm-tests/run.sh   benchmark instead
 #   VMTEST_TIMEOUT=900   seconds before QEMU is killed (default 600)
 #   VMTEST_ACCEL=kvm     use KVM when /dev/kvm works (default tcg)
+#   VMTEST_STOCK=0       skip the stock-kernel boot
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
-repo=$PWD
 
 timeout_s=${VMTEST_TIMEOUT:-600}
 accel=${VMTEST_ACCEL:-tcg}
@@ -42,12 +44,16 @@ kdir=$(scripts/kernel-build.sh | tail -1)
 say "escra.ko against $kdir"
 ko=$(scripts/kernel-kmod.sh | tail -1)
 say "static guest driver"
-root=$work/root
-mkdir -p "$root"/{bin,dev,proc,sys,tmp,root}
-CGO_ENABLED=0 go build -trimpath -o "$root/escra-vmtest" ./vm-tests/guest
-cp /bin/busybox "$root/bin/busybox"
-cp "$ko" "$root/escra.ko"
-cat >"$root/init" <<'INIT'
+CGO_ENABLED=0 go build -trimpath -o "$work/escra-vmtest" ./vm-tests/guest
+
+# initramfs NAME KO: busybox, the guest driver, the module and /init.
+initramfs() {
+	local root=$work/$1
+	mkdir -p "$root"/{bin,dev,proc,sys,tmp,root}
+	cp "$work/escra-vmtest" "$root/escra-vmtest"
+	cp /bin/busybox "$root/bin/busybox"
+	cp "$2" "$root/escra.ko"
+	cat >"$root/init" <<'INIT'
 #!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sysfs /sys
@@ -69,44 +75,68 @@ fi
 echo "ESCRA-VMTEST-EXIT=$rc"
 poweroff -f
 INIT
-chmod +x "$root/init"
-(cd "$root" && find . | cpio -o -H newc --quiet) >"$work/initramfs.cpio"
+	chmod +x "$root/init"
+	(cd "$root" && find . | cpio -o -H newc --quiet) >"$work/$1.cpio"
+}
 
-append="console=ttyS0 panic=-1 loglevel=4"
+# boot NAME KERNEL APPEND: run QEMU to completion with a timeout; the
+# console goes to $work/NAME.log and stdout. Fails on a missing exit marker.
+boot() {
+	local log=$work/$1.log start=$SECONDS
+	local accel_args=(-accel tcg)
+	[ "$accel" = kvm ] && accel_args=(-enable-kvm -cpu host)
+	say "booting $1 in QEMU ($accel, 2 CPUs, timeout ${timeout_s}s)"
+	qemu-system-x86_64 "${accel_args[@]}" -m 1G -smp 2 \
+		-kernel "$2" -initrd "$work/$1.cpio" \
+		-nographic -no-reboot -serial stdio -monitor none \
+		-append "console=ttyS0 panic=-1 loglevel=4 $3" \
+		</dev/null >"$log" 2>&1 &
+	qpid=$!
+	tail -n +1 -f --pid="$qpid" "$log" &
+	tpid=$!
+	while kill -0 "$qpid" 2>/dev/null; do
+		if ((SECONDS - start > timeout_s)); then
+			say "FAIL: $1 guest still running after ${timeout_s}s; killing QEMU (pid $qpid)"
+			exit 1
+		fi
+		sleep 1
+	done
+	wait "$qpid" || true
+	qpid=
+	wait "$tpid" 2>/dev/null || true
+	tpid=
+	if grep -q 'ESCRA-VMTEST-EXIT=0' "$log" && ! grep -qE -- '--- FAIL|Kernel panic' "$log"; then
+		say "$1: PASS (guest $((SECONDS - start))s)"
+		return 0
+	fi
+	say "$1: FAIL (guest log above)"
+	return 1
+}
+
+append=""
 [ -n "${VMTEST_RUN:-}" ] && append+=" escra_run=$VMTEST_RUN"
 [ -n "${VMTEST_BENCH:-}" ] && append+=" escra_bench=1"
-accel_args=(-accel tcg)
-[ "$accel" = kvm ] && accel_args=(-enable-kvm -cpu host)
-
-log=$work/console.log
-say "booting QEMU ($accel, 2 CPUs, timeout ${timeout_s}s)"
-qemu-system-x86_64 "${accel_args[@]}" -m 1G -smp 2 \
-	-kernel "$kdir/arch/x86/boot/bzImage" -initrd "$work/initramfs.cpio" \
-	-nographic -no-reboot -serial stdio -monitor none -append "$append" \
-	</dev/null >"$log" 2>&1 &
-qpid=$!
-tail -n +1 -f --pid="$qpid" "$log" &
-tpid=$!
-boot=$SECONDS
-while kill -0 "$qpid" 2>/dev/null; do
-	if ((SECONDS - boot > timeout_s)); then
-		say "FAIL: guest still running after ${timeout_s}s; killing QEMU (pid $qpid)"
-		exit 1
-	fi
-	sleep 1
-done
-wait "$qpid" || true
-qpid=
-wait "$tpid" 2>/dev/null || true
-tpid=
+initramfs patched "$ko"
+rc=0
+boot patched "$kdir/arch/x86/boot/bzImage" "$append" || rc=1
 
 if [ -n "${VMTEST_BENCH:-}" ]; then
 	mkdir -p "$(dirname "$VMTEST_BENCH")"
-	sed -n '/ESCRA-BENCH-JSON-BEGIN/,/ESCRA-BENCH-JSON-END/p' "$log" | sed '1d;$d' | tr -d '\r' >"$VMTEST_BENCH"
+	sed -n '/ESCRA-BENCH-JSON-BEGIN/,/ESCRA-BENCH-JSON-END/p' "$work/patched.log" | sed '1d;$d' | tr -d '\r' >"$VMTEST_BENCH"
+elif [ "${VMTEST_STOCK:-1}" != 0 ] && [ -z "${VMTEST_RUN:-}" ]; then
+	say "stock kernel: escra.ko against Debian's headers must refuse to load"
+	if stock=$(scripts/kernel-stock.sh); then
+		stock_ko=$(scripts/kernel-kmod.sh --stock | tail -1)
+		initramfs stock "$stock_ko"
+		boot stock "$stock" "escra_run=stock-refusal" || rc=1
+	else
+		say "stock kernel image unavailable (apt-get download failed): stock-refusal NOT run"
+	fi
 fi
-if grep -q 'ESCRA-VMTEST-EXIT=0' "$log" && ! grep -qE -- '--- FAIL|Kernel panic' "$log"; then
-	say "PASS in $((SECONDS - t0))s (guest $((SECONDS - boot))s)"
-	exit 0
+
+if [ $rc = 0 ]; then
+	say "PASS in $((SECONDS - t0))s"
+else
+	say "FAIL in $((SECONDS - t0))s"
 fi
-say "FAIL (guest log above; $((SECONDS - t0))s)"
-exit 1
+exit $rc

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -516,4 +517,34 @@ func scenarioDmesgClean(*env) error {
 		return fmt.Errorf("kernel log has a splat: %s", line)
 	}
 	return nil
+}
+
+// scenarioStockRefusal runs on Debian's stock kernel with escra.ko built
+// against its headers: the stub refuses to load with EOPNOTSUPP and a log
+// line, and user space sees no family (genl.ErrNoFamily) — escrad's cue
+// to fall back to cgroupfs.
+func scenarioStockRefusal(e *env) error {
+	err := loadModule(e.module, "")
+	if !errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("loading on a stock kernel: got %v, want EOPNOTSUPP", err)
+	}
+	fmt.Println("    insmod:", err)
+	if moduleLoaded() {
+		return errors.New("/sys/module/escra exists after the refusal")
+	}
+	if _, err := genl.Dial(); !errors.Is(err, genl.ErrNoFamily) {
+		return fmt.Errorf("genl.Dial on a stock kernel: got %v, want ErrNoFamily", err)
+	}
+	fmt.Println("    genl.Dial:", genl.ErrNoFamily)
+	log, err := dmesg()
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "escra: this kernel lacks the Escra hooks") {
+			fmt.Println("    dmesg:", line)
+			return nil
+		}
+	}
+	return errors.New("no refusal line from escra in the kernel log")
 }

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Print the path of Debian's stock vmlinuz matching the installed
+# linux-headers-*-amd64, fetching it once with `apt-get download` into
+# /var/cache/escra/stock (nothing is installed on the host). vm-tests boot it
+# to show what escra.ko does on a kernel without the Escra hooks.
+set -euo pipefail
+hdr=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -1)
+[ -n "$hdr" ] || { echo "kernel-stock: no linux-headers-*-amd64 installed" >&2; exit 1; }
+ver=${hdr#/usr/src/linux-headers-}
+cache=${ESCRA_STOCK_CACHE:-/var/cache/escra/stock}
+img=$cache/vmlinuz-$ver
+if [ ! -s "$img" ]; then
+	mkdir -p "$cache"
+	echo "[stock] fetching linux-image-$ver (apt-get download)" >&2
+	(cd "$cache" && apt-get download -q "linux-image-$ver" >/dev/null 2>&1) ||
+		{ echo "kernel-stock: apt-get download linux-image-$ver failed" >&2; exit 1; }
+	deb=$(ls "$cache"/linux-image-"$ver"_*.deb | tail -1)
+	dpkg-deb --fsys-tarfile "$deb" | tar -x -O "./boot/vmlinuz-$ver" >"$img.tmp"
+	mv "$img.tmp" "$img"
+	rm -f "$deb"
+fi
+echo "$img"
