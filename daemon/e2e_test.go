@@ -279,8 +279,20 @@ func oomCaseAgent(t *testing.T, ctlAddr string, mod func(*agent.Config)) (code i
 	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
 	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-hog"), Image: img, Labels: appLabel(t),
-		Entrypoint: []string{"/bin/memhog"}, Cmd: []string{"-mib", "96", "-step-mib", "8", "-pause", "50ms", "-hold", "300ms"},
+		Entrypoint: []string{"/bin/memhog"}, Cmd: []string{"-wait-usr1", "-mib", "96", "-step-mib", "8", "-pause", "50ms", "-hold", "300ms"},
 		Resources: container.Resources{Memory: 32 << 20, MemorySwap: 32 << 20}})
+	// Allocation starts once the daemon manages the container: a container
+	// that outgrows its limit before escrad has seen it meets the kernel's
+	// OOM killer as usual (see docs/daemon.md).
+	for deadline := time.Now().Add(10 * time.Second); !a.IsManaged(id); {
+		if time.Now().After(deadline) {
+			t.Fatal("container not managed within 10 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cli.ContainerKill(context.Background(), id, "USR1"); err != nil {
+		t.Fatal(err)
+	}
 	j, err := cli.ContainerInspect(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)

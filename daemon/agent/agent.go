@@ -90,6 +90,8 @@ type managed struct {
 	e       *limits.Entry
 	cgID    uint64
 	pending atomic.Bool // an OOM request is out
+	armed   atomic.Bool // telemetry and OOM trap set up
+	again   atomic.Bool // an OOM event came while one was pending
 
 	oomMu    sync.Mutex
 	oomAt    time.Time // wake-up of the pending OOM
@@ -229,6 +231,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	})
 	goRun(func() { a.link.Run(ctx) })
+	if a.src.Backend() == pb.Backend_BACKEND_CGROUPFS {
+		goRun(func() { a.oomWatchdog(ctx) })
+	}
 	if a.rec != nil {
 		goRun(func() { a.rec.Run(ctx) })
 	}
@@ -336,6 +341,7 @@ func (a *Agent) add(c containers.Container) {
 	if err := a.src.Watch(m.h, g); err != nil {
 		a.log.Warn("container managed without OOM trap", "name", c.Name, "err", err)
 	}
+	m.armed.Store(true)
 	a.log.Info("managing container", "name", c.Name, "id", short(c.ID), "app", c.App, "handle", m.h, "cgroup", p.Key())
 	_ = a.link.Register(a.registration(m))
 }
@@ -384,13 +390,24 @@ func (a *Agent) list() []*managed {
 	return ms
 }
 
-// Managed lists the managed containers' ids by handle (tests, escractl).
+// Managed lists the containers whose telemetry and OOM trap are set up,
+// ids by handle (tests, benchmarks).
 func (a *Agent) Managed() map[uint32]string {
 	out := map[uint32]string{}
 	for _, m := range a.list() {
-		out[m.h] = m.c.ID
+		if m.armed.Load() {
+			out[m.h] = m.c.ID
+		}
 	}
 	return out
+}
+
+// IsManaged reports whether container id is managed with its trap set.
+func (a *Agent) IsManaged(id string) bool {
+	a.mu.Lock()
+	m := a.byID[id]
+	a.mu.Unlock()
+	return m != nil && m.armed.Load()
 }
 
 // --- link.Handler ---------------------------------------------------------
@@ -480,7 +497,13 @@ func (a *Agent) OOM(ev oom.Event) {
 	a.mu.Lock()
 	m := a.byH[ev.Handle]
 	a.mu.Unlock()
-	if m == nil || !m.pending.CompareAndSwap(false, true) {
+	if m == nil {
+		return
+	}
+	if !m.pending.CompareAndSwap(false, true) {
+		// The tasks that resumed after a raise can hit the new limit
+		// before the previous request is resolved: look again then.
+		m.again.Store(true)
 		return
 	}
 	a.m.oomEvents.Inc()
@@ -506,6 +529,9 @@ func (a *Agent) OOM(ev oom.Event) {
 				a.log.Warn("resolving OOM", "name", m.c.Name, "err", err)
 			}
 			m.pending.Store(false)
+			if m.again.Swap(false) {
+				a.recheck(m)
+			}
 		})
 	}
 	// raised reports whether the limit is above the one that was hit (a
@@ -546,6 +572,48 @@ func (a *Agent) OOM(ev oom.Event) {
 		return
 	}
 	reqID.Store(id)
+}
+
+// recheck delivers an OOM event for m if its tasks wait in a v1 OOM now
+// (an event swallowed while another was pending, or missed): nobody is
+// ever left waiting for a verdict that no request asked for.
+func (a *Agent) recheck(m *managed) {
+	if m.g.Paths.Version != cgroups.V1 || !m.g.Has(cgroups.OOMControl) || m.pending.Load() || !m.armed.Load() {
+		return
+	}
+	var buf [256]byte
+	b, err := m.g.Read(cgroups.OOMControl, buf[:])
+	if err != nil {
+		return
+	}
+	if v, ok := cgroups.KeyedValue(b, "under_oom"); !ok || v == 0 {
+		return
+	}
+	if v, ok := cgroups.KeyedValue(b, "oom_kill_disable"); !ok || v == 0 {
+		return // released: the kernel OOM killer handles it
+	}
+	ev := oom.Event{Handle: m.h, At: time.Now()}
+	if u, err := m.g.ReadInt(cgroups.MemUsage); err == nil && u > 0 {
+		ev.Usage = uint64(u)
+	}
+	ev.Limit, _ = m.g.ReadInt(cgroups.MemLimit)
+	a.OOM(ev)
+}
+
+// oomWatchdog rechecks every trapped group now and then.
+func (a *Agent) oomWatchdog(ctx context.Context) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, m := range a.list() {
+			a.recheck(m)
+		}
+	}
 }
 
 // Started is closed once Run has started its goroutines.

@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 )
 
@@ -15,7 +17,14 @@ func main() {
 	step := flag.Int("step-mib", 4, "MiB per step")
 	pause := flag.Duration("pause", 0, "sleep between steps")
 	hold := flag.Duration("hold", 0, "keep the memory this long before exiting")
+	waitSig := flag.Bool("wait-usr1", false, "allocate only after SIGUSR1 (lets a test arm its OOM trap first)")
 	flag.Parse()
+	if *waitSig {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGUSR1)
+		fmt.Println("memhog: waiting for SIGUSR1")
+		<-ch
+	}
 	if *total < 0 || *step <= 0 {
 		fmt.Fprintln(os.Stderr, "memhog: -mib must be >= 0 and -step-mib > 0")
 		os.Exit(2)

@@ -268,12 +268,21 @@ func benchOOM(ctx context.Context, cli *client.Client, img string, sum map[strin
 		time.Sleep(10 * time.Millisecond)
 	}
 	hog, err := dockertest.Start(ctx, cli, dockertest.Spec{Name: fmt.Sprintf("bench-oom-%d", os.Getpid()), Image: img,
-		Entrypoint: []string{"/bin/memhog"}, Cmd: []string{"-mib", strconv.Itoa(*hogMiB), "-step-mib", "1"},
+		Entrypoint: []string{"/bin/memhog"}, Cmd: []string{"-wait-usr1", "-mib", strconv.Itoa(*hogMiB), "-step-mib", "1"},
 		Labels: map[string]string{containers.AppLabel: "bench-oom"}, Resources: container.Resources{Memory: 32 << 20, MemorySwap: 32 << 20}})
 	if hog != "" {
 		track(hog)
 	}
 	if err != nil {
+		die(cli, err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); !oa.IsManaged(hog); {
+		if time.Now().After(deadline) {
+			die(cli, fmt.Errorf("OOM workload not managed within 20 s"))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cli.ContainerKill(ctx, hog, "USR1"); err != nil {
 		die(cli, err)
 	}
 	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
