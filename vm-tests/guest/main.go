@@ -56,7 +56,14 @@ func main() {
 		ran++
 		fmt.Printf("=== RUN   %s\n", s.name)
 		start := time.Now()
-		err := s.fn(&env{module: *module})
+		var err error
+		if !s.explicit && s.name != "load-unload" && !moduleLoaded() {
+			// Subset runs (-run telemetry) skip load-unload, which loads it.
+			err = loadModule(*module, "")
+		}
+		if err == nil {
+			err = s.fn(&env{module: *module})
+		}
 		d := time.Since(start).Round(time.Millisecond)
 		if err != nil {
 			failed++
