@@ -97,6 +97,7 @@ var scenarios = []scenario{
 	{"oom-deny", scenarioOOMDeny, false},
 	{"oom-timeout", scenarioOOMTimeout, false},
 	{"bad-input", scenarioBadInput, false},
+	{"kernel-source", scenarioKernelSource, false},
 	{"dmesg-clean", scenarioDmesgClean, false},
 	{"stock-refusal", scenarioStockRefusal, true},
 }

@@ -1,0 +1,228 @@
+package genl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/daemon/oom"
+	"github.com/escra-dev/escra/daemon/telemetry"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+	"golang.org/x/sys/unix"
+)
+
+// Source is escrad's kernel backend (telemetry.Source) over escra.ko:
+// per-period records taken in the scheduler (seed 000 §IV-B) and OOM
+// requests caught in try_charge_memcg. Wire it with
+// agent.NewKernelSource = genl.NewSource.
+type Source struct {
+	events *Conn // multicast groups only
+	ctl    *Conn // commands: a reply must not race a blocked Receive
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	byID    map[uint64]*watched // cgroup v2 id
+	byH     map[uint32]uint64
+	pending map[uint32][]uint64 // handle -> OOM request ids awaiting a verdict
+}
+
+type watched struct {
+	h uint32
+	seqState
+}
+
+// NewSource opens the escra family; ErrNoFamily when escra.ko is absent
+// (stock kernel), which makes --backend auto fall back to cgroupfs.
+func NewSource(period time.Duration, log *slog.Logger) (telemetry.Source, error) {
+	ev, err := Dial()
+	if err != nil {
+		return nil, err
+	}
+	ctl, err := Dial()
+	if err != nil {
+		ev.Close()
+		return nil, err
+	}
+	_ = ev.SetReadBuffer(4 << 20)
+	for _, g := range []string{GroupTelemetry, GroupOOM} {
+		if err := ev.Join(g); err != nil {
+			ev.Close()
+			ctl.Close()
+			return nil, err
+		}
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Source{events: ev, ctl: ctl, log: log, byID: map[uint64]*watched{},
+		byH: map[uint32]uint64{}, pending: map[uint32][]uint64{}}, nil
+}
+
+// Backend reports the kernel backend.
+func (s *Source) Backend() pb.Backend { return pb.Backend_BACKEND_KERNEL }
+
+// CgroupID is the cgroup v2 id of a directory: its inode number.
+func CgroupID(dir string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+
+// Watch asks the module to report the group (cgroup v2 only).
+func (s *Source) Watch(h uint32, g *cgroups.Group) error {
+	if g.Paths.Version != cgroups.V2 || g.Paths.Unified == "" {
+		return errors.New("kernel backend: needs a cgroup v2 group")
+	}
+	id, err := CgroupID(g.Paths.Unified)
+	if err != nil {
+		return fmt.Errorf("kernel backend: cgroup id of %s: %w", g.Paths.Unified, err)
+	}
+	if err := s.ctl.Watch(id); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.byID[id] = &watched{h: h}
+	s.byH[h] = id
+	s.mu.Unlock()
+	return nil
+}
+
+// Unwatch stops reporting the group; pending OOM requests are denied.
+func (s *Source) Unwatch(h uint32) {
+	s.mu.Lock()
+	id, ok := s.byH[h]
+	delete(s.byH, h)
+	delete(s.byID, id)
+	s.mu.Unlock()
+	if ok {
+		_ = s.ctl.Unwatch(id)
+	}
+	s.reply(h, false)
+}
+
+// Run delivers records and OOM events until ctx ends.
+func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
+	stop := context.AfterFunc(ctx, func() { _ = s.events.SetReadDeadline(time.Now()) })
+	defer stop()
+	defer s.events.Close()
+	defer s.ctl.Close()
+	var st pb.CpuStat
+	for {
+		evs, err := s.events.Receive()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			if errors.Is(err, unix.ENOBUFS) || errors.Is(err, ErrMalformed) {
+				// Lost or bad records: the next ones carry on (seq shows the gap).
+				s.log.Warn("kernel telemetry", "err", err)
+				continue
+			}
+			return fmt.Errorf("kernel backend: receive: %w", err)
+		}
+		for _, ev := range evs {
+			if ev.OOM != nil {
+				s.oom(*ev.OOM, sink)
+				continue
+			}
+			s.mu.Lock()
+			for _, r := range ev.Records {
+				w, ok := s.byID[r.CgroupID]
+				if !ok {
+					continue
+				}
+				w.fill(&st, r)
+				st.Handle = w.h
+				sink.CPU(&st)
+			}
+			s.mu.Unlock()
+			sink.Flush()
+		}
+	}
+}
+
+func (s *Source) oom(req OOMRequest, sink telemetry.Sink) {
+	s.mu.Lock()
+	w, ok := s.byID[req.CgroupID]
+	if ok {
+		s.pending[w.h] = append(s.pending[w.h], req.ID)
+	}
+	s.mu.Unlock()
+	if !ok {
+		_ = s.ctl.ReplyOOM(req.ID, false)
+		return
+	}
+	sink.OOM(oom.Event{Handle: w.h, At: time.Now(), Usage: req.UsageBytes, Limit: int64(req.MaxBytes)})
+}
+
+// Resolve answers every pending request of the event's group: granted
+// means the daemon already raised memory.max, so each blocked charge may
+// retry. A request that already timed out in the kernel (ENOENT) is fine.
+func (s *Source) Resolve(ev oom.Event, granted bool, newLimit int64) error {
+	return s.reply(ev.Handle, granted)
+}
+
+func (s *Source) reply(h uint32, granted bool) error {
+	s.mu.Lock()
+	ids := s.pending[h]
+	delete(s.pending, h)
+	s.mu.Unlock()
+	var first error
+	for _, id := range ids {
+		if err := s.ctl.ReplyOOM(id, granted); err != nil && !errors.Is(err, unix.ENOENT) && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// seqState turns the kernel's records into the daemon's period sequence.
+// An idle group's period timer stops, so the kernel sends nothing for idle
+// periods; the elapsed time since the previous record says how many
+// periods passed, and the skipped sequence numbers are the idle (fully
+// unused) periods — the same gaps the cgroupfs backend leaves.
+type seqState struct {
+	started     bool
+	seq         uint64
+	lastTs      uint64
+	lastThrotNs uint64
+}
+
+func (w *seqState) fill(st *pb.CpuStat, r Record) {
+	step := uint64(1)
+	if w.started && r.TimestampNs > w.lastTs && r.PeriodNs > 0 {
+		step = (r.TimestampNs - w.lastTs + r.PeriodNs/2) / r.PeriodNs
+		if step == 0 {
+			step = 1
+		}
+	}
+	var throttledNs uint64
+	if w.started {
+		w.seq += step
+		if r.ThrottledNs >= w.lastThrotNs {
+			throttledNs = r.ThrottledNs - w.lastThrotNs
+		}
+	} else {
+		w.seq, w.started = 0, true // the protocol counts from 0 at registration
+	}
+	w.lastTs, w.lastThrotNs = r.TimestampNs, r.ThrottledNs
+	used := int64(r.QuotaNs) - int64(r.UnusedNs)
+	if used < 0 {
+		used = 0 // burst: more than the quota was left
+	}
+	st.Reset()
+	st.PeriodSeq = w.seq
+	st.QuotaUs = int64(r.QuotaNs / 1000)
+	st.PeriodUs = uint32(r.PeriodNs / 1000)
+	st.UnusedUs = int64(r.UnusedNs / 1000)
+	st.Throttled = r.Throttled
+	st.NrThrottled = uint64(r.NrThrottled)
+	st.ThrottledUs = throttledNs / 1000 // per period, as cpu.stat deltas
+	st.UsageUs = uint64(used / 1000)
+}
