@@ -9,18 +9,24 @@
 #
 #   scripts/kernel-build.sh         build (or reuse) and print the tree's path last
 #   scripts/kernel-build.sh --dir   print the tree's path only, build nothing
+#   ESCRA_KERNEL_FLAVOR=kasan ...   add vm-tests/kernel-kasan.config (KASAN)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
 tarball=/usr/src/linux-source-6.1.tar.xz
-fragment=$repo/vm-tests/kernel.config
+fragments=("$repo/vm-tests/kernel.config")
+case ${ESCRA_KERNEL_FLAVOR:-} in
+"") ;;
+kasan) fragments+=("$repo/vm-tests/kernel-kasan.config") ;;
+*) echo "kernel-build: unknown ESCRA_KERNEL_FLAVOR=$ESCRA_KERNEL_FLAVOR (want kasan)" >&2; exit 1 ;;
+esac
 cache=${ESCRA_KERNEL_CACHE:-/var/cache/escra/kernel}
 jobs=${JOBS:-$(nproc)}
 
 [ -r "$tarball" ] || { echo "kernel-build: $tarball missing; run make setup (linux-source-6.1)" >&2; exit 1; }
 srcver=$(dpkg-query -W -f='${Version}' linux-source-6.1 2>/dev/null || stat -c '%s-%Y' "$tarball")
-key=$( { echo "$srcver"; cat patches/linux-6.1/*.patch "$fragment"; } | sha256sum | cut -c1-16)
+key=$( { echo "$srcver"; cat patches/linux-6.1/*.patch "${fragments[@]}"; } | sha256sum | cut -c1-16)
 dir=$cache/$key/linux
 
 if [ "${1:-}" = --dir ]; then
@@ -54,16 +60,16 @@ for p in patches/linux-6.1/*.patch; do
 	patch -d "$dir" -p1 -s --forward <"$p"
 done
 
-log "config: tinyconfig + $(basename "$fragment")"
+log "config: tinyconfig + ${fragments[*]##*/}"
 make -s -C "$dir" tinyconfig >/dev/null
-"$dir"/scripts/kconfig/merge_config.sh -m -O "$dir" "$dir/.config" "$fragment" >/dev/null
+"$dir"/scripts/kconfig/merge_config.sh -m -O "$dir" "$dir/.config" "${fragments[@]}" >/dev/null
 make -s -C "$dir" olddefconfig >/dev/null
 # Every option the fragment asks for must have survived the dependency solver.
 missing=0
 while IFS= read -r line; do
 	case $line in CONFIG_*=*) ;; *) continue ;; esac
 	grep -qxF "$line" "$dir/.config" || { echo "kernel-build: $line did not stick (dependency missing?)" >&2; missing=1; }
-done <"$fragment"
+done < <(cat "${fragments[@]}")
 [ $missing = 0 ] || exit 1
 
 log "building bzImage and modules_prepare with -j$jobs (cold: ~4-5 min on 2 cores)"

@@ -17,7 +17,7 @@ if [ "${1:-}" = --stock ]; then
 	out=$repo/bin/kmod/stock
 else
 	kdir=$(scripts/kernel-build.sh | tail -1)
-	out=$repo/bin/kmod/patched
+	out=$repo/bin/kmod/patched${ESCRA_KERNEL_FLAVOR:+-$ESCRA_KERNEL_FLAVOR}
 fi
 
 rm -rf "$out"

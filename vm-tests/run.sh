@@ -14,11 +14,13 @@
 #   VMTEST_TIMEOUT=900   seconds before QEMU is killed (default 600)
 #   VMTEST_ACCEL=kvm     use KVM when /dev/kvm works (default tcg)
 #   VMTEST_STOCK=0       skip the stock-kernel boot
+#   VMTEST_KASAN=1       use the KASAN kernel flavour (vm-tests/kernel-kasan.config)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 
 timeout_s=${VMTEST_TIMEOUT:-600}
+[ "${VMTEST_KASAN:-0}" = 1 ] && export ESCRA_KERNEL_FLAVOR=kasan
 accel=${VMTEST_ACCEL:-tcg}
 work=$(mktemp -d /tmp/escra-vmtest.XXXXXX)
 qpid=
