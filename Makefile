@@ -57,8 +57,9 @@ bench: ## quick benchmark report against the peers (FULL=1 for the full matrix)
 bench-controller: ## controller containers-per-core and decision latency
 	@scripts/bench/controller.sh
 
-bench-daemon: ## daemon apply latency and OOM rescue
-	@scripts/not-yet.sh bench-daemon "the daemon issue"
+bench-daemon: ## daemon apply latency, docker update, OOM rescue, CPU per 100 idle containers (~3 min)
+	@scripts/setup.sh
+	$(GO) run ./daemon/cmd/bench-daemon -out results/daemon
 
 bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM
 	@scripts/kernel-bench.sh
