@@ -3,6 +3,7 @@
 # linux-headers-*-amd64, fetching it once with `apt-get download` into
 # /var/cache/escra/stock (nothing is installed on the host). vm-tests boot it
 # to show what escra.ko does on a kernel without the Escra hooks.
+# scripts/setup.sh fetches it; tests pass --cached and never download.
 set -euo pipefail
 hdr=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -1)
 [ -n "$hdr" ] || { echo "kernel-stock: no linux-headers-*-amd64 installed" >&2; exit 1; }
@@ -10,6 +11,7 @@ ver=${hdr#/usr/src/linux-headers-}
 cache=${ESCRA_STOCK_CACHE:-/var/cache/escra/stock}
 img=$cache/vmlinuz-$ver
 if [ ! -s "$img" ]; then
+	[ "${1:-}" = --cached ] && { echo "kernel-stock: $img missing (make setup fetches it)" >&2; exit 1; }
 	mkdir -p "$cache"
 	echo "[stock] fetching linux-image-$ver (apt-get download)" >&2
 	(cd "$cache" && apt-get download -q "linux-image-$ver" >/dev/null 2>&1) ||

@@ -45,6 +45,10 @@ fi
 
 command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || die "Go is missing: install Go >= 1.26 at /usr/local/go"
 
+# kernel path: Debian's stock kernel image, unpacked into /var/cache/escra/stock
+# (apt-get download, not installed), for the vm-test of escra.ko's refusal there.
+"$(dirname "$0")"/kernel-stock.sh >/dev/null || say "stock kernel image unavailable; vm-tests skip the stock-kernel boot"
+
 # --- Docker Engine -------------------------------------------------------
 # Debian's client is /usr/bin/docker; a newer client elsewhere on PATH works
 # too (API version negotiation).

@@ -127,12 +127,12 @@ if [ -n "${VMTEST_BENCH:-}" ]; then
 	sed -n '/ESCRA-BENCH-JSON-BEGIN/,/ESCRA-BENCH-JSON-END/p' "$work/patched.log" | sed '1d;$d' | tr -d '\r' >"$VMTEST_BENCH"
 elif [ "${VMTEST_STOCK:-1}" != 0 ] && [ -z "${VMTEST_RUN:-}" ]; then
 	say "stock kernel: escra.ko against Debian's headers must refuse to load"
-	if stock=$(scripts/kernel-stock.sh); then
+	if stock=$(scripts/kernel-stock.sh --cached); then
 		stock_ko=$(scripts/kernel-kmod.sh --stock | tail -1)
 		initramfs stock "$stock_ko"
 		boot stock "$stock" "escra_run=stock-refusal" || rc=1
 	else
-		say "stock kernel image unavailable (apt-get download failed): stock-refusal NOT run"
+		say "stock kernel image not fetched (make setup): stock-refusal NOT run"
 	fi
 fi
 
