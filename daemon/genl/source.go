@@ -131,17 +131,19 @@ func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
 				s.oom(*ev.OOM, sink)
 				continue
 			}
-			s.mu.Lock()
 			for _, r := range ev.Records {
+				// The sink runs unlocked: it may call back (Unwatch).
+				s.mu.Lock()
 				w, ok := s.byID[r.CgroupID]
-				if !ok {
-					continue
+				if ok {
+					w.fill(&st, r)
+					st.Handle = w.h
 				}
-				w.fill(&st, r)
-				st.Handle = w.h
-				sink.CPU(&st)
+				s.mu.Unlock()
+				if ok {
+					sink.CPU(&st)
+				}
 			}
-			s.mu.Unlock()
 			sink.Flush()
 		}
 	}
