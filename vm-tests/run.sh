@@ -62,6 +62,7 @@ initramfs() {
 /bin/busybox mount -t devtmpfs devtmpfs /dev
 /bin/busybox --install -s /bin
 mount -t cgroup2 none /sys/fs/cgroup
+ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 echo 1 > /proc/sys/kernel/panic_on_oops
 echo "escra-vmtest: kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/{print $2" kB"}' /proc/meminfo)"
 if [ -n "$escra_bench" ]; then

@@ -98,6 +98,7 @@ var scenarios = []scenario{
 	{"oom-timeout", scenarioOOMTimeout, false},
 	{"bad-input", scenarioBadInput, false},
 	{"kernel-source", scenarioKernelSource, false},
+	{"escrad-e2e", scenarioEscradE2E, false},
 	{"dmesg-clean", scenarioDmesgClean, false},
 	{"stock-refusal", scenarioStockRefusal, true},
 }

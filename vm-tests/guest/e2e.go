@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/escra-dev/escra/controller/server"
+	"github.com/escra-dev/escra/daemon/agent"
+	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/daemon/genl"
+)
+
+// scenarioEscradE2E runs the whole data path in the guest: escra.ko →
+// escrad's agent with the kernel backend → escra-controller over
+// loopback TCP/UDP, and back: records of a throttled CPU hog reach the
+// controller, and a memory hog above its bootstrap limit is rescued by a
+// controller grant (seed 000 §III, §IV-B/C) — exit 0, no OOM kill.
+func scenarioEscradE2E(*env) error {
+	agent.NewKernelSource = genl.NewSource
+	cpuCg, err := newCgroup("e2e-cpu")
+	if err != nil {
+		return err
+	}
+	defer cpuCg.remove()
+	memCg, err := newCgroup("e2e-mem")
+	if err != nil {
+		return err
+	}
+	defer memCg.remove()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := server.DefaultConfig()
+	cfg.TCPAddr, cfg.UDPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.ReclaimEvery = 0
+	cfg.Logger = quiet
+	cfg.Apps = []server.AppSpec{{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5}}
+	srv, err := server.Start(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	a, err := agent.New(agent.Config{
+		HostID: "vm", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
+		Backend: agent.BackendKernel, Log: quiet,
+		Cgroups: []containers.CgroupSpec{
+			{Name: "e2e-cpu", App: "vmapp", Path: "/e2e-cpu"},
+			{Name: "e2e-mem", App: "vmapp", Path: "/e2e-mem"},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if a.Backend() != agent.BackendKernel {
+		return fmt.Errorf("agent picked backend %s", a.Backend())
+	}
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- a.Run(ctx) }()
+	defer func() { cancel(); <-agentDone }()
+
+	state := func(name string) (server.ContainerState, bool) {
+		for _, c := range srv.Snapshot().Containers {
+			if c.Name == name {
+				return c, true
+			}
+		}
+		return server.ContainerState{}, false
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, ok1 := state("e2e-cpu")
+		m, ok2 := state("e2e-mem")
+		if ok1 && ok2 && m.MemoryLimitBytes > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the controller did not register both cgroups within 20s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	limit, err := memCg.get("memory.max")
+	if err != nil {
+		return err
+	}
+	boot, err := strconv.ParseInt(limit, 10, 64)
+	if err != nil {
+		return fmt.Errorf("memory.max %q after bootstrap: %w", limit, err)
+	}
+	hog, err := cpuCg.start("hog-cpu")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = hog.Process.Kill(); _, _ = hog.Process.Wait() }()
+
+	want := boot>>20 + 32 // MiB: above the bootstrap limit, inside the app's pool
+	mem, err := memCg.start("hog-mem", strconv.FormatInt(want, 10))
+	if err != nil {
+		return err
+	}
+	ps, err := waitTimeout(mem, 90*time.Second)
+	if err != nil {
+		return fmt.Errorf("memory hog: %w", err)
+	}
+	kills, err := memCg.keyed("memory.events", "oom_kill")
+	if err != nil {
+		return err
+	}
+	m, _ := state("e2e-mem")
+	if !ps.Success() || kills != 0 || m.OOMGrants == 0 {
+		return fmt.Errorf("memory hog of %d MiB over a %d MiB bootstrap limit: %v, oom_kill %d, controller grants %d (requests %d): want exit 0, no kill, >= 1 grant",
+			want, boot>>20, ps, kills, m.OOMGrants, m.OOMRequests)
+	}
+	time.Sleep(2 * time.Second)
+	c, _ := state("e2e-cpu")
+	if c.Periods < 10 {
+		return fmt.Errorf("controller saw %d periods of the CPU hog, want >= 10", c.Periods)
+	}
+	fmt.Printf("    controller: e2e-cpu %d periods (%d throttled, last usage %d us of quota %d us); e2e-mem %d MiB -> %d MiB, %d OOM requests, %d grants; hog exit 0\n",
+		c.Periods, c.ThrottledPeriods, c.CPUUsageUs, c.CPUQuotaUs, boot>>20, m.MemoryLimitBytes>>20, m.OOMRequests, m.OOMGrants)
+	select {
+	case err := <-agentDone:
+		agentDone <- err
+		return fmt.Errorf("agent stopped early: %v", err)
+	default:
+	}
+	return nil
+}
