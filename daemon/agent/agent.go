@@ -59,9 +59,10 @@ type Config struct {
 	// NoParentShortcut turns off the cgroupfs sampler's idle-parent check
 	// (benchmarks measure what it saves).
 	NoParentShortcut bool
-	// OnOOMRescue, when set, sees every rescue latency (OOM wake-up to the
-	// raised limit written); the benchmark uses it.
-	OnOOMRescue func(time.Duration)
+	// OnOOMRescue, when set, sees every rescue: OOM wake-up to the raising
+	// write issued (the kernel wakes the tasks inside it) and to the write
+	// returned; the benchmark uses it.
+	OnOOMRescue func(issued, returned time.Duration)
 }
 
 // Agent manages one host's labelled containers.
@@ -111,11 +112,16 @@ func (a *Agent) noteRaise(m *managed, limit int64) {
 		return
 	}
 	m.rescued = true
-	d := time.Since(m.oomAt)
+	at := m.oomAt
 	m.oomMu.Unlock()
-	a.m.oomRescue.Observe(d.Seconds())
+	returned := time.Since(at)
+	issued := returned
+	if w := m.e.MemoryWriteIssued(); w.After(at) {
+		issued = w.Sub(at)
+	}
+	a.m.oomRescue.Observe(issued.Seconds())
 	if a.cfg.OnOOMRescue != nil {
-		a.cfg.OnOOMRescue(d)
+		a.cfg.OnOOMRescue(issued, returned)
 	}
 }
 

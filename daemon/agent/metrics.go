@@ -17,7 +17,7 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 	m := metrics{
 		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_apply_latency_seconds", Help: "SetLimits received to cgroup write done.", Buckets: us}),
 		applyErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_apply_errors_total", Help: "Limit updates not applied (stale, unknown, write error)."}),
-		oomRescue:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_oom_rescue_seconds", Help: "OOM event to raised limit.", Buckets: us}),
+		oomRescue:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_oom_rescue_seconds", Help: "OOM wake-up to the write that raises the limit (and wakes the tasks).", Buckets: us}),
 		oomEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_oom_events_total", Help: "OOM events trapped."}),
 		oomOutcome:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_outcomes_total", Help: "OOM events by outcome."}, []string{"outcome"}),
 		records:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_telemetry_records_total", Help: "Per-period CPU records produced."}),

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	pb "github.com/escra-dev/escra/proto/escrapb"
@@ -40,6 +41,17 @@ type Entry struct {
 	gen     uint64 // newest controller generation applied
 	version uint64 // bumped on every write (any cause), for the reconciler
 	cur     Current
+	memAt   time.Time // when the last memory write was issued
+}
+
+// MemoryWriteIssued is when the last memory limit write was issued. The
+// kernel wakes tasks waiting in a v1 OOM inside that write (a few µs), so
+// this, not the write's return, is when a rescued container runs again: the
+// return can be late because the woken tasks preempt the writer.
+func (e *Entry) MemoryWriteIssued() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.memAt
 }
 
 // NewEntry reads the group's current limits.
@@ -222,6 +234,7 @@ func (e *Entry) writeMemory(mem int64) error {
 		mem = cgroups.Max
 	}
 	old, oldSw := e.cur.MemoryBytes, e.cur.MemswBytes
+	e.memAt = time.Now()
 	swapped := e.G.Has(cgroups.MemswLimit) && oldSw != cgroups.Max && old != cgroups.Max
 	if !swapped {
 		if err := e.G.WriteInt(cgroups.MemLimit, mem); err != nil {
