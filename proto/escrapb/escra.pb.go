@@ -1259,6 +1259,257 @@ func (x *Error) GetMessage() string {
 	return ""
 }
 
+// CreateContainer asks the daemon to create and start one container on its
+// Docker engine (seed 000 §IV-A, Application Deployer). The daemon adds
+// the label escra.app=APP, so the Container Watcher registers it like any
+// labelled container. Answered by CreateContainerResult or Error.
+type CreateContainer struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	App     string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	Name    string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Image   string                 `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`
+	Command []string               `protobuf:"bytes,4,rep,name=command,proto3" json:"command,omitempty"`
+	// KEY=VALUE pairs.
+	Env []string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
+	// "none" (loopback only) or "host".
+	Network string `protobuf:"bytes,6,opt,name=network,proto3" json:"network,omitempty"`
+	// Bootstrap limits (seed 000 §IV-A eq. 2).
+	Limits        *Limits `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateContainer) Reset() {
+	*x = CreateContainer{}
+	mi := &file_escra_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateContainer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateContainer) ProtoMessage() {}
+
+func (x *CreateContainer) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateContainer.ProtoReflect.Descriptor instead.
+func (*CreateContainer) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *CreateContainer) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *CreateContainer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateContainer) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *CreateContainer) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *CreateContainer) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *CreateContainer) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *CreateContainer) GetLimits() *Limits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+type CreateContainerResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId   string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateContainerResult) Reset() {
+	*x = CreateContainerResult{}
+	mi := &file_escra_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateContainerResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateContainerResult) ProtoMessage() {}
+
+func (x *CreateContainerResult) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateContainerResult.ProtoReflect.Descriptor instead.
+func (*CreateContainerResult) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *CreateContainerResult) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
+func (x *CreateContainerResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// RemoveContainers force-removes the app's containers on the daemon's
+// engine: those named in container_ids, or every container labelled
+// escra.app=APP when the list is empty. Answered by RemoveContainersResult
+// or Error.
+type RemoveContainers struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	ContainerIds  []string               `protobuf:"bytes,2,rep,name=container_ids,json=containerIds,proto3" json:"container_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveContainers) Reset() {
+	*x = RemoveContainers{}
+	mi := &file_escra_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveContainers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveContainers) ProtoMessage() {}
+
+func (x *RemoveContainers) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveContainers.ProtoReflect.Descriptor instead.
+func (*RemoveContainers) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RemoveContainers) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *RemoveContainers) GetContainerIds() []string {
+	if x != nil {
+		return x.ContainerIds
+	}
+	return nil
+}
+
+type RemoveContainersResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Removed       []string               `protobuf:"bytes,1,rep,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveContainersResult) Reset() {
+	*x = RemoveContainersResult{}
+	mi := &file_escra_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveContainersResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveContainersResult) ProtoMessage() {}
+
+func (x *RemoveContainersResult) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveContainersResult.ProtoReflect.Descriptor instead.
+func (*RemoveContainersResult) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RemoveContainersResult) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
 // Envelope is one framed message on the TCP channel. Requests carry a
 // request_id unique per sender and connection; the reply carries the same id.
 type Envelope struct {
@@ -1279,6 +1530,10 @@ type Envelope struct {
 	//	*Envelope_ReclaimResult
 	//	*Envelope_Heartbeat
 	//	*Envelope_Error
+	//	*Envelope_CreateContainer
+	//	*Envelope_CreateContainerResult
+	//	*Envelope_RemoveContainers
+	//	*Envelope_RemoveContainersResult
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1286,7 +1541,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_escra_proto_msgTypes[17]
+	mi := &file_escra_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1553,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[17]
+	mi := &file_escra_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1566,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_escra_proto_rawDescGZIP(), []int{17}
+	return file_escra_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Envelope) GetRequestId() uint64 {
@@ -1445,6 +1700,42 @@ func (x *Envelope) GetError() *Error {
 	return nil
 }
 
+func (x *Envelope) GetCreateContainer() *CreateContainer {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_CreateContainer); ok {
+			return x.CreateContainer
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCreateContainerResult() *CreateContainerResult {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_CreateContainerResult); ok {
+			return x.CreateContainerResult
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRemoveContainers() *RemoveContainers {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_RemoveContainers); ok {
+			return x.RemoveContainers
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetRemoveContainersResult() *RemoveContainersResult {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_RemoveContainersResult); ok {
+			return x.RemoveContainersResult
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -1501,6 +1792,22 @@ type Envelope_Error struct {
 	Error *Error `protobuf:"bytes,22,opt,name=error,proto3,oneof"`
 }
 
+type Envelope_CreateContainer struct {
+	CreateContainer *CreateContainer `protobuf:"bytes,23,opt,name=create_container,json=createContainer,proto3,oneof"`
+}
+
+type Envelope_CreateContainerResult struct {
+	CreateContainerResult *CreateContainerResult `protobuf:"bytes,24,opt,name=create_container_result,json=createContainerResult,proto3,oneof"`
+}
+
+type Envelope_RemoveContainers struct {
+	RemoveContainers *RemoveContainers `protobuf:"bytes,25,opt,name=remove_containers,json=removeContainers,proto3,oneof"`
+}
+
+type Envelope_RemoveContainersResult struct {
+	RemoveContainersResult *RemoveContainersResult `protobuf:"bytes,26,opt,name=remove_containers_result,json=removeContainersResult,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -1527,6 +1834,14 @@ func (*Envelope_Heartbeat) isEnvelope_Body() {}
 
 func (*Envelope_Error) isEnvelope_Body() {}
 
+func (*Envelope_CreateContainer) isEnvelope_Body() {}
+
+func (*Envelope_CreateContainerResult) isEnvelope_Body() {}
+
+func (*Envelope_RemoveContainers) isEnvelope_Body() {}
+
+func (*Envelope_RemoveContainersResult) isEnvelope_Body() {}
+
 type MemoryUsage_Sample struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Handle        uint32                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
@@ -1539,7 +1854,7 @@ type MemoryUsage_Sample struct {
 
 func (x *MemoryUsage_Sample) Reset() {
 	*x = MemoryUsage_Sample{}
-	mi := &file_escra_proto_msgTypes[18]
+	mi := &file_escra_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1866,7 @@ func (x *MemoryUsage_Sample) String() string {
 func (*MemoryUsage_Sample) ProtoMessage() {}
 
 func (x *MemoryUsage_Sample) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[18]
+	mi := &file_escra_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1924,7 @@ type SetLimitsAck_Applied struct {
 
 func (x *SetLimitsAck_Applied) Reset() {
 	*x = SetLimitsAck_Applied{}
-	mi := &file_escra_proto_msgTypes[19]
+	mi := &file_escra_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1936,7 @@ func (x *SetLimitsAck_Applied) String() string {
 func (*SetLimitsAck_Applied) ProtoMessage() {}
 
 func (x *SetLimitsAck_Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[19]
+	mi := &file_escra_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +2000,7 @@ type ReclaimResult_Reclaimed struct {
 
 func (x *ReclaimResult_Reclaimed) Reset() {
 	*x = ReclaimResult_Reclaimed{}
-	mi := &file_escra_proto_msgTypes[20]
+	mi := &file_escra_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +2012,7 @@ func (x *ReclaimResult_Reclaimed) String() string {
 func (*ReclaimResult_Reclaimed) ProtoMessage() {}
 
 func (x *ReclaimResult_Reclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[20]
+	mi := &file_escra_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2180,23 @@ const file_escra_proto_rawDesc = "" +
 	"\fsent_unix_ns\x18\x02 \x01(\x03R\n" +
 	"sentUnixNs\"!\n" +
 	"\x05Error\x12\x18\n" +
-	"\amessage\x18\x01 \x01(\tR\amessage\"\x87\x06\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\"\xbd\x01\n" +
+	"\x0fCreateContainer\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05image\x18\x03 \x01(\tR\x05image\x12\x18\n" +
+	"\acommand\x18\x04 \x03(\tR\acommand\x12\x10\n" +
+	"\x03env\x18\x05 \x03(\tR\x03env\x12\x18\n" +
+	"\anetwork\x18\x06 \x01(\tR\anetwork\x12(\n" +
+	"\x06limits\x18\a \x01(\v2\x10.escra.v1.LimitsR\x06limits\"N\n" +
+	"\x15CreateContainerResult\x12!\n" +
+	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"I\n" +
+	"\x10RemoveContainers\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12#\n" +
+	"\rcontainer_ids\x18\x02 \x03(\tR\fcontainerIds\"2\n" +
+	"\x16RemoveContainersResult\x12\x18\n" +
+	"\aremoved\x18\x01 \x03(\tR\aremoved\"\xd3\b\n" +
 	"\bEnvelope\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12+\n" +
@@ -1887,7 +2218,11 @@ const file_escra_proto_rawDesc = "" +
 	"\areclaim\x18\x13 \x01(\v2\x18.escra.v1.ReclaimRequestH\x00R\areclaim\x12@\n" +
 	"\x0ereclaim_result\x18\x14 \x01(\v2\x17.escra.v1.ReclaimResultH\x00R\rreclaimResult\x123\n" +
 	"\theartbeat\x18\x15 \x01(\v2\x13.escra.v1.HeartbeatH\x00R\theartbeat\x12'\n" +
-	"\x05error\x18\x16 \x01(\v2\x0f.escra.v1.ErrorH\x00R\x05errorB\x06\n" +
+	"\x05error\x18\x16 \x01(\v2\x0f.escra.v1.ErrorH\x00R\x05error\x12F\n" +
+	"\x10create_container\x18\x17 \x01(\v2\x19.escra.v1.CreateContainerH\x00R\x0fcreateContainer\x12Y\n" +
+	"\x17create_container_result\x18\x18 \x01(\v2\x1f.escra.v1.CreateContainerResultH\x00R\x15createContainerResult\x12I\n" +
+	"\x11remove_containers\x18\x19 \x01(\v2\x1a.escra.v1.RemoveContainersH\x00R\x10removeContainers\x12\\\n" +
+	"\x18remove_containers_result\x18\x1a \x01(\v2 .escra.v1.RemoveContainersResultH\x00R\x16removeContainersResultB\x06\n" +
 	"\x04body*L\n" +
 	"\aBackend\x12\x17\n" +
 	"\x13BACKEND_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -1911,7 +2246,7 @@ func file_escra_proto_rawDescGZIP() []byte {
 }
 
 var file_escra_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_escra_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_escra_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_escra_proto_goTypes = []any{
 	(Backend)(0),                    // 0: escra.v1.Backend
 	(CgroupVersion)(0),              // 1: escra.v1.CgroupVersion
@@ -1932,39 +2267,48 @@ var file_escra_proto_goTypes = []any{
 	(*ReclaimResult)(nil),           // 16: escra.v1.ReclaimResult
 	(*Heartbeat)(nil),               // 17: escra.v1.Heartbeat
 	(*Error)(nil),                   // 18: escra.v1.Error
-	(*Envelope)(nil),                // 19: escra.v1.Envelope
-	(*MemoryUsage_Sample)(nil),      // 20: escra.v1.MemoryUsage.Sample
-	(*SetLimitsAck_Applied)(nil),    // 21: escra.v1.SetLimitsAck.Applied
-	(*ReclaimResult_Reclaimed)(nil), // 22: escra.v1.ReclaimResult.Reclaimed
+	(*CreateContainer)(nil),         // 19: escra.v1.CreateContainer
+	(*CreateContainerResult)(nil),   // 20: escra.v1.CreateContainerResult
+	(*RemoveContainers)(nil),        // 21: escra.v1.RemoveContainers
+	(*RemoveContainersResult)(nil),  // 22: escra.v1.RemoveContainersResult
+	(*Envelope)(nil),                // 23: escra.v1.Envelope
+	(*MemoryUsage_Sample)(nil),      // 24: escra.v1.MemoryUsage.Sample
+	(*SetLimitsAck_Applied)(nil),    // 25: escra.v1.SetLimitsAck.Applied
+	(*ReclaimResult_Reclaimed)(nil), // 26: escra.v1.ReclaimResult.Reclaimed
 }
 var file_escra_proto_depIdxs = []int32{
 	0,  // 0: escra.v1.HostHello.backend:type_name -> escra.v1.Backend
 	1,  // 1: escra.v1.HostHello.cgroup_version:type_name -> escra.v1.CgroupVersion
 	4,  // 2: escra.v1.ContainerRegister.limits:type_name -> escra.v1.Limits
 	7,  // 3: escra.v1.TelemetryBatch.stats:type_name -> escra.v1.CpuStat
-	20, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
+	24, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
 	4,  // 5: escra.v1.LimitUpdate.limits:type_name -> escra.v1.Limits
 	12, // 6: escra.v1.SetLimits.updates:type_name -> escra.v1.LimitUpdate
-	21, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
-	22, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
-	2,  // 9: escra.v1.Envelope.hello:type_name -> escra.v1.HostHello
-	3,  // 10: escra.v1.Envelope.hello_ack:type_name -> escra.v1.HelloAck
-	5,  // 11: escra.v1.Envelope.register:type_name -> escra.v1.ContainerRegister
-	6,  // 12: escra.v1.Envelope.unregister:type_name -> escra.v1.ContainerUnregister
-	9,  // 13: escra.v1.Envelope.memory_usage:type_name -> escra.v1.MemoryUsage
-	10, // 14: escra.v1.Envelope.oom_request:type_name -> escra.v1.OomRequest
-	11, // 15: escra.v1.Envelope.oom_verdict:type_name -> escra.v1.OomVerdict
-	13, // 16: escra.v1.Envelope.set_limits:type_name -> escra.v1.SetLimits
-	14, // 17: escra.v1.Envelope.set_limits_ack:type_name -> escra.v1.SetLimitsAck
-	15, // 18: escra.v1.Envelope.reclaim:type_name -> escra.v1.ReclaimRequest
-	16, // 19: escra.v1.Envelope.reclaim_result:type_name -> escra.v1.ReclaimResult
-	17, // 20: escra.v1.Envelope.heartbeat:type_name -> escra.v1.Heartbeat
-	18, // 21: escra.v1.Envelope.error:type_name -> escra.v1.Error
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	25, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
+	26, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
+	4,  // 9: escra.v1.CreateContainer.limits:type_name -> escra.v1.Limits
+	2,  // 10: escra.v1.Envelope.hello:type_name -> escra.v1.HostHello
+	3,  // 11: escra.v1.Envelope.hello_ack:type_name -> escra.v1.HelloAck
+	5,  // 12: escra.v1.Envelope.register:type_name -> escra.v1.ContainerRegister
+	6,  // 13: escra.v1.Envelope.unregister:type_name -> escra.v1.ContainerUnregister
+	9,  // 14: escra.v1.Envelope.memory_usage:type_name -> escra.v1.MemoryUsage
+	10, // 15: escra.v1.Envelope.oom_request:type_name -> escra.v1.OomRequest
+	11, // 16: escra.v1.Envelope.oom_verdict:type_name -> escra.v1.OomVerdict
+	13, // 17: escra.v1.Envelope.set_limits:type_name -> escra.v1.SetLimits
+	14, // 18: escra.v1.Envelope.set_limits_ack:type_name -> escra.v1.SetLimitsAck
+	15, // 19: escra.v1.Envelope.reclaim:type_name -> escra.v1.ReclaimRequest
+	16, // 20: escra.v1.Envelope.reclaim_result:type_name -> escra.v1.ReclaimResult
+	17, // 21: escra.v1.Envelope.heartbeat:type_name -> escra.v1.Heartbeat
+	18, // 22: escra.v1.Envelope.error:type_name -> escra.v1.Error
+	19, // 23: escra.v1.Envelope.create_container:type_name -> escra.v1.CreateContainer
+	20, // 24: escra.v1.Envelope.create_container_result:type_name -> escra.v1.CreateContainerResult
+	21, // 25: escra.v1.Envelope.remove_containers:type_name -> escra.v1.RemoveContainers
+	22, // 26: escra.v1.Envelope.remove_containers_result:type_name -> escra.v1.RemoveContainersResult
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_escra_proto_init() }
@@ -1972,7 +2316,7 @@ func file_escra_proto_init() {
 	if File_escra_proto != nil {
 		return
 	}
-	file_escra_proto_msgTypes[17].OneofWrappers = []any{
+	file_escra_proto_msgTypes[21].OneofWrappers = []any{
 		(*Envelope_Hello)(nil),
 		(*Envelope_HelloAck)(nil),
 		(*Envelope_Register)(nil),
@@ -1986,6 +2330,10 @@ func file_escra_proto_init() {
 		(*Envelope_ReclaimResult)(nil),
 		(*Envelope_Heartbeat)(nil),
 		(*Envelope_Error)(nil),
+		(*Envelope_CreateContainer)(nil),
+		(*Envelope_CreateContainerResult)(nil),
+		(*Envelope_RemoveContainers)(nil),
+		(*Envelope_RemoveContainersResult)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1993,7 +2341,7 @@ func file_escra_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_escra_proto_rawDesc), len(file_escra_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
