@@ -135,9 +135,9 @@ func (c Config) ports(w Workload) []int {
 func containerName(w Workload, i int) string { return fmt.Sprintf("escra-bench-%s-%d", w.Name, i) }
 
 // start creates fresh replicas. Limits are those a user would give
-// `docker run` (none for profiling and Escra, k × peak for Static, the
-// Static 1.5× limits as the starting point of Autopilot and VPA, which
-// then take over). Swap is not limited (the host has none; memsw would
+// `docker run` (none for profiling, k × peak for Static, the Static 1.5×
+// limits as the starting point of Autopilot, VPA and Escra, which then
+// take over). Swap is not limited (the host has none; memsw would
 // otherwise cap what the policies may write).
 func (c Config) start(ctx context.Context, w Workload, policyName string, peaks []Peak) ([]string, error) {
 	var ids []string
@@ -155,7 +155,9 @@ func (c Config) start(ctx context.Context, w Workload, policyName string, peaks 
 		case "static075":
 			k = 0.75
 		case "escra":
+			// Same starting point as Autopilot and VPA; escrad takes over.
 			labels["escra.app"] = c.Escra.App(w.Name)
+			k = 1.5
 		}
 		if k > 0 && i < len(peaks) {
 			res.NanoCPUs = int64(k * peaks[i].CPU * 1e9)

@@ -20,16 +20,20 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/bench/matrix"
+	"github.com/escra-dev/escra/bench/overhead"
 	"github.com/escra-dev/escra/bench/report"
+	"github.com/escra-dev/escra/daemon/cgroups"
 )
 
 func main() {
@@ -148,6 +152,9 @@ func run() error {
 	runs, notes := cfg.Run(ctx, peaks)
 	res.Runs, res.Notes = runs, append(res.Notes, notes...)
 	res.Overheads = overheads(filepath.Dir(filepath.Clean(*out)), filepath.Base(filepath.Clean(*out)))
+	if err := measureOverheads(ctx, cfg, res.Overheads); err != nil {
+		res.Notes = append(res.Notes, "overhead measurement failed: "+err.Error())
+	}
 	if len(res.Runs) == 0 {
 		return fmt.Errorf("no run succeeded: %s", strings.Join(notes, "; "))
 	}
@@ -284,6 +291,58 @@ func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]
 	say("started escra-controller (pid %d) and escrad (pid %d); apps in %s", ctl.cmd.Process.Pid, d.cmd.Process.Pid, appsFile)
 	stop := func() { stopAll(d, ctl) }
 	return stop, &matrix.Escra{App: app, ControllerPID: ctl.cmd.Process.Pid, DaemonPID: d.cmd.Process.Pid}, nil
+}
+
+// measureOverheads measures, on one demo-http container, the limit apply
+// latency by direct cgroup write and by docker update, and the time from
+// SIGKILL to serving again (what an unrescued OOM kill costs).
+func measureOverheads(ctx context.Context, cfg matrix.Config, into map[string]float64) error {
+	say("measuring apply latency and restart time on demo-http")
+	cli := cfg.Docker
+	name := "escra-bench-overhead"
+	cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+	port := cfg.BasePort + 50
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: cfg.Images[images.DemoHTTP.Name],
+		Cmd: []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}, Labels: map[string]string{"escra.bench": "1"}},
+		&container.HostConfig{NetworkMode: "host"}, nil, nil, name)
+	if err != nil {
+		return err
+	}
+	defer cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		return err
+	}
+	in, err := cli.ContainerInspect(ctx, c.ID)
+	if err != nil {
+		return err
+	}
+	paths, err := cgroups.PathsForPID(in.State.Pid)
+	if err != nil {
+		return err
+	}
+	g, err := cgroups.Open(paths)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	direct, docker, err := overhead.ApplyLatency(ctx, cli, c.ID, g, 50)
+	if err != nil {
+		return err
+	}
+	into["apply_latency_direct_write_us"] = float64(direct.Nanoseconds()) / 1e3
+	into["apply_latency_docker_update_us"] = float64(docker.Nanoseconds()) / 1e3
+	var rs []float64
+	for i := 0; i < 3; i++ {
+		d, err := overhead.RestartToServe(ctx, cli, c.ID, port)
+		if err != nil {
+			return err
+		}
+		rs = append(rs, float64(d.Microseconds())/1e3)
+	}
+	sort.Float64s(rs)
+	into["killed_container_restart_to_serve_ms"] = rs[1]
+	say("apply: direct %v, docker update %v; restart to serve %.0f ms", direct, docker, rs[1])
+	return nil
 }
 
 // overheads collects the numbers of the component benchmarks

@@ -1,0 +1,84 @@
+package overhead
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"github.com/escra-dev/escra/bench/images"
+	"github.com/escra-dev/escra/daemon/cgroups"
+)
+
+func TestOverheadsOnTheRealEngine(t *testing.T) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	root, err := images.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tag, err := (&images.Builder{Docker: cli, RepoRoot: root}).Build(ctx, images.DemoHTTP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: tag, Cmd: []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)},
+		Labels: map[string]string{"escra.test": "bench-overhead"}}, &container.HostConfig{NetworkMode: "host"}, nil, nil,
+		fmt.Sprintf("escra-test-overhead-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}) })
+	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := cli.ContainerInspect(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cgroups.PathsForPID(in.State.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cgroups.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	direct, docker, err := ApplyLatency(ctx, cli, c.ID, g, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("apply: direct write %v, docker update %v", direct, docker)
+	if direct <= 0 || docker <= 0 {
+		t.Errorf("latencies %v %v", direct, docker)
+	}
+	// The last docker update wrote 60000 µs: the cgroup shows it.
+	if q, _, err := g.CPULimit(); err != nil || q != 60000 {
+		t.Errorf("quota after docker update %d (%v), want 60000", q, err)
+	}
+	d, err := RestartToServe(ctx, cli, c.ID, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restart to serve: %v", d)
+	in2, err := cli.ContainerInspect(ctx, c.ID)
+	if err != nil || in2.State.Pid == in.State.Pid || !in2.State.Running {
+		t.Errorf("container not restarted: pid %d → %d, running %v (%v)", in.State.Pid, in2.State.Pid, in2.State.Running, err)
+	}
+}
