@@ -162,7 +162,8 @@ func TestControllerLimitsReachCgroupThenDockerInspect(t *testing.T) {
 	img := dockertest.WorkloadImage(t, cli)
 	p := startPeer(t)
 	startAgent(t, "", p.Addr(), nil)
-	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-lim"), Image: img, Cmd: []string{"-idle"}, Labels: appLabel(t),
+	// Busy (capped by its quota), so every period has a telemetry record.
+	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-lim"), Image: img, Cmd: []string{"-for", "60s"}, Labels: appLabel(t),
 		Resources: container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20, CPUQuota: 50000, CPUPeriod: 100000}})
 	reg := p.WaitRegistered(id, 5*time.Second)
 	if reg == nil {

@@ -105,6 +105,11 @@ func TestConfiguredCgroupOOMDenied(t *testing.T) {
 // daemon reconnects and registers everything again.
 func TestReconnectReRegisters(t *testing.T) {
 	rel := cgtest.New(t, "agent-rereg")
+	spin, err := cgtest.Start(rel, cgtest.Workload(t, "spin"), "-for", "30s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(spin.Kill)
 	p, err := peer.Start()
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +129,8 @@ func TestReconnectReRegisters(t *testing.T) {
 	if p2.WaitRegistered("cgroup:"+rel, 10*time.Second) == nil {
 		t.Fatal("not registered again after the controller came back")
 	}
-	// Telemetry flows on the new session.
+	// Telemetry flows on the new session (the group is busy: idle periods
+	// would be gaps).
 	deadline := time.Now().Add(3 * time.Second)
 	for p2.Stats.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)

@@ -33,6 +33,15 @@ type Handler interface {
 	MemoryUsage() *escrapb.MemoryUsage
 }
 
+// Deployer creates and removes containers for the controller's deployer
+// (seed 000 §IV-A). A Handler that also implements it serves
+// CreateContainer and RemoveContainers; others answer with an Error.
+// The calls talk to Docker, so they run off the reader goroutine.
+type Deployer interface {
+	CreateContainer(ctx context.Context, m *escrapb.CreateContainer) (*escrapb.CreateContainerResult, error)
+	RemoveContainers(ctx context.Context, m *escrapb.RemoveContainers) (*escrapb.RemoveContainersResult, error)
+}
+
 // Config of a link.
 type Config struct {
 	Addr      string // controller TCP address
@@ -180,6 +189,10 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 		case *escrapb.Envelope_Reclaim:
 			res := c.h.Reclaim(b.Reclaim)
 			err = c.send(env.RequestId, &escrapb.Envelope_ReclaimResult{ReclaimResult: res})
+		case *escrapb.Envelope_CreateContainer:
+			c.deploy(ctx, env.RequestId, b.CreateContainer, nil)
+		case *escrapb.Envelope_RemoveContainers:
+			c.deploy(ctx, env.RequestId, nil, b.RemoveContainers)
 		case *escrapb.Envelope_OomVerdict:
 			c.mu.Lock()
 			cb := c.pending[env.RequestId]
@@ -198,6 +211,37 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 			return true, err
 		}
 	}
+}
+
+// deploy serves one create or remove request in its own goroutine (Docker
+// calls take seconds; set-limits must not wait behind them).
+func (c *Client) deploy(ctx context.Context, id uint64, cr *escrapb.CreateContainer, rm *escrapb.RemoveContainers) {
+	d, ok := c.h.(Deployer)
+	if !ok {
+		_ = c.send(id, &escrapb.Envelope_Error{Error: &escrapb.Error{Message: "this daemon cannot create containers (no Docker engine)"}})
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		var body any
+		if cr != nil {
+			res, err := d.CreateContainer(ctx, cr)
+			body = &escrapb.Envelope_CreateContainerResult{CreateContainerResult: res}
+			if err != nil {
+				body = &escrapb.Envelope_Error{Error: &escrapb.Error{Message: err.Error()}}
+			}
+		} else {
+			res, err := d.RemoveContainers(ctx, rm)
+			body = &escrapb.Envelope_RemoveContainersResult{RemoveContainersResult: res}
+			if err != nil {
+				body = &escrapb.Envelope_Error{Error: &escrapb.Error{Message: err.Error()}}
+			}
+		}
+		if err := c.send(id, body); err != nil {
+			c.cfg.Log.Warn("deploy reply not sent", "request", id, "err", err)
+		}
+	}()
 }
 
 func dialTelemetry(addr string, tcpPeer net.Addr) (*udpSession, error) {
@@ -279,6 +323,12 @@ func (c *Client) sendLocked(reqID uint64, b any) error {
 	case *escrapb.Envelope_ReclaimResult:
 		c.out.Body = v
 	case *escrapb.Envelope_Heartbeat:
+		c.out.Body = v
+	case *escrapb.Envelope_CreateContainerResult:
+		c.out.Body = v
+	case *escrapb.Envelope_RemoveContainersResult:
+		c.out.Body = v
+	case *escrapb.Envelope_Error:
 		c.out.Body = v
 	default:
 		return fmt.Errorf("link: cannot send %T", b)

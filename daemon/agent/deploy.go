@@ -1,0 +1,48 @@
+package agent
+
+import (
+	"context"
+	"errors"
+
+	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/daemon/link"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+var errNoDocker = errors.New("this escrad manages no Docker engine (--no-docker)")
+
+// CreateContainer implements link.Deployer (seed 000 §IV-A): the container
+// starts with the escra.app label, so the watcher registers it.
+func (a *Agent) CreateContainer(ctx context.Context, m *pb.CreateContainer) (*pb.CreateContainerResult, error) {
+	if a.cfg.Docker == nil {
+		return nil, errNoDocker
+	}
+	l := m.GetLimits()
+	id, err := containers.Create(ctx, a.cfg.Docker, containers.CreateSpec{
+		App: m.GetApp(), Name: m.GetName(), Image: m.GetImage(), Command: m.GetCommand(), Env: m.GetEnv(),
+		Network: m.GetNetwork(),
+		Limits:  containers.Limits{CPUQuotaUs: l.GetCpuQuotaUs(), CPUPeriodUs: l.GetCpuPeriodUs(), MemoryBytes: l.GetMemoryLimitBytes()},
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.log.Info("container created for the deployer", "app", m.GetApp(), "name", m.GetName(), "id", id[:min(12, len(id))])
+	return &pb.CreateContainerResult{ContainerId: id, Name: m.GetName()}, nil
+}
+
+// RemoveContainers implements link.Deployer.
+func (a *Agent) RemoveContainers(ctx context.Context, m *pb.RemoveContainers) (*pb.RemoveContainersResult, error) {
+	if a.cfg.Docker == nil {
+		return nil, errNoDocker
+	}
+	ids, err := containers.Remove(ctx, a.cfg.Docker, m.GetApp(), m.GetContainerIds())
+	if len(ids) > 0 {
+		a.log.Info("containers removed for the deployer", "app", m.GetApp(), "n", len(ids))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &pb.RemoveContainersResult{Removed: ids}, nil
+}
+
+var _ link.Deployer = (*Agent)(nil)

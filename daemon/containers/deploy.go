@@ -1,0 +1,120 @@
+package containers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+)
+
+// CreateSpec is one container the controller's deployer asks for (seed 000
+// §IV-A, Application Deployer).
+type CreateSpec struct {
+	App     string
+	Name    string
+	Image   string
+	Command []string
+	Env     []string // KEY=VALUE
+	Network string   // "none" or "host"
+	Limits  Limits   // bootstrap limits (seed 000 §IV-A eq. 2)
+}
+
+// Validate checks what Docker would otherwise reject with a vaguer error.
+func (s CreateSpec) Validate() error {
+	if err := ValidateApp(s.App); err != nil {
+		return err
+	}
+	if s.Name == "" || len(s.Name) > 128 {
+		return errors.New("container name must be 1-128 characters")
+	}
+	if s.Image == "" {
+		return errors.New("no image")
+	}
+	switch s.Network {
+	case "", "none", "host":
+	default:
+		return fmt.Errorf("network %q: want none or host", s.Network)
+	}
+	for _, e := range s.Env {
+		if !strings.Contains(e, "=") {
+			return fmt.Errorf("env %q: want KEY=VALUE", e)
+		}
+	}
+	if s.Limits.MemoryBytes != 0 && s.Limits.MemoryBytes < 6<<20 {
+		return fmt.Errorf("memory limit %d bytes is below Docker's 6 MiB minimum", s.Limits.MemoryBytes)
+	}
+	return nil
+}
+
+// Create creates and starts one container labelled escra.app=APP, so the
+// Container Watcher registers it like any labelled container. A container
+// that was created but did not start is removed again.
+func Create(ctx context.Context, cli *client.Client, s CreateSpec) (string, error) {
+	if err := s.Validate(); err != nil {
+		return "", err
+	}
+	netMode := s.Network
+	if netMode == "" {
+		netMode = "none"
+	}
+	cfg := &container.Config{Image: s.Image, Env: s.Env, Labels: map[string]string{AppLabel: s.App}}
+	if len(s.Command) > 0 {
+		cfg.Cmd = s.Command
+	}
+	hc := &container.HostConfig{NetworkMode: container.NetworkMode(netMode)}
+	hc.Resources.CPUQuota = s.Limits.CPUQuotaUs
+	hc.Resources.CPUPeriod = int64(s.Limits.CPUPeriodUs)
+	hc.Resources.Memory = s.Limits.MemoryBytes
+	created, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, s.Name)
+	if err != nil {
+		switch {
+		case errdefs.IsNotFound(err):
+			return "", fmt.Errorf("image %s is not on engine %s (images are never pulled: load it first)", s.Image, cli.DaemonHost())
+		case errdefs.IsConflict(err):
+			return "", fmt.Errorf("a container named %s already exists on engine %s", s.Name, cli.DaemonHost())
+		}
+		return "", fmt.Errorf("create %s: %w", s.Name, err)
+	}
+	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		_ = cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, container.RemoveOptions{Force: true})
+		return "", fmt.Errorf("start %s: %w", s.Name, err)
+	}
+	return created.ID, nil
+}
+
+// Remove force-removes app's containers: those in ids, or all labelled
+// escra.app=APP when ids is empty. Only labelled containers are touched.
+// It returns the ids removed; one already gone counts as removed.
+func Remove(ctx context.Context, cli *client.Client, app string, ids []string) ([]string, error) {
+	if err := ValidateApp(app); err != nil {
+		return nil, err
+	}
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", AppLabel+"="+app))})
+	if err != nil {
+		return nil, fmt.Errorf("list containers of %s: %w", app, err)
+	}
+	want := map[string]bool{}
+	for _, id := range ids {
+		want[id] = true
+	}
+	var removed []string
+	var errs []error
+	for _, c := range list {
+		if len(ids) > 0 && !want[c.ID] {
+			continue
+		}
+		err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		if err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove %s: %w", short(c.ID), err))
+			continue
+		}
+		removed = append(removed, c.ID)
+	}
+	return removed, errors.Join(errs...)
+}
