@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,7 +25,9 @@ import (
 	"github.com/escra-dev/escra/controller/internal/ratelog"
 	"github.com/escra-dev/escra/controller/session"
 	"github.com/escra-dev/escra/controller/telemetry"
+	"github.com/escra-dev/escra/internal/auth"
 	pb "github.com/escra-dev/escra/proto/escrapb"
+	"github.com/escra-dev/escra/proto/wire"
 )
 
 // Config configures a controller.
@@ -45,6 +48,10 @@ type Config struct {
 	Apps []AppSpec
 	// Policy picks an app's allocator policy (nil: the Escra policy).
 	Policy func(app string) allocator.Policy
+	// TLS, when set, makes daemon sessions mutual TLS (auth.ServerConfig)
+	// and telemetry authenticated with a per-session key; nil is plain mode
+	// (in-process tests, escra-controller --insecure).
+	TLS *tls.Config
 	// DefaultHostMemoryBytes stands in for a host that reports no memory
 	// size when an auto-created app's member has no memory limit.
 	DefaultHostMemoryBytes int64
@@ -108,6 +115,10 @@ type host struct {
 
 	mu   sync.RWMutex
 	cont map[uint32]*ref
+
+	// Authenticated telemetry; used by the UDP goroutine only.
+	mac    *wire.DatagramMAC
+	replay wire.ReplayWindow
 }
 
 // Server is a running controller.
@@ -171,6 +182,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.udp.Close()
 		s.cancel()
 		return nil, fmt.Errorf("session listen %s: %w", cfg.TCPAddr, err)
+	}
+	if cfg.TLS != nil {
+		s.tcp = tls.NewListener(s.tcp, cfg.TLS)
+		s.udp.Auth = s
 	}
 	if cfg.AdminAddr != "" {
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
@@ -371,6 +386,21 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 	}
 	hs := &host{id: ss.ID, sess: ss, hello: h, maxUs: cores * s.cfg.Params.PeriodUs(), since: time.Now(),
 		cont: map[uint32]*ref{}}
+	if s.cfg.TLS != nil {
+		cs, ok := ss.TLS()
+		if !ok {
+			return nil, errors.New("plain session on a TLS controller")
+		}
+		if err := auth.PeerHost(cs, h.GetHostId()); err != nil {
+			s.met.bad("identity", 1)
+			return nil, err
+		}
+		key, err := auth.TelemetryKey(cs, ss.ID)
+		if err != nil {
+			return nil, err
+		}
+		hs.mac = wire.NewDatagramMAC(key)
+	}
 	s.hosts.Store(ss.ID, hs)
 	s.log.Info("daemon connected", "host", h.GetHostId(), "session", ss.ID, "cores", h.GetCores(),
 		"backend", h.GetBackend().String(), "peer", ss.Peer)
@@ -542,3 +572,20 @@ func (s *Server) onTelemetry(sessionID uint32, stats []telemetry.Stat, recv int6
 }
 
 func (s *Server) dropTelemetry(reason string, n int) { s.met.bad(reason, n) }
+
+// Verify implements telemetry.Authenticator: the datagram's tag must check
+// out with its session's key.
+func (s *Server) Verify(session uint32, datagram []byte) bool {
+	h := s.host(session)
+	if h == nil || h.mac == nil {
+		return false
+	}
+	_, ok := h.mac.Open(datagram)
+	return ok
+}
+
+// Accept implements telemetry.Authenticator: each batch_seq once per session.
+func (s *Server) Accept(session uint32, batchSeq uint64) bool {
+	h := s.host(session)
+	return h != nil && h.replay.Accept(batchSeq)
+}

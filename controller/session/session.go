@@ -6,6 +6,7 @@ package session
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -207,6 +208,14 @@ func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
 			h.BadInput(s, "unexpected", fmt.Errorf("unexpected %T from daemon", env.Body))
 		}
 	}
+}
+
+// TLS is the connection's TLS state; ok is false on a plain connection.
+func (s *Session) TLS() (cs tls.ConnectionState, ok bool) {
+	if tc, isTLS := s.conn.(*tls.Conn); isTLS {
+		return tc.ConnectionState(), true
+	}
+	return cs, false
 }
 
 // LastSeen is when the daemon last sent anything.

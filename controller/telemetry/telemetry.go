@@ -33,7 +33,19 @@ const (
 	DropOversized = "oversized"
 	DropMalformed = "malformed"
 	DropAbsurd    = "absurd"
+	// Authenticated mode: bad or missing tag, and a batch_seq seen before.
+	DropForged   = "forged"
+	DropReplayed = "replayed"
 )
+
+// Authenticator checks one datagram in authenticated mode: Verify checks
+// the trailing tag with the session's key (found from the unverified
+// session id; an unknown session fails), Accept records the batch_seq in
+// the session's replay window. Both run on the listener's goroutine only.
+type Authenticator interface {
+	Verify(session uint32, datagram []byte) bool
+	Accept(session uint32, batchSeq uint64) bool
+}
 
 var errNoPeriod = errors.New("telemetry: stat without a period")
 
@@ -44,6 +56,12 @@ func Decode(data []byte, batch *pb.TelemetryBatch, out []Stat) (session uint32, 
 	if err := wire.DecodeBatch(data, batch); err != nil {
 		return 0, out[:0], 0, err
 	}
+	stats, bad = convert(batch, out)
+	return batch.SessionId, stats, bad, nil
+}
+
+// convert resolves the stats of a decoded batch (see Decode).
+func convert(batch *pb.TelemetryBatch, out []Stat) (stats []Stat, bad int) {
 	out = out[:0]
 	for _, s := range batch.Stats {
 		p := s.GetPeriodUs()
@@ -60,7 +78,7 @@ func Decode(data []byte, batch *pb.TelemetryBatch, out []Stat) (session uint32, 
 			UnusedUs: s.GetUnusedUs(), Throttled: s.GetThrottled(), UsageUs: int64(s.GetUsageUs()),
 		}})
 	}
-	return batch.SessionId, out, bad, nil
+	return out, bad
 }
 
 // Counters of the ingest.
@@ -74,6 +92,9 @@ type Listener struct {
 	sink Sink
 	drop func(reason string, n int)
 	log  *ratelog.Limiter
+	// Auth, when set before Serve, makes every datagram carry a tag
+	// (wire.TagBytes); nothing unauthenticated or replayed reaches the sink.
+	Auth Authenticator
 	C    Counters
 }
 
@@ -116,9 +137,39 @@ func (l *Listener) Serve(ctx context.Context) {
 		recv := time.Now().UnixNano()
 		l.C.Datagrams.Add(1)
 		l.C.Bytes.Add(uint64(n))
+		data := buf[:n]
+		if l.Auth != nil {
+			// The session id is read from the unverified batch only to find
+			// the key; nothing of it is used before the tag checks out.
+			if n <= wire.TagBytes {
+				l.drop(DropForged, 1)
+				l.warn(from, "telemetry datagram without a tag dropped", nil)
+				continue
+			}
+			if err := wire.DecodeBatch(data[:n-wire.TagBytes], batch); err != nil {
+				l.drop(DropForged, 1)
+				l.warn(from, "unauthenticated telemetry datagram dropped", err)
+				continue
+			}
+			if !l.Auth.Verify(batch.SessionId, data) {
+				l.drop(DropForged, 1)
+				l.warn(from, "forged telemetry datagram dropped", nil)
+				continue
+			}
+			if !l.Auth.Accept(batch.SessionId, batch.BatchSeq) {
+				l.drop(DropReplayed, 1)
+				l.warn(from, "replayed telemetry datagram dropped", nil)
+				continue
+			}
+		}
 		var sess uint32
 		var bad int
-		sess, stats, bad, err = Decode(buf[:n], batch, stats)
+		if l.Auth != nil {
+			sess = batch.SessionId
+			stats, bad = convert(batch, stats)
+		} else {
+			sess, stats, bad, err = Decode(data, batch, stats)
+		}
 		if err != nil {
 			reason := DropMalformed
 			if errors.Is(err, wire.ErrDatagramTooLarge) {

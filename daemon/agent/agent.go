@@ -5,6 +5,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,6 +64,8 @@ type Config struct {
 	// write issued (the kernel wakes the tasks inside it) and to the write
 	// returned; the benchmark uses it.
 	OnOOMRescue func(issued, returned time.Duration)
+	// TLS is the controller link's mutual TLS (nil: plain, escrad --insecure).
+	TLS *tls.Config
 }
 
 // Agent manages one host's labelled containers.
@@ -195,7 +198,7 @@ func New(cfg Config) (*Agent, error) {
 		cgv = pb.CgroupVersion_CGROUP_VERSION_V2
 	}
 	a.link = link.New(link.Config{
-		Addr: cfg.Controller, Heartbeat: cfg.Heartbeat, Log: cfg.Log,
+		Addr: cfg.Controller, Heartbeat: cfg.Heartbeat, Log: cfg.Log, TLS: cfg.TLS,
 		Hello: &pb.HostHello{
 			HostId: cfg.HostID, Cores: uint32(runtime.NumCPU()), MemoryBytes: mem,
 			Backend: a.src.Backend(), CgroupVersion: cgv,

@@ -8,6 +8,7 @@ package link
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 )
@@ -48,6 +50,10 @@ type Config struct {
 	Hello     *escrapb.HostHello
 	Heartbeat time.Duration // heartbeat and usage snapshot interval (1 s)
 	Log       *slog.Logger
+	// TLS, when set, makes the session mutual TLS (auth.ClientConfig) and
+	// every telemetry datagram authenticated with the session's key; nil
+	// is plain mode (escrad --insecure, in-process tests).
+	TLS *tls.Config
 }
 
 // Client is the daemon's controller link.
@@ -77,6 +83,7 @@ type Client struct {
 type udpSession struct {
 	id   uint32
 	conn *net.UDPConn
+	mac  *wire.DatagramMAC // authenticated mode; used by the sampler only
 }
 
 // New returns an unconnected client; Run connects.
@@ -118,7 +125,14 @@ func (c *Client) Run(ctx context.Context) {
 
 func (c *Client) session(ctx context.Context) (bool, error) {
 	d := net.Dialer{Timeout: 2 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", c.cfg.Addr)
+	var conn net.Conn
+	var err error
+	if c.cfg.TLS != nil {
+		td := tls.Dialer{NetDialer: &d, Config: c.cfg.TLS}
+		conn, err = td.DialContext(ctx, "tcp", c.cfg.Addr)
+	} else {
+		conn, err = d.DialContext(ctx, "tcp", c.cfg.Addr)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -150,6 +164,13 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 	}
 	defer us.conn.Close()
 	us.id = ack.SessionId
+	if tc, ok := conn.(*tls.Conn); ok {
+		key, err := auth.TelemetryKey(tc.ConnectionState(), us.id)
+		if err != nil {
+			return false, err
+		}
+		us.mac = wire.NewDatagramMAC(key)
+	}
 	c.udp.Store(us)
 	defer c.udp.CompareAndSwap(us, nil)
 
@@ -402,7 +423,7 @@ func (c *Client) CPU(s *escrapb.CpuStat) {
 	}
 	if us != c.sess {
 		c.sess = us
-		c.batcher = wire.Batcher{SessionID: us.id, PeriodUs: c.batcher.PeriodUs}
+		c.batcher = wire.Batcher{SessionID: us.id, PeriodUs: c.batcher.PeriodUs, MAC: us.mac}
 		c.used = 0
 	}
 	if c.used == len(c.pool) {

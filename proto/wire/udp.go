@@ -28,6 +28,9 @@ const batchStatsField = 4
 type Batcher struct {
 	SessionID uint32
 	PeriodUs  uint32
+	// MAC, when set, appends an authentication tag to every datagram
+	// (authenticated mode); the batch is sized to leave room for it.
+	MAC *DatagramMAC
 
 	seq   uint64
 	batch pb.TelemetryBatch
@@ -57,7 +60,7 @@ func (b *Batcher) Add(s *pb.CpuStat, emit func([]byte) error) error {
 		b.size = b.headerSize()
 	}
 	n := statSize(s)
-	if b.size+n > MaxDatagramBytes {
+	if b.size+n > b.limit() {
 		if len(b.batch.Stats) == 0 {
 			return fmt.Errorf("wire: one stat of %d bytes exceeds a datagram", n)
 		}
@@ -86,10 +89,21 @@ func (b *Batcher) Flush(emit func([]byte) error) error {
 	}
 	b.batch.Stats = b.batch.Stats[:0]
 	b.size = 0
-	if len(b.buf) > MaxDatagramBytes {
+	if len(b.buf) > b.limit() {
 		return ErrDatagramTooLarge // size accounting bug; never send it
 	}
+	if b.MAC != nil {
+		b.buf = b.MAC.Seal(b.buf)
+	}
 	return emit(b.buf)
+}
+
+// limit is the room for the encoded batch.
+func (b *Batcher) limit() int {
+	if b.MAC != nil {
+		return MaxDatagramBytes - TagBytes
+	}
+	return MaxDatagramBytes
 }
 
 // Pending is the number of stats waiting for Flush.

@@ -5,6 +5,7 @@
 package simdaemon
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/escra-dev/escra/internal/auth"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 )
@@ -51,6 +53,8 @@ type Daemon struct {
 	bmu     sync.Mutex
 
 	SetLimits, Updates, Reclaims, UDPBytes, UDPStats atomic.Uint64
+	// Tap, when set, sees a copy of every telemetry datagram sent (replay tests).
+	Tap func(datagram []byte)
 	// OnUpdate, when set, sees every applied update (under the daemon lock).
 	OnUpdate func(u *pb.LimitUpdate)
 	done     chan struct{}
@@ -59,7 +63,19 @@ type Daemon struct {
 
 // Dial connects, says hello and waits for the HelloAck.
 func Dial(tcpAddr, hostID string, cores uint32, memBytes uint64) (*Daemon, error) {
-	c, err := net.DialTimeout("tcp", tcpAddr, 5*time.Second)
+	return DialTLS(tcpAddr, hostID, cores, memBytes, nil)
+}
+
+// DialTLS is Dial over mutual TLS (auth.ClientConfig) with authenticated
+// telemetry, as escrad does; a nil cfg is plain Dial.
+func DialTLS(tcpAddr, hostID string, cores uint32, memBytes uint64, cfg *tls.Config) (*Daemon, error) {
+	var c net.Conn
+	var err error
+	if cfg != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", tcpAddr, cfg)
+	} else {
+		c, err = net.DialTimeout("tcp", tcpAddr, 5*time.Second)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -90,6 +106,14 @@ func Dial(tcpAddr, hostID string, cores uint32, memBytes uint64) (*Daemon, error
 		return nil, err
 	}
 	d.batcher = wire.Batcher{SessionID: d.SessionID, PeriodUs: d.PeriodUs}
+	if tc, ok := c.(*tls.Conn); ok {
+		key, err := auth.TelemetryKey(tc.ConnectionState(), d.SessionID)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		d.batcher.MAC = wire.NewDatagramMAC(key)
+	}
 	go d.readLoop(r)
 	return d, nil
 }
@@ -188,6 +212,9 @@ func (d *Daemon) SendPeriod(stats []Stat) error {
 	d.bmu.Lock()
 	defer d.bmu.Unlock()
 	emit := func(b []byte) error {
+		if d.Tap != nil {
+			d.Tap(append([]byte(nil), b...))
+		}
 		d.UDPBytes.Add(uint64(len(b)))
 		_, err := d.udp.Write(b)
 		return err
