@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -27,8 +28,21 @@ type Source struct {
 	mu      sync.Mutex
 	byID    map[uint64]*watched // cgroup v2 id
 	byH     map[uint32]uint64
-	pending map[uint32][]uint64 // handle -> OOM request ids awaiting a verdict
+	pending map[uint32]*pendingOOM // handle -> requests awaiting a verdict
 }
+
+// pendingOOM is what the kernel waits for in one group.
+type pendingOOM struct {
+	ids       []uint64
+	ev        oom.Event
+	delivered time.Time
+}
+
+// redeliverAfter: a request still unanswered this long after its event
+// went to the sink is handed over again. The agent ignores events for a
+// group with a verdict in flight, so a request that arrives just as a
+// verdict is being applied would otherwise wait for the kernel timeout.
+const redeliverAfter = 20 * time.Millisecond
 
 type watched struct {
 	h uint32
@@ -59,7 +73,7 @@ func NewSource(period time.Duration, log *slog.Logger) (telemetry.Source, error)
 		log = slog.Default()
 	}
 	return &Source{events: ev, ctl: ctl, log: log, byID: map[uint64]*watched{},
-		byH: map[uint32]uint64{}, pending: map[uint32][]uint64{}}, nil
+		byH: map[uint32]uint64{}, pending: map[uint32]*pendingOOM{}}, nil
 }
 
 // Backend reports the kernel backend.
@@ -114,9 +128,14 @@ func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
 	defer s.ctl.Close()
 	var st pb.CpuStat
 	for {
+		_ = s.events.SetReadDeadline(time.Now().Add(redeliverAfter))
 		evs, err := s.events.Receive()
 		if ctx.Err() != nil {
 			return nil
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.redeliver(sink)
+			continue
 		}
 		if err != nil {
 			if errors.Is(err, unix.ENOBUFS) || errors.Is(err, ErrMalformed) {
@@ -150,17 +169,48 @@ func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
 }
 
 func (s *Source) oom(req OOMRequest, sink telemetry.Sink) {
+	now := time.Now()
 	s.mu.Lock()
 	w, ok := s.byID[req.CgroupID]
+	var ev oom.Event
+	deliver := false
 	if ok {
-		s.pending[w.h] = append(s.pending[w.h], req.ID)
+		ev = oom.Event{Handle: w.h, At: now, Usage: req.UsageBytes, Limit: int64(req.MaxBytes)}
+		p := s.pending[w.h]
+		if p == nil {
+			// First request of an episode: the agent decides for all.
+			p = &pendingOOM{ev: ev, delivered: now}
+			s.pending[w.h] = p
+			deliver = true
+		}
+		p.ids = append(p.ids, req.ID)
 	}
 	s.mu.Unlock()
 	if !ok {
 		_ = s.ctl.ReplyOOM(req.ID, false)
 		return
 	}
-	sink.OOM(oom.Event{Handle: w.h, At: time.Now(), Usage: req.UsageBytes, Limit: int64(req.MaxBytes)})
+	if deliver {
+		sink.OOM(ev)
+	}
+}
+
+// redeliver hands stale unanswered events to the sink again.
+func (s *Source) redeliver(sink telemetry.Sink) {
+	now := time.Now()
+	var evs []oom.Event
+	s.mu.Lock()
+	for _, p := range s.pending {
+		if now.Sub(p.delivered) >= redeliverAfter {
+			p.delivered = now
+			p.ev.At = now
+			evs = append(evs, p.ev)
+		}
+	}
+	s.mu.Unlock()
+	for _, ev := range evs {
+		sink.OOM(ev)
+	}
 }
 
 // Resolve answers every pending request of the event's group: granted
@@ -172,7 +222,10 @@ func (s *Source) Resolve(ev oom.Event, granted bool, newLimit int64) error {
 
 func (s *Source) reply(h uint32, granted bool) error {
 	s.mu.Lock()
-	ids := s.pending[h]
+	var ids []uint64
+	if p := s.pending[h]; p != nil {
+		ids = p.ids
+	}
 	delete(s.pending, h)
 	s.mu.Unlock()
 	var first error

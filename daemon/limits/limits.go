@@ -148,6 +148,9 @@ func (a *Applier) Apply(h uint32, gen uint64, l *pb.Limits) error {
 	if e == nil {
 		return ErrUnknown
 	}
+	if err := validate(l); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	if gen != 0 && gen < e.gen {
 		e.mu.Unlock()
@@ -165,6 +168,21 @@ func (a *Applier) Apply(h uint32, gen uint64, l *pb.Limits) error {
 	a.Writes.Add(1)
 	if docker && a.Reconcile != nil {
 		a.Reconcile.Mark(h)
+	}
+	return nil
+}
+
+// validate refuses values the protocol does not define (only -1 means
+// unlimited) before anything is written.
+func validate(l *pb.Limits) error {
+	if q := l.GetCpuQuotaUs(); q < -1 {
+		return fmt.Errorf("limits: cpu quota %d", q)
+	}
+	if m := l.GetMemoryLimitBytes(); m < -1 {
+		return fmt.Errorf("limits: memory limit %d", m)
+	}
+	if p := l.GetCpuPeriodUs(); p != 0 && (p < 1000 || p > 1000000) {
+		return fmt.Errorf("limits: cpu period %d µs outside [1000, 1000000]", p)
 	}
 	return nil
 }
@@ -214,6 +232,13 @@ func (e *Entry) write(quota int64, period uint32, mem int64, cpus string) error 
 		e.version++
 	}
 	if mem != 0 {
+		if mem > 0 && (e.cur.MemoryBytes == cgroups.Max || mem < e.cur.MemoryBytes) {
+			// Lowering below usage would make the write reclaim (and block
+			// this path) or fail: refuse it; reclaim uses usage + δ.
+			if u, err := e.G.ReadInt(cgroups.MemUsage); err == nil && u > mem {
+				return fmt.Errorf("memory limit %d below usage %d", mem, u)
+			}
+		}
 		if err := e.writeMemory(mem); err != nil {
 			return err
 		}

@@ -134,3 +134,25 @@ func TestReclaimToUsagePlusMarginNeverBelowUsage(t *testing.T) {
 		t.Fatal("memhog died: reclaim must never push a limit below usage")
 	}
 }
+
+func TestBadValuesRefusedBeforeAnyWrite(t *testing.T) {
+	rel := cgtest.New(t, "bad")
+	a := New()
+	e, err := NewEntry("x", false, open(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Add(1, e)
+	before := cgtest.Read(t, "memory", rel, "memory.limit_in_bytes")
+	for _, l := range []*pb.Limits{{MemoryLimitBytes: -5}, {CpuQuotaUs: -7}, {CpuPeriodUs: 10}, {CpuQuotaUs: 500}} {
+		if err := a.Apply(1, 0, l); err == nil {
+			t.Errorf("%v accepted", l)
+		}
+	}
+	if after := cgtest.Read(t, "memory", rel, "memory.limit_in_bytes"); after != before {
+		t.Errorf("memory limit changed %s -> %s", before, after)
+	}
+	if err := a.Apply(1, 0, nil); err != nil {
+		t.Errorf("empty update: %v", err)
+	}
+}
