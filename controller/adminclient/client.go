@@ -377,3 +377,34 @@ func (c *Client) Events(ctx context.Context, app string, fn func(Event, []byte))
 	}
 	return nil
 }
+
+// DeployContainer is one container for Deploy (replicas expanded), with its
+// bootstrap limits (seed 000 §IV-A eq. 2).
+type DeployContainer struct {
+	Name        string   `json:"name"`
+	Image       string   `json:"image"`
+	Command     []string `json:"command,omitempty"`
+	Env         []string `json:"env,omitempty"`
+	Network     string   `json:"network,omitempty"`
+	Host        string   `json:"host,omitempty"`
+	CPUCores    float64  `json:"cpu_cores"`
+	MemoryBytes int64    `json:"memory_bytes"`
+}
+
+// Placed is one container the controller created.
+type Placed struct {
+	Name        string `json:"name"`
+	HostID      string `json:"host_id"`
+	ContainerID string `json:"container_id"`
+}
+
+// Deploy asks the controller to place and create an app's containers on
+// its hosts. All or nothing: on error the controller has removed what it
+// created.
+func (c *Client) Deploy(ctx context.Context, app string, cs []DeployContainer) ([]Placed, error) {
+	var out struct {
+		Containers []Placed `json:"containers"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/apps/"+url.PathEscape(app)+"/deploy", map[string]any{"containers": cs}, &out)
+	return out.Containers, err
+}

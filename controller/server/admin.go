@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -212,6 +213,37 @@ func (s *Server) adminHandler() http.Handler {
 			}
 		}
 		writeJSON(w, 200, spec)
+	})
+	// The Application Deployer (seed 000 §IV-A): place and create the
+	// app's containers; all or nothing.
+	mux.HandleFunc("POST /v1/apps/{name}/deploy", func(w http.ResponseWriter, r *http.Request) {
+		var req DeployRequest
+		dec := json.NewDecoder(io.LimitReader(r.Body, 4<<20))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeJSON(w, 400, map[string]string{"error": "bad deploy request: " + err.Error()})
+			return
+		}
+		placed, err := s.Deploy(r.Context(), r.PathValue("name"), req)
+		switch {
+		case errors.Is(err, ErrUnknownApp):
+			writeJSON(w, 404, map[string]string{"error": err.Error()})
+		case err != nil:
+			writeJSON(w, 409, map[string]string{"error": err.Error()})
+		default:
+			writeJSON(w, 200, map[string]any{"containers": placed})
+		}
+	})
+	mux.HandleFunc("DELETE /v1/apps/{name}", func(w http.ResponseWriter, r *http.Request) {
+		n, err := s.RemoveApp(r.Context(), r.PathValue("name"))
+		switch {
+		case errors.Is(err, ErrUnknownApp):
+			writeJSON(w, 404, map[string]string{"error": err.Error()})
+		case err != nil:
+			writeJSON(w, 502, map[string]string{"error": err.Error()})
+		default:
+			writeJSON(w, 200, map[string]any{"name": r.PathValue("name"), "containers_removed": n})
+		}
 	})
 	// Server-sent events: limit changes, OOM verdicts (with reasons),
 	// reclaims, joins and leaves.

@@ -80,6 +80,7 @@ type rpc struct {
 	deadline  time.Time
 	waiters   []waiter
 	onReclaim func(*pb.ReclaimResult, error)
+	onReply   func(*pb.Envelope, error)
 }
 
 type verdict struct {
@@ -202,6 +203,8 @@ func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
 			s.acked(env.RequestId, b.SetLimitsAck)
 		case *pb.Envelope_ReclaimResult:
 			s.reclaimed(env.RequestId, b.ReclaimResult, nil)
+		case *pb.Envelope_CreateContainerResult, *pb.Envelope_RemoveContainersResult:
+			s.replied(env.RequestId, env)
 		case *pb.Envelope_Error:
 			s.failed(env.RequestId, fmt.Errorf("daemon: %s", b.Error.GetMessage()))
 		default:
@@ -282,6 +285,25 @@ func (s *Session) Reclaim(handles []uint32, marginBytes uint64, cb func(*pb.Recl
 	s.rpcs[id] = &rpc{deadline: time.Now().Add(s.cfg.RPCTimeout), onReclaim: cb}
 	s.envs = append(s.envs, verdict{env: &pb.Envelope{RequestId: id, Body: &pb.Envelope_Reclaim{
 		Reclaim: &pb.ReclaimRequest{SafeMarginBytes: marginBytes, Handles: handles}}}})
+	s.mu.Unlock()
+	s.poke()
+}
+
+// Call sends one request envelope (the deployer's CreateContainer,
+// RemoveContainers) and calls cb with the reply, an Error reply as err, or
+// ErrTimeout after timeout. Unlike SetLimits these can take seconds
+// (Docker), so the deadline is the caller's.
+func (s *Session) Call(env *pb.Envelope, timeout time.Duration, cb func(*pb.Envelope, error)) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		cb(nil, ErrClosed)
+		return
+	}
+	s.nextID++
+	env.RequestId = s.nextID
+	s.rpcs[env.RequestId] = &rpc{deadline: time.Now().Add(timeout), onReply: cb}
+	s.envs = append(s.envs, verdict{env: env})
 	s.mu.Unlock()
 	s.poke()
 }
@@ -498,6 +520,13 @@ func (s *Session) acked(id uint64, ack *pb.SetLimitsAck) {
 	}
 }
 
+func (s *Session) replied(id uint64, env *pb.Envelope) {
+	r := s.take(id)
+	if r != nil && r.onReply != nil {
+		r.onReply(env, nil)
+	}
+}
+
 func (s *Session) reclaimed(id uint64, res *pb.ReclaimResult, err error) {
 	r := s.take(id)
 	if r == nil {
@@ -519,6 +548,9 @@ func (s *Session) failed(id uint64, err error) {
 	if r.onReclaim != nil {
 		r.onReclaim(nil, err)
 	}
+	if r.onReply != nil {
+		r.onReply(nil, err)
+	}
 	for _, w := range r.waiters {
 		w.cb(err)
 	}
@@ -537,6 +569,9 @@ func (s *Session) expire(now time.Time) {
 	for _, r := range late {
 		if r.onReclaim != nil {
 			r.onReclaim(nil, ErrTimeout)
+		}
+		if r.onReply != nil {
+			r.onReply(nil, ErrTimeout)
 		}
 		for _, w := range r.waiters {
 			w.cb(ErrTimeout)
@@ -566,6 +601,9 @@ func (s *Session) shutdown() {
 	for _, r := range rpcs {
 		if r.onReclaim != nil {
 			r.onReclaim(nil, ErrClosed)
+		}
+		if r.onReply != nil {
+			r.onReply(nil, ErrClosed)
 		}
 		for _, w := range r.waiters {
 			cbs = append(cbs, w.cb)

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/allocator"
@@ -19,16 +21,67 @@ type deployStep interface {
 	Deploy(ctx context.Context, c *adminclient.Client, app *spec.App) (string, error)
 }
 
-// budgetOnly is today's step: the containers are not created by escractl
-// yet; the Watcher path (docker run --label escra.app=NAME) joins them.
-type budgetOnly struct{}
+// hostDeployer is the Application Deployer's client side: it expands the
+// replicas with their bootstrap limits (seed 000 §IV-A eq. 2) and asks the
+// controller to place and create them on its hosts. The controller does it
+// all or nothing.
+type hostDeployer struct{}
 
-func (budgetOnly) Deploy(_ context.Context, _ *adminclient.Client, app *spec.App) (string, error) {
-	return fmt.Sprintf("containers are not created by escractl yet: start them with docker run --label escra.app=%s ...", app.Name), nil
+func (hostDeployer) Deploy(ctx context.Context, c *adminclient.Client, app *spec.App) (string, error) {
+	cs := Containers(app)
+	placed, err := c.Deploy(ctx, app.Name, cs)
+	if err != nil {
+		return "", err
+	}
+	per := map[string]int{}
+	var hosts []string
+	for _, p := range placed {
+		if per[p.HostID] == 0 {
+			hosts = append(hosts, p.HostID)
+		}
+		per[p.HostID]++
+	}
+	sort.Strings(hosts)
+	var b strings.Builder
+	for i, h := range hosts {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", h, per[h])
+	}
+	return fmt.Sprintf("%d containers created and registered (%s)", len(placed), b.String()), nil
+}
+
+// Containers expands a spec into the containers to create: replica i of
+// container c of app a is named a-c-i (a-c when there is one replica).
+func Containers(a *spec.App) []adminclient.DeployContainer {
+	var out []adminclient.DeployContainer
+	for i := range a.Containers {
+		c := &a.Containers[i]
+		cpu, mem := a.Bootstrap(c)
+		keys := make([]string, 0, len(c.Env))
+		for k := range c.Env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for r := 1; r <= c.Replicas; r++ {
+			name := a.Name + "-" + c.Name
+			if c.Replicas > 1 {
+				name += "-" + strconv.Itoa(r)
+			}
+			env := []string{"ESCRA_APP=" + a.Name, "ESCRA_REPLICA=" + strconv.Itoa(r)}
+			for _, k := range keys {
+				env = append(env, k+"="+c.Env[k])
+			}
+			out = append(out, adminclient.DeployContainer{Name: name, Image: c.Image, Command: c.Command, Env: env,
+				Network: c.Network, Host: c.Host, CPUCores: cpu, MemoryBytes: mem})
+		}
+	}
+	return out
 }
 
 // deployer is the step apply uses; tests may swap it.
-var deployer deployStep = budgetOnly{}
+var deployer deployStep = hostDeployer{}
 
 // Budget converts a validated spec into the controller's app budget. The
 // allocator parameters go along only when the spec has an allocator section;
@@ -93,12 +146,25 @@ func cmdValidate(e *env, args []string) error {
 }
 
 func cmdApply(e *env, args []string) error {
-	file, err := specFlag(e, "apply", args)
+	fs := e.flags("apply")
+	file := fs.String("f", "", "")
+	fs.StringVar(file, "filename", "", "")
+	budgetOnly := fs.Bool("budget-only", false, "")
+	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
+	if *file == "" && len(pos) == 1 {
+		*file, pos = pos[0], nil
+	}
+	if *file == "" {
+		return usageErr("apply: give the spec with -f FILE")
+	}
+	if len(pos) > 0 {
+		return usageErr("apply: unexpected argument %q", pos[0])
+	}
 	// Validate before touching the controller: a bad spec changes nothing.
-	app, err := spec.Load(file)
+	app, err := spec.Load(*file)
 	if err != nil {
 		return err
 	}
@@ -106,12 +172,41 @@ func cmdApply(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	apps, err := c.Apps(e.ctx)
+	if err != nil {
+		return wrap("apply "+app.Name, err)
+	}
+	existed := false
+	for _, a := range apps {
+		existed = existed || a.Name == app.Name
+	}
+	running := 0
+	if existed {
+		cs, err := c.Containers(e.ctx, app.Name)
+		if err != nil {
+			return wrap("apply "+app.Name, err)
+		}
+		running = len(cs)
+	}
 	if err := c.PutApp(e.ctx, Budget(app)); err != nil {
 		return wrap("apply "+app.Name, err)
 	}
 	fmt.Fprintf(e.stdout, "app %s: budget %g cores, %s (σ %g) set on the controller\n", app.Name, app.CPU, spec.FormatBytes(app.MemoryBytes), app.Sigma)
+	switch {
+	case *budgetOnly:
+		fmt.Fprintf(e.stdout, "app %s: budget only: start containers with docker run --label escra.app=%s ...\n", app.Name, app.Name)
+		return nil
+	case running > 0:
+		fmt.Fprintf(e.stdout, "app %s: already runs %d containers, left as they are (escractl delete %s, then apply, to redeploy)\n", app.Name, running, app.Name)
+		return nil
+	}
 	note, err := deployer.Deploy(e.ctx, c, app)
 	if err != nil {
+		// The controller removed the containers; an app this apply
+		// created goes too, so nothing is left half-deployed.
+		if !existed {
+			_ = c.DeleteApp(context.WithoutCancel(e.ctx), app.Name)
+		}
 		return wrap("apply "+app.Name, err)
 	}
 	if note != "" {

@@ -27,15 +27,15 @@ func TestAgainstController(t *testing.T) {
 	url := "http://" + s.AdminAddr()
 
 	// shop.yaml has an allocator section: its parameters reach the app.
-	if r := runCLI(t, "--controller", url, "apply", "-f", "../../../docs/examples/shop.yaml"); r.code != 0 {
+	if r := runCLI(t, "--controller", url, "apply", "--budget-only", "-f", "../../../docs/examples/shop.yaml"); r.code != 0 {
 		t.Fatalf("apply shop: %s", r.stderr)
 	}
 	// minimal.yaml has none: the controller's defaults apply.
-	if r := runCLI(t, "--controller", url, "apply", "-f", "../../../docs/examples/minimal.yaml"); r.code != 0 {
+	if r := runCLI(t, "--controller", url, "apply", "--budget-only", "-f", "../../../docs/examples/minimal.yaml"); r.code != 0 {
 		t.Fatalf("apply hello: %s", r.stderr)
 	}
 	// batch.yaml sets κ, γ, Υ.
-	if r := runCLI(t, "--controller", url, "apply", "-f", "../../../docs/examples/batch.yaml"); r.code != 0 {
+	if r := runCLI(t, "--controller", url, "apply", "--budget-only", "-f", "../../../docs/examples/batch.yaml"); r.code != 0 {
 		t.Fatalf("apply batch: %s", r.stderr)
 	}
 	r := runCLI(t, "--controller", url, "get", "apps", "-o", "json")
@@ -58,7 +58,7 @@ func TestAgainstController(t *testing.T) {
 		t.Errorf("hello should use the controller's parameters: %+v", byName["hello"].Params)
 	}
 	// Re-applying is fine (idempotent), a changed budget is taken.
-	if r := runCLI(t, "--controller", url, "apply", "-f", "../../../docs/examples/shop.yaml"); r.code != 0 {
+	if r := runCLI(t, "--controller", url, "apply", "--budget-only", "-f", "../../../docs/examples/shop.yaml"); r.code != 0 {
 		t.Fatalf("re-apply: %s", r.stderr)
 	}
 	for _, args := range [][]string{{"get", "apps"}, {"get", "containers"}, {"get", "hosts"}, {"top", "--once"}, {"top", "shop", "--once"}} {
@@ -73,11 +73,20 @@ func TestAgainstController(t *testing.T) {
 	if r := runCLI(t, "--controller", url, "top", "nope", "--once"); r.code != 1 || r.stderr != "escractl: unknown app \"nope\"\n" {
 		t.Errorf("top of an unknown app: %+v", r)
 	}
-	// Whatever the controller answers to delete, it is one line and an exit status.
-	r = runCLI(t, "--controller", url, "delete", "shop")
-	if r.code == 0 {
-		t.Logf("delete: %s", r.stdout)
-	} else if !strings.HasPrefix(r.stderr, "escractl: ") {
+	// Deploying with no host connected fails in one line and leaves no app behind.
+	if r := runCLI(t, "--controller", url, "apply", "-f", writeSpec(t, "name: fresh\ncpu: 1\nmemory: 256MiB\ncontainers: [{name: x, image: y}]\n")); r.code != 1 ||
+		!strings.Contains(r.stderr, "no host is connected") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("apply without hosts: %+v", r)
+	}
+	if r := runCLI(t, "--controller", url, "delete", "shop"); r.code != 0 {
 		t.Errorf("delete: %+v", r)
+	}
+	if r := runCLI(t, "--controller", url, "delete", "shop"); r.code != 1 || r.stderr != "escractl: unknown app \"shop\"\n" {
+		t.Errorf("second delete: %+v", r)
+	}
+	for _, a := range s.Snapshot().Apps {
+		if a.Name == "shop" || a.Name == "fresh" {
+			t.Errorf("app %s left behind", a.Name)
+		}
 	}
 }

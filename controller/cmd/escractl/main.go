@@ -23,13 +23,18 @@ import (
 const usage = `usage: escractl [--controller URL] COMMAND [ARGS]
 
 commands:
-  apply -f FILE        validate a Distributed Container spec and deploy it
+  apply -f FILE        validate a Distributed Container spec, set its budget and
+                       create its containers on the hosts (--budget-only: budget
+                       only; containers join with docker run --label escra.app=APP)
   delete APP           remove an app (its budget, and its containers)
   get apps|containers|hosts [-o table|json]
                        list what the controller knows
   top [APP] [--once]   live table of limits, usage and slack, every second
   events [APP]         limit changes and OOM verdicts as they happen
   validate -f FILE     check a spec without contacting the controller
+  certs --hosts h1,h2 [--dir /etc/escra] [--controller-names n,ip] [--days 825]
+                       create the CA (or reuse DIR/ca.pem) and mutual-TLS
+                       certificates: controller.pem, HOST.pem (+ -key.pem)
 
 flags:
   --controller URL     controller admin API (default $ESCRA_CONTROLLER or ` + adminclient.DefaultURL + `)
@@ -129,7 +134,7 @@ func dispatch(e *env, args []string) error {
 	case "events":
 		return cmdEvents(e, rest)
 	case "certs":
-		return &exitError{code: 1, msg: "certs: not available yet (the controller's TLS set-up comes with a later issue)"}
+		return cmdCerts(e, rest)
 	case "help":
 		return flag.ErrHelp
 	case "version":

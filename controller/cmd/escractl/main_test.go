@@ -44,6 +44,20 @@ func newFake(t *testing.T) (*fakeController, *httptest.Server) {
 		f.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("POST /v1/apps/{name}/deploy", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Containers []adminclient.DeployContainer `json:"containers"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, `{"error":"bad deploy"}`, http.StatusBadRequest)
+			return
+		}
+		var out []adminclient.Placed
+		for _, c := range req.Containers {
+			out = append(out, adminclient.Placed{Name: c.Name, HostID: "h1", ContainerID: "id-" + c.Name})
+		}
+		json.NewEncoder(w).Encode(map[string]any{"containers": out})
+	})
 	mux.HandleFunc("DELETE /v1/apps/{name}", func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		defer f.mu.Unlock()

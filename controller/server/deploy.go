@@ -1,0 +1,343 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/escra-dev/escra/controller/session"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// The Application Deployer (seed 000 §IV-A): place an app's containers on
+// the connected hosts, have each host's escrad create and start them with
+// the escra.app label and their bootstrap limits, and roll everything back
+// when one of them fails. Placement is deliberately simple (docs/operator.md):
+// a host must have the free CPU and memory for the container's bootstrap
+// limits; among those, the one with the fewest containers of this app wins,
+// then the one with the most free CPU, then the lowest host id.
+
+// DeployContainer is one container to create (replicas already expanded).
+type DeployContainer struct {
+	Name        string   `json:"name"`
+	Image       string   `json:"image"`
+	Command     []string `json:"command,omitempty"`
+	Env         []string `json:"env,omitempty"` // KEY=VALUE
+	Network     string   `json:"network,omitempty"`
+	Host        string   `json:"host,omitempty"` // optional host constraint
+	CPUCores    float64  `json:"cpu_cores"`      // bootstrap limits (eq. 2)
+	MemoryBytes int64    `json:"memory_bytes"`
+}
+
+// DeployRequest is the body of POST /v1/apps/{name}/deploy.
+type DeployRequest struct {
+	Containers []DeployContainer `json:"containers"`
+}
+
+// Placed is one container the deployer created.
+type Placed struct {
+	Name        string `json:"name"`
+	HostID      string `json:"host_id"`
+	ContainerID string `json:"container_id"`
+}
+
+// ErrUnknownApp is returned for an app the controller does not hold.
+var ErrUnknownApp = errors.New("unknown app")
+
+// deployTimeout bounds one create or remove on a daemon (Docker can be slow
+// on a loaded host); registerTimeout bounds the wait for the watcher.
+const (
+	deployTimeout   = 60 * time.Second
+	registerTimeout = 20 * time.Second
+)
+
+type placement struct {
+	c    DeployContainer
+	host *host
+}
+
+type hostRoom struct {
+	h        *host
+	cpu      float64 // free cores
+	mem      int64   // free bytes
+	appCount int
+}
+
+// place picks a host for every container, or explains why it cannot.
+func (s *Server) place(app string, cs []DeployContainer) ([]placement, error) {
+	st := s.Snapshot()
+	rooms := map[uint32]*hostRoom{}
+	var order []*hostRoom
+	s.hosts.Range(func(_, v any) bool {
+		h := v.(*host)
+		r := &hostRoom{h: h, cpu: float64(h.hello.GetCores()), mem: int64(min(h.hello.GetMemoryBytes(), math.MaxInt64/2))}
+		rooms[h.id] = r
+		order = append(order, r)
+		return true
+	})
+	if len(order) == 0 {
+		return nil, errors.New("no host is connected to the controller (start escrad on the hosts)")
+	}
+	sort.Slice(order, func(i, j int) bool {
+		if a, b := order[i].h.hello.GetHostId(), order[j].h.hello.GetHostId(); a != b {
+			return a < b
+		}
+		return order[i].h.id < order[j].h.id
+	})
+	for _, c := range st.Containers {
+		r := rooms[c.SessionID]
+		if r == nil {
+			continue
+		}
+		if c.CPUQuotaUs > 0 && c.CPUPeriodUs > 0 {
+			r.cpu -= float64(c.CPUQuotaUs) / float64(c.CPUPeriodUs)
+		}
+		if c.MemoryLimitBytes > 0 {
+			r.mem -= c.MemoryLimitBytes
+		}
+		if c.App == app {
+			r.appCount++
+		}
+	}
+	const eps = 1e-6
+	var out []placement
+	for _, c := range cs {
+		var best *hostRoom
+		known := false
+		for _, r := range order {
+			if c.Host != "" && r.h.hello.GetHostId() != c.Host {
+				continue
+			}
+			known = true
+			if r.cpu+eps < c.CPUCores || r.mem < c.MemoryBytes {
+				continue
+			}
+			if best == nil || r.appCount < best.appCount || r.appCount == best.appCount && r.cpu > best.cpu+eps {
+				best = r
+			}
+		}
+		if best == nil {
+			if c.Host != "" && !known {
+				return nil, fmt.Errorf("container %s: host %q is not connected (connected: %s)", c.Name, c.Host, hostList(order))
+			}
+			return nil, fmt.Errorf("container %s: no host has %.2f free cores and %d MiB free memory for it (free: %s)",
+				c.Name, c.CPUCores, c.MemoryBytes>>20, roomList(order))
+		}
+		best.cpu -= c.CPUCores
+		best.mem -= c.MemoryBytes
+		best.appCount++
+		out = append(out, placement{c: c, host: best.h})
+	}
+	return out, nil
+}
+
+func hostList(rs []*hostRoom) string {
+	var b []string
+	for _, r := range rs {
+		b = append(b, r.h.hello.GetHostId())
+	}
+	return strings.Join(b, ", ")
+}
+
+func roomList(rs []*hostRoom) string {
+	var b []string
+	for _, r := range rs {
+		b = append(b, fmt.Sprintf("%s %.2f cores %d MiB", r.h.hello.GetHostId(), max(r.cpu, 0), max(r.mem, 0)>>20))
+	}
+	return strings.Join(b, "; ")
+}
+
+func (s *Server) shard(name string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.apps[name] != nil
+}
+
+func (s *Server) members(app string) []ContainerState {
+	var out []ContainerState
+	for _, c := range s.Snapshot().Containers {
+		if c.App == app {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// call runs one deployer RPC on a session and waits for its reply.
+func call(ctx context.Context, ss *session.Session, env *pb.Envelope) (*pb.Envelope, error) {
+	type res struct {
+		env *pb.Envelope
+		err error
+	}
+	ch := make(chan res, 1)
+	ss.Call(env, deployTimeout, func(e *pb.Envelope, err error) { ch <- res{e, err} })
+	select {
+	case r := <-ch:
+		return r.env, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Deploy creates an app's containers across the hosts (seed 000 §IV-A).
+// The app must be defined and have no containers yet. On any failure every
+// container of the app is removed again and the error says what failed.
+func (s *Server) Deploy(ctx context.Context, app string, req DeployRequest) ([]Placed, error) {
+	if !s.shard(app) {
+		return nil, fmt.Errorf("%w %q: define its budget first", ErrUnknownApp, app)
+	}
+	if len(req.Containers) == 0 {
+		return nil, errors.New("no containers to deploy")
+	}
+	if n := len(s.members(app)); n > 0 {
+		return nil, fmt.Errorf("app %s already runs %d containers: delete it first (escractl delete %s)", app, n, app)
+	}
+	plan, err := s.place(app, req.Containers)
+	if err != nil {
+		return nil, err
+	}
+	period := uint32(s.cfg.Params.PeriodUs())
+	placed := make([]Placed, len(plan))
+	errs := make([]error, len(plan))
+	var wg sync.WaitGroup
+	for i, p := range plan {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			quota := int64(math.Round(p.c.CPUCores * float64(period)))
+			if quota > 0 {
+				quota = max(quota, 1000) // the kernel's smallest CFS quota
+			}
+			env := &pb.Envelope{Body: &pb.Envelope_CreateContainer{CreateContainer: &pb.CreateContainer{
+				App: app, Name: p.c.Name, Image: p.c.Image, Command: p.c.Command, Env: p.c.Env, Network: p.c.Network,
+				Limits: &pb.Limits{CpuQuotaUs: quota, CpuPeriodUs: period, MemoryLimitBytes: p.c.MemoryBytes}}}}
+			rep, err := call(ctx, p.host.sess, env)
+			hid := p.host.hello.GetHostId()
+			if err != nil {
+				errs[i] = fmt.Errorf("container %s on host %s: %w", p.c.Name, hid, err)
+				return
+			}
+			placed[i] = Placed{Name: p.c.Name, HostID: hid, ContainerID: rep.GetCreateContainerResult().GetContainerId()}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		s.rollback(app, plan)
+		return nil, firstLine(err)
+	}
+	// Registered: the watcher on each host saw its container start.
+	deadline := time.Now().Add(registerTimeout)
+	for {
+		reg := map[string]bool{}
+		for _, c := range s.members(app) {
+			reg[c.ContainerID] = true
+		}
+		var missing *Placed
+		for i := range placed {
+			if !reg[placed[i].ContainerID] {
+				missing = &placed[i]
+				break
+			}
+		}
+		if missing == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			s.rollback(app, plan)
+			return nil, fmt.Errorf("container %s on host %s started but did not register with the controller within %s (see that escrad's log)",
+				missing.Name, missing.HostID, registerTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.log.Info("app deployed", "app", app, "containers", len(placed))
+	return placed, nil
+}
+
+// firstLine keeps a joined error to its first problem plus a count.
+func firstLine(err error) error {
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) == 1 {
+		return err
+	}
+	return fmt.Errorf("%s (and %d more)", lines[0], len(lines)-1)
+}
+
+// rollback removes every container of app on the hosts a plan touched.
+func (s *Server) rollback(app string, plan []placement) {
+	hosts := map[uint32]*host{}
+	for _, p := range plan {
+		hosts[p.host.id] = p.host
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), deployTimeout)
+	defer cancel()
+	for _, err := range s.removeOn(ctx, app, hosts) {
+		s.log.Warn("rollback: removing containers failed", "app", app, "err", err)
+	}
+}
+
+// removeOn asks each host to remove app's containers, in parallel.
+func (s *Server) removeOn(ctx context.Context, app string, hosts map[uint32]*host) []error {
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := call(ctx, h.sess, &pb.Envelope{Body: &pb.Envelope_RemoveContainers{RemoveContainers: &pb.RemoveContainers{App: app}}})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("host %s: %w", h.hello.GetHostId(), err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// RemoveApp removes the app's containers on every connected host, waits
+// for them to leave, and forgets the app. It fails with ErrUnknownApp for
+// an app the controller does not hold.
+func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
+	if !s.shard(app) {
+		return 0, fmt.Errorf("%w %q", ErrUnknownApp, app)
+	}
+	n := len(s.members(app))
+	hosts := map[uint32]*host{}
+	s.hosts.Range(func(_, v any) bool { h := v.(*host); hosts[h.id] = h; return true })
+	if errs := s.removeOn(ctx, app, hosts); len(errs) > 0 {
+		return 0, firstLine(errors.Join(errs...))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(s.members(app)) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.mu.Lock()
+	a := s.apps[app]
+	delete(s.apps, app)
+	s.mu.Unlock()
+	if a == nil {
+		return n, nil
+	}
+	// Members that did not leave (a host that went away) are dropped here.
+	s.hosts.Range(func(_, v any) bool {
+		h := v.(*host)
+		h.mu.Lock()
+		for k, r := range h.cont {
+			if r.shard == a {
+				delete(h.cont, k)
+			}
+		}
+		h.mu.Unlock()
+		return true
+	})
+	a.Stop()
+	s.log.Info("app deleted", "app", app, "containers", n)
+	return n, nil
+}
