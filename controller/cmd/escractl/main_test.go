@@ -416,7 +416,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"delete"}, 2, "escractl: delete: give exactly one app name"},
 		{[]string{"--controller", "ftp://x", "get", "apps"}, 1, "escractl: bad controller URL \"ftp://x\""},
 		{[]string{"apply", "-f", "/nonexistent/app.yaml"}, 1, "escractl: /nonexistent/app.yaml: no such file or directory"},
-		{[]string{"certs"}, 1, "escractl: certs: not available yet"},
+		{[]string{"certs", "--dir", "/nonexistent-escra", "--hosts", "a/b"}, 1, "escractl: certs: host name \"a/b\""},
+		{[]string{"certs", "--days", "0"}, 2, "escractl: certs: --days 0 out of range"},
 	} {
 		r := runCLI(t, tc.args...)
 		if r.code != tc.code || !strings.HasPrefix(r.stderr, tc.want) {
