@@ -358,7 +358,7 @@ func benchCPU(ctx context.Context, cli *client.Client, img string, sum map[strin
 	// would otherwise sit beside them under /docker.
 	parent := fmt.Sprintf("/escra-bench-%d", os.Getpid())
 	defer func() {
-		for _, c := range []string{"cpu", "cpuacct", "memory", "cpuset", "pids", "blkio", "devices", "freezer", "hugetlb", "perf_event", "net_cls,net_prio", "systemd"} {
+		for _, c := range []string{"cpu", "cpuacct", "memory", "cpuset", "pids", "blkio", "devices", "freezer", "hugetlb", "perf_event", "net_cls,net_prio", "systemd", "unified"} {
 			_ = os.Remove(filepath.Join("/sys/fs/cgroup", c, parent))
 		}
 	}()
