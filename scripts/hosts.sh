@@ -19,7 +19,9 @@
 # Environment: ESCRA_HOSTS_NAME, ESCRA_HOSTS_TAG, ESCRA_HOSTS_METRICS_BASE
 # (see below), ESCRA_HOSTS_STORAGE (dockerd --storage-driver, default: the
 # engine's choice), ESCRA_CONTROLLER_ADDR (default 127.0.0.1:7470),
-# ESCRA_CONTROLLER_ARGS (extra flags for escra-controller), ESCRAD_ARGS.
+# ESCRA_CONTROLLER_ARGS (extra flags for escra-controller), ESCRAD_ARGS,
+# ESCRA_CERTS (a directory from `escractl certs --hosts h1,...,hK`: mutual
+# TLS; unset: the processes run --insecure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -222,6 +224,16 @@ start_proc() { # start_proc NAME LOG CMD...: start once, record its pid
 	record "$name" "$pid"
 }
 
+# tls_args NAME: mutual TLS with the files of `escractl certs --dir $ESCRA_CERTS
+# --hosts h1,h2,...` when ESCRA_CERTS is set, else plain mode (--insecure).
+tls_args() {
+	if [ -n "${ESCRA_CERTS:-}" ]; then
+		echo "--tls-ca $ESCRA_CERTS/ca.pem --tls-cert $ESCRA_CERTS/$1.pem --tls-key $ESCRA_CERTS/$1-key.pem"
+	else
+		echo "--insecure"
+	fi
+}
+
 cmd_up() {
 	local k=${1:-}
 	shift || true
@@ -239,7 +251,7 @@ cmd_up() {
 	if [ "$want_ctl" = 1 ]; then
 		[ -x bin/escra-controller ] || die "bin/escra-controller missing: run make build"
 		# shellcheck disable=SC2086
-		start_proc controller "$RUN/logs/controller.log" bin/escra-controller ${ESCRA_CONTROLLER_ARGS:-}
+		start_proc controller "$RUN/logs/controller.log" bin/escra-controller $(tls_args controller) ${ESCRA_CONTROLLER_ARGS:-}
 	fi
 	local n
 	for n in $(seq 1 "$k"); do
@@ -254,7 +266,7 @@ cmd_up() {
 			[ "$METRICS_BASE" != 0 ] && metrics=(--metrics-listen "127.0.0.1:$((METRICS_BASE + n))")
 			# shellcheck disable=SC2086
 			start_proc "escrad-h$n" "$RUN/logs/escrad-h$n.log" bin/escrad --docker-host "$(sock "$n")" \
-				--host-id "h$n" --controller "$CTL_ADDR" "${metrics[@]}" ${ESCRAD_ARGS:-}
+				--host-id "h$n" --controller "$CTL_ADDR" $(tls_args "h$n") "${metrics[@]}" ${ESCRAD_ARGS:-}
 		done
 	elif [ "$want_escrad" = 1 ]; then
 		say "bin/escrad missing: engines only (run make build for the daemons)"

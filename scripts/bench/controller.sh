@@ -23,7 +23,7 @@ prefix=${CONTROLLER_PREFIX-$default_prefix}
 echo "bench-controller: load average $(cut -d' ' -f1-3 /proc/loadavg); controller prefix: '${prefix}'"
 
 # Ports are picked by the kernel (":0"); the ready line names them.
-${prefix} bin/escra-controller --listen 127.0.0.1:0 --telemetry-listen 127.0.0.1:0 \
+${prefix} bin/escra-controller --insecure --listen 127.0.0.1:0 --telemetry-listen 127.0.0.1:0 \
 	--admin-listen 127.0.0.1:0 --log-level info 2>"$out/controller.log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT

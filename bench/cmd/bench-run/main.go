@@ -269,12 +269,12 @@ func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]
 			}
 		}
 	}
-	ctl, err := start(ctlBin, "-apps", appsFile)
+	ctl, err := start(ctlBin, "-insecure", "-apps", appsFile)
 	if err != nil {
 		return nil, nil, err
 	}
 	time.Sleep(500 * time.Millisecond)
-	d, err := start(dBin, "-backend", "cgroupfs")
+	d, err := start(dBin, "-insecure", "-backend", "cgroupfs")
 	if err != nil {
 		stopAll(ctl)
 		return nil, nil, err

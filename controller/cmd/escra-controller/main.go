@@ -21,6 +21,7 @@ import (
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/controller/spec"
+	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
 )
 
@@ -113,6 +114,10 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	appsFile := fs.String("apps", "", "YAML list of app budgets: - {name, cpu, memory, sigma}")
+	tlsCA := fs.String("tls-ca", auth.CAPath(auth.DefaultDir), "CA certificate daemons' certificates must chain to")
+	tlsCert := fs.String("tls-cert", auth.CertPath(auth.DefaultDir, "controller"), "the controller's certificate (escractl certs)")
+	tlsKey := fs.String("tls-key", auth.KeyPath(auth.DefaultDir, "controller"), "the controller's private key")
+	insecure := fs.Bool("insecure", false, "plain TCP and unauthenticated telemetry: anyone who reaches the ports can move limits")
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "escra-controller: "+format+"\n", a...)
 		return 2
@@ -155,7 +160,17 @@ func run(args []string, stderr io.Writer) int {
 		}
 		cfg.Apps = apps
 	}
+	if !*insecure {
+		tc, err := auth.ServerConfig(auth.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey})
+		if err != nil {
+			return fail("TLS: %v (create the files with escractl certs, or run with --insecure)", err)
+		}
+		cfg.TLS = tc
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if *insecure {
+		cfg.Logger.Warn("running --insecure: daemon sessions are not authenticated and telemetry is not signed; anyone who can reach the ports can change container limits")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	srv, err := server.Start(ctx, cfg)
@@ -163,7 +178,7 @@ func run(args []string, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	cfg.Logger.Info("escra-controller ready", "version", version.Version, "sessions", srv.TCPAddr(),
-		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "apps", len(cfg.Apps))
+		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "apps", len(cfg.Apps), "tls", cfg.TLS != nil)
 	<-ctx.Done()
 	srv.Close()
 	return 0

@@ -24,7 +24,7 @@ func TestControllerProcess(t *testing.T) {
 	}
 	apps := filepath.Join(t.TempDir(), "apps.yaml")
 	writeFile(t, apps, "- {name: web, cpu: \"2\", memory: 1GiB, sigma: 0.5}\n")
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--telemetry-listen", "127.0.0.1:0",
+	cmd := exec.Command(bin, "--insecure", "--listen", "127.0.0.1:0", "--telemetry-listen", "127.0.0.1:0",
 		"--admin-listen", "127.0.0.1:0", "--apps", apps, "--reclaim-every", "0")
 	// The child dies with the test binary, even if a timeout kills it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

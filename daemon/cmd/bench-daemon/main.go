@@ -406,7 +406,7 @@ func measureEscrad(bin string, ids []string, shortcut bool) (per100, recordsPerS
 	}
 	defer p2.Close()
 	say("escrad CPU with idle-parent check %v", shortcut)
-	cmd := exec.Command(bin, "--controller", p2.Addr(), "--backend", "cgroupfs", "--period", "100ms",
+	cmd := exec.Command(bin, "--insecure", "--controller", p2.Addr(), "--backend", "cgroupfs", "--period", "100ms",
 		"--docker-host", "unix://"+dockertest.Socket, "--host-id", "bench-cpu", "--log-level", "warn", "--apps", "bench-idle",
 		"--idle-parent-check="+strconv.FormatBool(shortcut))
 	cmd.Stderr = os.Stderr

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
 )
 
@@ -40,6 +42,10 @@ type fileConfig struct {
 	MetricsListen string                  `yaml:"metrics_listen"`
 	Apps          []string                `yaml:"apps"`
 	Cgroups       []containers.CgroupSpec `yaml:"cgroups"`
+	TLSCA         string                  `yaml:"tls_ca"`
+	TLSCert       string                  `yaml:"tls_cert"`
+	TLSKey        string                  `yaml:"tls_key"`
+	Insecure      bool                    `yaml:"insecure"`
 }
 
 func main() {
@@ -66,6 +72,11 @@ func run(args []string) error {
 		parentCheck = fs.Bool("idle-parent-check", true, "cgroupfs: skip a period's per-container reads when the containers' common parent cgroup did not run")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile to this file until exit (diagnostics)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
+		tlsCA       = fs.String("tls-ca", auth.CAPath(auth.DefaultDir), "CA certificate the controller's certificate must chain to")
+		tlsCert     = fs.String("tls-cert", "", "this host's certificate (default /etc/escra/HOST.pem, HOST = --host-id)")
+		tlsKey      = fs.String("tls-key", "", "this host's private key (default /etc/escra/HOST-key.pem)")
+		tlsServer   = fs.String("tls-server-name", auth.ControllerName, "name the controller's certificate must carry")
+		insecure    = fs.Bool("insecure", false, "plain TCP and unsigned telemetry to the controller: anyone on the path can forge or read it")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -105,6 +116,12 @@ func run(args []string) error {
 	str(hostID, "host-id", fc.HostID)
 	str(logLevel, "log-level", fc.LogLevel)
 	str(metrics, "metrics-listen", fc.MetricsListen)
+	str(tlsCA, "tls-ca", fc.TLSCA)
+	str(tlsCert, "tls-cert", fc.TLSCert)
+	str(tlsKey, "tls-key", fc.TLSKey)
+	if !set["insecure"] && fc.Insecure {
+		*insecure = true
+	}
 	if !set["no-docker"] && fc.NoDocker {
 		*noDocker = true
 	}
@@ -135,11 +152,33 @@ func run(args []string) error {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	if *hostID == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--host-id not given and no hostname: %w", err)
+		}
+		*hostID = h
+	}
+	var tc *tls.Config
+	if *insecure {
+		log.Warn("running --insecure: the controller is not authenticated and telemetry is not signed; anyone on the path can forge limits and telemetry")
+	} else {
+		if *tlsCert == "" {
+			*tlsCert = auth.CertPath(auth.DefaultDir, *hostID)
+		}
+		if *tlsKey == "" {
+			*tlsKey = auth.KeyPath(auth.DefaultDir, *hostID)
+		}
+		var err error
+		if tc, err = auth.ClientConfig(auth.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}, *tlsServer); err != nil {
+			return fmt.Errorf("TLS: %v (create the files with escractl certs --hosts %s, or run with --insecure)", err, *hostID)
+		}
+	}
 
 	cfg := agent.Config{
 		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline,
 		Backend: *backend, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
-		NoParentShortcut: !*parentCheck,
+		NoParentShortcut: !*parentCheck, TLS: tc,
 	}
 	if set["apps"] || *apps != "" {
 		cfg.Apps = nil
@@ -166,7 +205,7 @@ func run(args []string) error {
 		engine = cfg.Docker.DaemonHost()
 	}
 	log.Info("escrad starting", "version", version.Version, "backend", a.Backend(), "cgroup", a.CgroupVersion().String(),
-		"engine", engine, "controller", *controller, "period", *period, "oom_deadline", *oomDeadline)
+		"engine", engine, "controller", *controller, "period", *period, "oom_deadline", *oomDeadline, "tls", tc != nil)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

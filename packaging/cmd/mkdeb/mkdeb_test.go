@@ -96,7 +96,7 @@ func TestPackages(t *testing.T) {
 
 	// The shipped escrad.yaml is one escrad accepts (it refuses unknown keys):
 	// with it, escrad starts and waits for its (absent) engine.
-	cmd := exec.Command(filepath.Join(bin, "escrad"), "--config", "../../etc/escrad.yaml",
+	cmd := exec.Command(filepath.Join(bin, "escrad"), "--config", "../../etc/escrad.yaml", "--insecure",
 		"--docker-host", "unix://"+filepath.Join(t.TempDir(), "none.sock"), "--metrics-listen", "")
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
