@@ -22,6 +22,13 @@ import (
 // controller grant (seed 000 §III, §IV-B/C) — exit 0, no OOM kill.
 func scenarioEscradE2E(*env) error {
 	agent.NewKernelSource = genl.NewSource
+	// Verdict deadlines sized for a TCG guest on a busy host: escrad 1 s,
+	// the module 2 s (it must outlast escrad).
+	restore, err := setOOMTimeout(2000)
+	if err != nil {
+		return err
+	}
+	defer restore()
 	cpuCg, err := newCgroup("e2e-cpu")
 	if err != nil {
 		return err
@@ -47,7 +54,7 @@ func scenarioEscradE2E(*env) error {
 	}
 	a, err := agent.New(agent.Config{
 		HostID: "vm", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
-		Backend: agent.BackendKernel, Log: quiet,
+		Backend: agent.BackendKernel, Log: quiet, OOMDeadline: time.Second,
 		Cgroups: []containers.CgroupSpec{
 			{Name: "e2e-cpu", App: "vmapp", Path: "/e2e-cpu"},
 			{Name: "e2e-mem", App: "vmapp", Path: "/e2e-mem"},

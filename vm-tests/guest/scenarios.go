@@ -271,7 +271,12 @@ type oomResult struct {
 
 // runOOM puts a 64 MiB hog in a cgroup with memory.max 32 MiB while a
 // handler (escrad's role) answers the module's OOM requests.
-func runOOM(name string, handle func(ctl *genl.Conn, cg *cgroup, req genl.OOMRequest) error) (*oomResult, error) {
+func runOOM(name string, timeoutMs int, handle func(ctl *genl.Conn, cg *cgroup, req genl.OOMRequest) error) (*oomResult, error) {
+	restore, err := setOOMTimeout(timeoutMs)
+	if err != nil {
+		return nil, err
+	}
+	defer restore()
 	cg, err := newCgroup(name)
 	if err != nil {
 		return nil, err
@@ -349,7 +354,7 @@ func must(s string, _ error) string { return s }
 // scenarioOOMGrant: the handler raises memory.max, then grants; the hog
 // completes with exit 0 and no OOM kill (seed 000 §III, reactive memory).
 func scenarioOOMGrant(*env) error {
-	res, err := runOOM("oom-grant", func(ctl *genl.Conn, cg *cgroup, req genl.OOMRequest) error {
+	res, err := runOOM("oom-grant", 2000, func(ctl *genl.Conn, cg *cgroup, req genl.OOMRequest) error {
 		newMax := req.MaxBytes + 16<<20
 		if err := cg.set("memory.max", strconv.FormatUint(newMax, 10)); err != nil {
 			_ = ctl.ReplyOOM(req.ID, false)
@@ -374,7 +379,7 @@ func scenarioOOMGrant(*env) error {
 
 // scenarioOOMDeny: a denial lets the normal OOM path kill the hog.
 func scenarioOOMDeny(*env) error {
-	res, err := runOOM("oom-deny", func(ctl *genl.Conn, _ *cgroup, req genl.OOMRequest) error {
+	res, err := runOOM("oom-deny", 2000, func(ctl *genl.Conn, _ *cgroup, req genl.OOMRequest) error {
 		return ctl.ReplyOOM(req.ID, false)
 	})
 	if err != nil {
@@ -392,7 +397,7 @@ func scenarioOOMDeny(*env) error {
 // scenarioOOMTimeout: nobody answers (controller absent); after
 // oom_timeout_ms the OOM killer runs, well within the deadline.
 func scenarioOOMTimeout(*env) error {
-	res, err := runOOM("oom-timeout", func(*genl.Conn, *cgroup, genl.OOMRequest) error { return nil })
+	res, err := runOOM("oom-timeout", 100, func(*genl.Conn, *cgroup, genl.OOMRequest) error { return nil })
 	if err != nil {
 		return err
 	}

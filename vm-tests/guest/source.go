@@ -41,6 +41,11 @@ func (s *recSink) snapshot() []*pb.CpuStat {
 // for a throttled hog, and an OOM event resolved as the agent does (raise
 // memory.max, then Resolve granted). The controller leg is not in the VM.
 func scenarioKernelSource(*env) error {
+	restore, err := setOOMTimeout(2000)
+	if err != nil {
+		return err
+	}
+	defer restore()
 	src, err := genl.NewSource(100*time.Millisecond, nil)
 	if err != nil {
 		return err

@@ -183,3 +183,15 @@ func readProc(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(bytes.TrimSpace(b))
 }
+
+// setOOMTimeout sets escra.ko's oom_timeout_ms and returns the restore.
+// Scenarios about grants and denials use a generous value so that a busy
+// shared host cannot turn them into timeouts; oom-timeout keeps 100 ms.
+func setOOMTimeout(ms int) (restore func(), err error) {
+	const param = "/sys/module/escra/parameters/oom_timeout_ms"
+	old := readProc(param)
+	if err := os.WriteFile(param, []byte(strconv.Itoa(ms)), 0o644); err != nil {
+		return nil, err
+	}
+	return func() { _ = os.WriteFile(param, []byte(old), 0o644) }, nil
+}
