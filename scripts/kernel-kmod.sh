@@ -6,7 +6,7 @@
 #   scripts/kernel-kmod.sh --stock  against Debian's stock linux-headers-*-amd64: the
 #                                   result is a stub that refuses to load (EOPNOTSUPP)
 #
-# Objects go to bin/kmod/<target>/, never into kmod/.
+# Objects go to bin/kmod/<target>/ (or $KMOD_OUT), never into kmod/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -20,6 +20,7 @@ else
 	out=$repo/bin/kmod/patched${ESCRA_KERNEL_FLAVOR:+-$ESCRA_KERNEL_FLAVOR}
 fi
 
+out=${KMOD_OUT:-$out}
 rm -rf "$out"
 mkdir -p "$out"
 cp kmod/escra.c kmod/escra_uapi.h kmod/Kbuild "$out"/

@@ -44,7 +44,7 @@ t0=$SECONDS
 say "kernel (cached by input hash)"
 kdir=$(scripts/kernel-build.sh | tail -1)
 say "escra.ko against $kdir"
-ko=$(scripts/kernel-kmod.sh | tail -1)
+ko=$(KMOD_OUT=$work/kmod scripts/kernel-kmod.sh | tail -1)
 say "static guest driver"
 CGO_ENABLED=0 go build -trimpath -o "$work/escra-vmtest" ./vm-tests/guest
 
@@ -129,7 +129,7 @@ if [ -n "${VMTEST_BENCH:-}" ]; then
 elif [ "${VMTEST_STOCK:-1}" != 0 ] && [ -z "${VMTEST_RUN:-}" ]; then
 	say "stock kernel: escra.ko against Debian's headers must refuse to load"
 	if stock=$(scripts/kernel-stock.sh --cached); then
-		stock_ko=$(scripts/kernel-kmod.sh --stock | tail -1)
+		stock_ko=$(KMOD_OUT=$work/kmod-stock scripts/kernel-kmod.sh --stock | tail -1)
 		initramfs stock "$stock_ko"
 		boot stock "$stock" "escra_run=stock-refusal" || rc=1
 	else
