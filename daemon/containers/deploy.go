@@ -18,7 +18,7 @@ type CreateSpec struct {
 	App     string
 	Name    string
 	Image   string
-	Command []string
+	Command []string // replaces the image's entrypoint and command
 	Env     []string // KEY=VALUE
 	Network string   // "none" or "host"
 	Limits  Limits   // bootstrap limits (seed 000 §IV-A eq. 2)
@@ -64,7 +64,9 @@ func Create(ctx context.Context, cli *client.Client, s CreateSpec) (string, erro
 	}
 	cfg := &container.Config{Image: s.Image, Env: s.Env, Labels: map[string]string{AppLabel: s.App}}
 	if len(s.Command) > 0 {
-		cfg.Cmd = s.Command
+		// The whole argv, like a Kubernetes command: the image's
+		// entrypoint and command are both replaced.
+		cfg.Entrypoint = s.Command
 	}
 	hc := &container.HostConfig{NetworkMode: container.NetworkMode(netMode)}
 	hc.Resources.CPUQuota = s.Limits.CPUQuotaUs

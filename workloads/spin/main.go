@@ -16,7 +16,12 @@ func main() {
 	threads := flag.Int("threads", 1, "busy goroutines")
 	dur := flag.Duration("for", 0, "run this long (0: until signalled)")
 	idle := flag.Bool("idle", false, "sleep instead of burning CPU")
+	duty := flag.Float64("duty", 1, "busy share of every 100 ms per goroutine, (0,1] (a light but steady load)")
 	flag.Parse()
+	if *duty <= 0 || *duty > 1 {
+		fmt.Fprintln(os.Stderr, "spin: -duty must be in (0,1]")
+		os.Exit(2)
+	}
 	if *threads < 1 {
 		fmt.Fprintln(os.Stderr, "spin: -threads must be >= 1")
 		os.Exit(2)
@@ -26,11 +31,22 @@ func main() {
 		for i := 0; i < *threads; i++ {
 			go func() {
 				x := uint64(1)
+				const slot = 100 * time.Millisecond
+				busy := time.Duration(*duty * float64(slot))
 				for {
-					for j := 0; j < 1<<20; j++ {
-						x = x*6364136223846793005 + 1442695040888963407
+					start := time.Now()
+					for *duty >= 1 || time.Since(start) < busy {
+						for j := 0; j < 1<<14; j++ {
+							x = x*6364136223846793005 + 1442695040888963407
+						}
+						sink.Add(x & 1)
+						if *duty >= 1 {
+							break
+						}
 					}
-					sink.Add(x & 1)
+					if *duty < 1 {
+						time.Sleep(slot - time.Since(start))
+					}
 				}
 			}()
 		}
