@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -50,8 +51,23 @@ func PlotDeltas(ds []Delta, baseline, path string) error {
 	if len(labels) == 0 {
 		return fmt.Errorf("no deltas against %s", baseline)
 	}
+	// Like seed 000 Fig. 4, cut very large changes off so the others stay
+	// readable; the report's tables have the exact values.
+	const clip = 300.0
+	clipped := false
+	for _, vs := range []plotter.Values{lat, tput} {
+		for i, v := range vs {
+			if v > clip || v < -clip {
+				vs[i] = math.Max(-clip, math.Min(clip, v))
+				clipped = true
+			}
+		}
+	}
 	p := plot.New()
 	p.Title.Text = "Escra vs " + baseline + ": change in p99.9 latency and throughput"
+	if clipped {
+		p.Title.Text += fmt.Sprintf(" (bars cut at ±%.0f %%)", clip)
+	}
 	p.Y.Label.Text = "% (positive = Escra better)"
 	w := vg.Points(12)
 	b1, err := plotter.NewBarChart(lat, w)
