@@ -48,6 +48,9 @@ type Config struct {
 	Apps []AppSpec
 	// Policy picks an app's allocator policy (nil: the Escra policy).
 	Policy func(app string) allocator.Policy
+	// TelemetryAdvertise is the UDP address daemons are told to send
+	// telemetry to (a relay or NAT in front of UDPAddr); "" = UDPAddr.
+	TelemetryAdvertise string
 	// TLS, when set, makes daemon sessions mutual TLS (auth.ServerConfig)
 	// and telemetry authenticated with a per-session key; nil is plain mode
 	// (in-process tests, escra-controller --insecure).
@@ -404,7 +407,11 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 	s.hosts.Store(ss.ID, hs)
 	s.log.Info("daemon connected", "host", h.GetHostId(), "session", ss.ID, "cores", h.GetCores(),
 		"backend", h.GetBackend().String(), "peer", ss.Peer)
-	return &pb.HelloAck{SessionId: ss.ID, PeriodUs: uint32(s.cfg.Params.PeriodUs()), TelemetryAddr: s.UDPAddr()}, nil
+	taddr := s.UDPAddr()
+	if s.cfg.TelemetryAdvertise != "" {
+		taddr = s.cfg.TelemetryAdvertise
+	}
+	return &pb.HelloAck{SessionId: ss.ID, PeriodUs: uint32(s.cfg.Params.PeriodUs()), TelemetryAddr: taddr}, nil
 }
 
 // Register adds a container to its app (auto-creating the app).

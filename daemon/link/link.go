@@ -119,7 +119,9 @@ func (c *Client) Run(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, 5*time.Second)
+		// Capped at 1 s (0.5–1.5 s with jitter): a restarted controller sees
+		// every daemon back within 2 s; one dial a second per host is cheap.
+		backoff = min(backoff*2, time.Second)
 	}
 }
 

@@ -91,15 +91,22 @@ func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
 	}
 	w.mu.Lock()
 	if old := w.byH[h]; old != nil {
-		w.dropLocked(old)
+		w.dropLocked(old, old.g.Paths.Memory != g.Paths.Memory)
 	}
 	w.byFD[fd], w.byH[h] = wt, wt
 	w.mu.Unlock()
+	if g.Paths.Version == cgroups.V1 {
+		currentGuard().Armed(oomControlPath(g))
+	}
 	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
 		w.Remove(h)
 		return fmt.Errorf("oom: epoll add: %w", err)
 	}
 	return nil
+}
+
+func oomControlPath(g *cgroups.Group) string {
+	return filepath.Join(g.Paths.Memory, "memory.oom_control")
 }
 
 func addV1(g *cgroups.Group) (int, error) {
@@ -170,12 +177,19 @@ func readHigh(g *cgroups.Group) uint64 {
 func (w *Watcher) Remove(h uint32) {
 	w.mu.Lock()
 	if wt := w.byH[h]; wt != nil {
-		w.dropLocked(wt)
+		w.dropLocked(wt, true)
 	}
 	w.mu.Unlock()
 }
 
-func (w *Watcher) dropLocked(wt *watch) {
+// dropLocked stops watching wt; restore clears its oom_kill_disable.
+func (w *Watcher) dropLocked(wt *watch, restore bool) {
+	if restore && wt.g.Paths.Version == cgroups.V1 {
+		// Nobody watches it any more: never leave its OOM killer off (the
+		// write fails harmlessly when the group is gone).
+		_ = wt.g.Write(cgroups.OOMControl, []byte("0"))
+		currentGuard().Disarmed(oomControlPath(wt.g))
+	}
 	_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, wt.fd, nil)
 	unix.Close(wt.fd)
 	delete(w.byFD, wt.fd)
@@ -295,7 +309,7 @@ func (w *Watcher) Close() {
 	_, _ = unix.Write(w.wake, one[:])
 	w.mu.Lock()
 	for _, wt := range w.byH {
-		w.dropLocked(wt)
+		w.dropLocked(wt, true)
 	}
 	w.mu.Unlock()
 }

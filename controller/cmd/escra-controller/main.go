@@ -98,6 +98,7 @@ func run(args []string, stderr io.Writer) int {
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	fs.StringVar(&cfg.TCPAddr, "listen", cfg.TCPAddr, "TCP address for daemon sessions")
 	fs.StringVar(&cfg.UDPAddr, "telemetry-listen", cfg.UDPAddr, "UDP address for telemetry")
+	fs.StringVar(&cfg.TelemetryAdvertise, "telemetry-advertise", "", "UDP address daemons send telemetry to, when not --telemetry-listen (a relay or NAT)")
 	fs.StringVar(&cfg.AdminAddr, "admin-listen", cfg.AdminAddr, "HTTP admin and /metrics address (empty: off)")
 	fs.Float64Var(&p.Upsilon, "upsilon", p.Upsilon, "Υ: fair shares of the unallocated CPU a fully throttled container may take per period")
 	fs.Float64Var(&p.Gamma, "gamma", p.Gamma, "γ: scale CPU down when unused runtime exceeds this fraction of the quota")

@@ -25,6 +25,7 @@ import (
 
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/daemon/oom"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
 )
@@ -49,6 +50,10 @@ type fileConfig struct {
 }
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == oom.GuardArg {
+		oom.RunGuard(os.Stdin)
+		return
+	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "escrad:", err)
 		os.Exit(2)
@@ -76,6 +81,7 @@ func run(args []string) error {
 		tlsCert     = fs.String("tls-cert", "", "this host's certificate (default /etc/escra/HOST.pem, HOST = --host-id)")
 		tlsKey      = fs.String("tls-key", "", "this host's private key (default /etc/escra/HOST-key.pem)")
 		tlsServer   = fs.String("tls-server-name", auth.ControllerName, "name the controller's certificate must carry")
+		noGuard     = fs.Bool("no-oom-guard", false, "do not start the OOM guard process (it re-enables the OOM killer of trapped containers if escrad dies)")
 		insecure    = fs.Bool("insecure", false, "plain TCP and unsigned telemetry to the controller: anyone on the path can forge or read it")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -195,6 +201,20 @@ func run(args []string) error {
 		}
 		defer cli.Close()
 		cfg.Docker = cli
+	}
+	if !*noGuard {
+		// The guard clears oom_kill_disable of every trapped group when
+		// escrad is gone, even by SIGKILL (docs/daemon.md).
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("oom guard: %w", err)
+		}
+		g, err := oom.StartGuard(exe)
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		oom.SetGuard(g)
 	}
 	a, err := agent.New(cfg)
 	if err != nil {
