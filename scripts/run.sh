@@ -118,12 +118,17 @@ if [ -z "${RUN_SECONDS:-}" ] && [ -t 1 ]; then
 	children+=("$driver")
 	bin/escractl top "$APP" &
 	children+=("$!")
-	wait "$driver" || { say "load driver failed; see $LOG"; exit 1; }
+	rc=0
+	wait "$driver" || rc=$?
+	[ "$rc" = 130 ] && exit 130
+	[ "$rc" = 0 ] || { say "load driver failed; see $LOG"; exit 1; }
 	kill -TERM "${children[1]}" 2>/dev/null || true
 else
 	say "driving ${SECONDS_OF_LOAD}s of load with bursts"
 	"${drive[@]}" 2>&1 | tee -a "$LOG" >&2
-	[ "${PIPESTATUS[0]}" = 0 ] || { say "load driver failed; see $LOG"; exit 1; }
+	rc=${PIPESTATUS[0]}
+	[ "$rc" = 130 ] && exit 130
+	[ "$rc" = 0 ] || { say "load driver failed; see $LOG"; exit 1; }
 fi
 bin/escractl get containers >>"$LOG" 2>&1 || true
 bin/escractl delete "$APP" >>"$LOG" 2>&1 || say "escractl delete $APP failed; see $LOG"
@@ -131,7 +136,7 @@ bin/escractl delete "$APP" >>"$LOG" 2>&1 || say "escractl delete $APP failed; se
 s=$OUT/summary.json
 val() { sed -n "s/.*\"$1\": \([^,]*\),\{0,1\}$/\1/p" "$s"; }
 echo
-echo "summary ($(val load_seconds) s of load, $(val requests) requests, p99 $(val latency_p99_ms) ms):"
+echo "summary ($(val load_seconds) s of load, $(val successes) of $(val requests) requests ok, p50 $(val latency_p50_ms) ms, p99 $(val latency_p99_ms) ms):"
 printf '  %-20s %s cores\n' "CPU slack p50" "$(val cpu_slack_p50_cores)"
 printf '  %-20s %s cores\n' "CPU slack p99" "$(val cpu_slack_p99_cores)"
 printf '  %-20s %s\n' "throttled periods" "$(val throttled_periods)"

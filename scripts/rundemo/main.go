@@ -47,6 +47,10 @@ func main() {
 		err = fmt.Errorf("unknown command %q (image, drive)", os.Args[1])
 	}
 	if err != nil {
+		if ctx.Err() != nil { // interrupted: the caller cleans up
+			fmt.Fprintln(os.Stderr, "rundemo: interrupted")
+			os.Exit(130)
+		}
 		fail(err)
 	}
 }
@@ -176,8 +180,8 @@ func drive(ctx context.Context, args []string) error {
 	if lerr != nil {
 		return fmt.Errorf("load: %w", lerr)
 	}
-	sum := Summary{LoadSeconds: res.DurationS, Requests: res.Requests, Successes: res.Successes,
-		LatencyP50Ms: res.P50Us / 1000, LatencyP99Ms: res.P99Us / 1000}
+	sum := Summary{LoadSeconds: round3(res.DurationS), Requests: res.Requests, Successes: res.Successes,
+		LatencyP50Ms: round3(res.P50Us / 1000), LatencyP99Ms: round3(res.P99Us / 1000)}
 	if cs, err := ac.Containers(ctx, *app); err == nil && len(cs) > 0 {
 		last = cs
 	}
