@@ -64,8 +64,8 @@ bench-daemon: ## daemon apply latency, docker update, OOM rescue, CPU per 100 id
 bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM
 	@scripts/kernel-bench.sh
 
-soak: ## 30-minute soak with 1,000 simulated containers
-	@scripts/not-yet.sh soak "the trust-and-failure issue"
+soak: ## 30-minute soak, 1,000 simulated containers, TLS, OOM + churn (SOAK_MINUTES)
+	@scripts/soak.sh
 
 deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/
 	@$(MAKE) --no-print-directory build

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/app"
 	"github.com/escra-dev/escra/controller/events"
@@ -170,6 +172,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, rl: ratelog.New(cfg.Logger), apps: map[string]*app.Shard{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.met = newMetrics(s)
+	// Heap, goroutines and descriptors on /metrics (make soak reads them).
+	s.met.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, a := range cfg.Apps {
 		if err := s.DefineApp(a); err != nil {
 			s.cancel()

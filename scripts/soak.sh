@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# make soak: the real escra-controller (mutual TLS) under 1,000 simulated
+# containers on 8 hosts with OOM requests, churn and reconnects for
+# SOAK_MINUTES (default 30); heap, goroutines and fds at start and end go to
+# results/soak/summary.json. Not part of CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=results/soak
+mkdir -p "$out" bin
+minutes=${SOAK_MINUTES:-30}
+hosts=${SOAK_HOSTS:-8}
+CGO_ENABLED=0 go build -trimpath -o bin/escra-controller ./controller/cmd/escra-controller
+go build -o bin/escra-soak ./controller/bench/soak
+certs=$(mktemp -d)
+names=$(seq -s, -f 'soak%g' 1 "$hosts")
+bin/escractl certs --dir "$certs" --hosts "$names" >/dev/null 2>&1 || go run ./controller/cmd/escractl certs --dir "$certs" --hosts "$names" >/dev/null
+
+bin/escra-controller --listen 127.0.0.1:0 --telemetry-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+	--tls-ca "$certs/ca.pem" --tls-cert "$certs/controller.pem" --tls-key "$certs/controller-key.pem" \
+	--log-level info 2>"$out/controller.log" &
+pid=$!
+trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$certs"' EXIT
+ready=""
+for _ in $(seq 100); do
+	ready=$(grep -m1 'escra-controller ready' "$out/controller.log" || true)
+	[ -n "$ready" ] && break
+	kill -0 "$pid" 2>/dev/null || { cat "$out/controller.log" >&2; exit 1; }
+	sleep 0.1
+done
+[ -n "$ready" ] || { echo "soak: controller not ready" >&2; exit 1; }
+tcp=$(sed -E 's/.* sessions=([^ ]+).*/\1/' <<<"$ready")
+admin=$(sed -E 's/.* admin=([^ ]+).*/\1/' <<<"$ready")
+echo "soak: controller pid $pid, sessions $tcp, admin $admin, ${minutes} min"
+bin/escra-soak --controller "$tcp" --admin "$admin" --certs "$certs" --hosts "$hosts" \
+	--containers "${SOAK_CONTAINERS:-1000}" --duration "${minutes}m" --out "$out"
