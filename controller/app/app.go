@@ -171,6 +171,16 @@ func (s *Shard) send(d allocator.Decision, recvNs int64, onApplied func(error), 
 		}
 		return
 	}
+	if err := s.checkInvariants(d); err != nil {
+		// A decision that breaks an invariant never leaves the controller
+		// (issue 8: enforced where limits are applied, not only decided).
+		s.cnt.BadStat("invariant_violation")
+		s.log.Error("decision refused: it would break an invariant", "app", s.Name, "handle", m.Handle, "err", err)
+		if onApplied != nil {
+			onApplied(err)
+		}
+		return
+	}
 	u := session.Update{Handle: m.Handle, Gen: d.Gen, QuotaUs: d.QuotaUs, MemLimit: d.MemLimit,
 		Received: recvNs, OnApplied: onApplied}
 	if d.QuotaUs != 0 {
@@ -187,6 +197,26 @@ func (s *Shard) send(d allocator.Decision, recvNs int64, onApplied func(error), 
 			Handle: m.Handle, Kind: "limits", Generation: d.Gen, CPUQuotaUs: d.QuotaUs, MemoryBytes: d.MemLimit,
 			Reason: string(d.Reason)})
 	}
+}
+
+// checkInvariants is the last check before a decision is sent: the app's
+// quotas sum to at most Ω and no quota is below the floor (lowered to Ω/λ
+// when Ω cannot give every member the floor, as the allocator does).
+func (s *Shard) checkInvariants(d allocator.Decision) error {
+	if d.QuotaUs == 0 {
+		return nil
+	}
+	if alloc, omega := s.a.CPUAllocatedUs(), s.a.OmegaUs(); alloc > omega {
+		return fmt.Errorf("Σ quota %d µs over Ω %d µs", alloc, omega)
+	}
+	floor := s.a.P.CPUFloorUs
+	if n := int64(s.a.Len()); n > 0 {
+		floor = min(floor, s.a.OmegaUs()/n)
+	}
+	if d.QuotaUs > 0 && d.QuotaUs < max(floor, 1) {
+		return fmt.Errorf("quota %d µs below the floor %d µs", d.QuotaUs, floor)
+	}
+	return nil
 }
 
 func (s *Shard) applyAll(ds []allocator.Decision) {

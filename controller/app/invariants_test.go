@@ -1,0 +1,42 @@
+package app
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/events"
+)
+
+type counts struct{ bad map[string]int }
+
+func (c *counts) Decision(string)       {}
+func (c *counts) BadStat(reason string) { c.bad[reason]++ }
+
+// The last check before a decision leaves: a quota under the floor (or
+// under Ω/λ when Ω cannot give everyone the floor) is refused.
+func TestDecisionBelowFloorRefused(t *testing.T) {
+	c := &counts{bad: map[string]int{}}
+	p := allocator.DefaultParams()
+	s, err := New("inv", allocator.Budget{CPUCores: 1, MemoryBytes: 1 << 30}, p, nil, false,
+		slog.New(slog.NewTextHandler(io.Discard, nil)), &events.Hub{}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.a.Join(allocator.Join{Key: 1, HostMaxUs: 400000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.checkInvariants(allocator.Decision{Key: 1, QuotaUs: p.CPUFloorUs - 1}); err == nil {
+		t.Fatalf("quota %d below the %d floor accepted", p.CPUFloorUs-1, p.CPUFloorUs)
+	}
+	if err := s.checkInvariants(allocator.Decision{Key: 1, QuotaUs: p.CPUFloorUs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.checkInvariants(allocator.Decision{Key: 1, MemLimit: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+}
