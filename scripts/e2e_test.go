@@ -339,6 +339,18 @@ containers:
 	}
 	burst.Wait()
 
+	// The Watcher path: a container started by hand with the label joins.
+	byHand, err := dockertest.Start(ctx, engines["h3"], dockertest.Spec{Name: "by-hand", Image: img,
+		Cmd: []string{"-idle"}, Labels: map[string]string{"escra.app": e2eApp},
+		Resources: container.Resources{Memory: 32 * mib, CPUQuota: 5000, CPUPeriod: 100000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a labelled container started by hand joins the app", func() bool {
+		c, ok := members()["by-hand"]
+		return ok && c.ContainerID == byHand && c.HostID == "h3"
+	})
+
 	// Delete: nothing of the app on any engine, and the app is gone.
 	if out, stderr, code := ctlCLI.run("delete", e2eApp); code != 0 {
 		t.Fatalf("delete: exit %d: %s%s", code, out, stderr)
