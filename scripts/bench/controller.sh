@@ -3,11 +3,21 @@
 # process on loopback, drive it with controller/bench/loadgen (N simulated
 # containers on M simulated hosts), write results/controller/summary.json
 # and report.md. Knobs: CONTAINERS HOSTS APPS DURATION WARMUP OOM_RATE
-# CONTROLLER_PREFIX.
+# CONTROLLER_PREFIX; BENCH_TLS=1: mutual TLS and tagged telemetry (writes
+# results/controller-tls instead).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=/usr/local/go/bin:$PATH
 out=results/controller
+tlsargs=(--insecure) certargs=()
+if [ "${BENCH_TLS:-0}" = 1 ]; then
+	out=results/controller-tls
+	certs=$(mktemp -d)
+	CGO_ENABLED=0 go run ./controller/cmd/escractl certs --dir "$certs" \
+		--hosts "$(seq -s, -f 'sim%02g' 0 $((${HOSTS:-10} - 1)))" >/dev/null
+	tlsargs=(--tls-ca "$certs/ca.pem" --tls-cert "$certs/controller.pem" --tls-key "$certs/controller-key.pem")
+	certargs=(--certs "$certs")
+fi
 mkdir -p "$out" bin
 echo "bench-controller: building"
 CGO_ENABLED=0 go build -trimpath -o bin/escra-controller ./controller/cmd/escra-controller
@@ -23,10 +33,10 @@ prefix=${CONTROLLER_PREFIX-$default_prefix}
 echo "bench-controller: load average $(cut -d' ' -f1-3 /proc/loadavg); controller prefix: '${prefix}'"
 
 # Ports are picked by the kernel (":0"); the ready line names them.
-${prefix} bin/escra-controller --insecure --listen 127.0.0.1:0 --telemetry-listen 127.0.0.1:0 \
+${prefix} bin/escra-controller "${tlsargs[@]}" --listen 127.0.0.1:0 --telemetry-listen 127.0.0.1:0 \
 	--admin-listen 127.0.0.1:0 --log-level info 2>"$out/controller.log" &
 pid=$!
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
+trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; [ -n "${certs:-}" ] && rm -rf "$certs"' EXIT
 ready=""
 for _ in $(seq 100); do
 	ready=$(grep -m1 'escra-controller ready' "$out/controller.log" || true)
@@ -38,7 +48,7 @@ done
 tcp=$(sed -E 's/.* sessions=([^ ]+).*/\1/' <<<"$ready")
 admin=$(sed -E 's/.* admin=([^ ]+).*/\1/' <<<"$ready")
 
-bin/escra-loadgen --controller "$tcp" --admin "$admin" --pid "$pid" \
+bin/escra-loadgen "${certargs[@]}" --controller "$tcp" --admin "$admin" --pid "$pid" \
 	--containers "${CONTAINERS:-5000}" --hosts "${HOSTS:-10}" --apps "${APPS:-50}" \
 	--duration "${DURATION:-30s}" --warmup "${WARMUP:-10s}" --oom-rate "${OOM_RATE:-50}" \
 	--clk-tck "$(getconf CLK_TCK)" --out "$out" --controller-prefix "${prefix}"

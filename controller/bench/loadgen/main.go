@@ -9,6 +9,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -26,11 +27,13 @@ import (
 
 	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/controller/server"
+	"github.com/escra-dev/escra/internal/auth"
 )
 
 const mib = 1 << 20
 
 type opts struct {
+	certs          string
 	tcp, admin     string
 	pid            int
 	containers     int
@@ -59,6 +62,7 @@ func main() {
 	flag.StringVar(&o.out, "out", "results/controller", "output directory")
 	flag.Float64Var(&o.clkTck, "clk-tck", 100, "kernel USER_HZ for /proc/PID/stat")
 	flag.StringVar(&o.prefix, "controller-prefix", "", "how the controller was started (for the report)")
+	flag.StringVar(&o.certs, "certs", "", "mutual TLS with escractl certs --hosts sim00,... from this directory (empty: plain)")
 	flag.Parse()
 	if o.pid <= 0 || o.containers < 1 || o.hosts < 1 || o.apps < 1 || o.containers > 1<<20 || o.hosts > o.containers {
 		fmt.Fprintln(os.Stderr, "loadgen: need --pid, containers >= hosts >= 1, apps >= 1")
@@ -132,7 +136,15 @@ func run(o opts) error {
 	}
 	sims := make([]*sim, o.hosts)
 	for h := range o.hosts {
-		d, err := simdaemon.Dial(o.tcp, fmt.Sprintf("sim%02d", h), 64, 256<<30)
+		var tc *tls.Config
+		if o.certs != "" {
+			name := fmt.Sprintf("sim%02d", h)
+			var err error
+			if tc, err = auth.ClientConfig(auth.Files{CA: auth.CAPath(o.certs), Cert: auth.CertPath(o.certs, name), Key: auth.KeyPath(o.certs, name)}, ""); err != nil {
+				return err
+			}
+		}
+		d, err := simdaemon.DialTLS(o.tcp, fmt.Sprintf("sim%02d", h), 64, 256<<30, tc)
 		if err != nil {
 			return err
 		}
@@ -317,6 +329,7 @@ func run(o opts) error {
 	load, _ := os.ReadFile("/proc/loadavg")
 	sum := map[string]any{
 		"controller_prefix":             o.prefix,
+		"tls":                           o.certs != "",
 		"load_average_1m_end":           strings.Fields(string(load) + " ?")[0],
 		"containers":                    o.containers,
 		"hosts":                         o.hosts,
