@@ -115,9 +115,16 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	appsFile := fs.String("apps", "", "YAML list of app budgets: - {name, cpu, memory, sigma}")
-	tlsCA := fs.String("tls-ca", auth.CAPath(auth.DefaultDir), "CA certificate daemons' certificates must chain to")
-	tlsCert := fs.String("tls-cert", auth.CertPath(auth.DefaultDir, "controller"), "the controller's certificate (escractl certs)")
-	tlsKey := fs.String("tls-key", auth.KeyPath(auth.DefaultDir, "controller"), "the controller's private key")
+	// Under systemd with LoadCredential= (the unit runs as a dynamic user
+	// that cannot read /etc/escra/*-key.pem) the files are in
+	// $CREDENTIALS_DIRECTORY.
+	certDir := auth.DefaultDir
+	if d := os.Getenv("CREDENTIALS_DIRECTORY"); d != "" {
+		certDir = d
+	}
+	tlsCA := fs.String("tls-ca", auth.CAPath(certDir), "CA certificate daemons' certificates must chain to")
+	tlsCert := fs.String("tls-cert", auth.CertPath(certDir, "controller"), "the controller's certificate (escractl certs)")
+	tlsKey := fs.String("tls-key", auth.KeyPath(certDir, "controller"), "the controller's private key")
 	insecure := fs.Bool("insecure", false, "plain TCP and unauthenticated telemetry: anyone who reaches the ports can move limits")
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "escra-controller: "+format+"\n", a...)
