@@ -78,7 +78,7 @@ func FuzzOpenDatagram(f *testing.F) {
 			t.Fatal("opened a datagram that is not msg || tag(msg)")
 		}
 		var w ReplayWindow
-		if !w.Accept(uint64(len(data)) + 1) || w.Accept(uint64(len(data))+1) {
+		if !w.Accept(uint64(len(data))+1) || w.Accept(uint64(len(data))+1) {
 			t.Fatal("replay window accepted a sequence twice")
 		}
 	})
