@@ -25,6 +25,7 @@ import (
 
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/daemon/genl"
 	"github.com/escra-dev/escra/daemon/oom"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
@@ -181,6 +182,8 @@ func run(args []string) error {
 		}
 	}
 
+	// --backend auto/kernel use escra.ko when its genetlink family exists.
+	agent.NewKernelSource = genl.NewSource
 	cfg := agent.Config{
 		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline,
 		Backend: *backend, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
