@@ -21,9 +21,19 @@ stage "go test (unit, property, integration with the real engine)"
 go test -count=1 -p 1 -timeout 20m ./... 2>&1 | tee /tmp/escra-gotest.log
 
 stage "fuzz targets, briefly"
-FUZZTIME=${FUZZTIME:-3s} scripts/fuzz.sh
+FUZZTIME=${FUZZTIME:-3s} scripts/fuzz.sh | tee /tmp/escra-fuzz-summary.log
 
+vm_passed=0
 if [ -x vm-tests/run.sh ]; then
 	stage "kernel path in QEMU (vm-tests)"
-	vm-tests/run.sh
+	vm-tests/run.sh 2>&1 | tee /tmp/escra-vmtest.log
+	vm_passed=$(grep -c -- '^--- PASS' /tmp/escra-vmtest.log || true)
 fi
+
+# Every stage above stops the run on failure, so reaching here means all
+# passed: count Go test packages, fuzz targets and VM scenarios.
+go_passed=$(grep -c '^ok ' /tmp/escra-gotest.log || true)
+fuzz_passed=$(grep -c '^fuzz: \./' /tmp/escra-fuzz-summary.log || true)
+echo
+echo "go test packages $go_passed, fuzz targets $fuzz_passed, VM scenarios $vm_passed"
+echo "escra: $((go_passed + fuzz_passed + vm_passed)) passed, 0 failed"
