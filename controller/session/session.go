@@ -347,7 +347,9 @@ func (s *Session) drain(w *writer) error {
 	s.mu.Lock()
 	w.updates = w.updates[:0]
 	for _, h := range s.order {
-		w.updates = append(w.updates, s.pending[h])
+		if u := s.pending[h]; u != nil { // nil after shutdown cleared pending
+			w.updates = append(w.updates, u)
+		}
 	}
 	clear(s.pending)
 	s.order = s.order[:0]
@@ -597,6 +599,7 @@ func (s *Session) shutdown() {
 		}
 	}
 	clear(s.pending)
+	s.order = s.order[:0]
 	s.mu.Unlock()
 	for _, r := range rpcs {
 		if r.onReclaim != nil {
