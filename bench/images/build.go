@@ -11,9 +11,9 @@ import (
 	"math/rand"
 	"strings"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 )
 
 // Spec describes one image: how to fill its root filesystem and the
@@ -152,7 +152,7 @@ func (b *Builder) Build(ctx context.Context, spec Spec) (string, error) {
 	tag := spec.Name + ":" + hex.EncodeToString(h.Sum(nil))[:12]
 	if _, err := b.Docker.ImageInspect(ctx, tag); err == nil {
 		return tag, b.Docker.ImageTag(ctx, tag, spec.Name+":latest")
-	} else if !errdefs.IsNotFound(err) {
+	} else if !cerrdefs.IsNotFound(err) {
 		return "", fmt.Errorf("image %s: inspect: %w", tag, err)
 	}
 	if b.Log != nil {

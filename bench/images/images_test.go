@@ -48,7 +48,8 @@ func TestTarIsDeterministic(t *testing.T) {
 		}
 		return b
 	}
-	if string(mk()) != string(mk()) {
+	first, second := mk(), mk()
+	if string(first) != string(second) {
 		t.Error("same tree gave different tar bytes")
 	}
 }

@@ -46,7 +46,6 @@ type MemberInfo struct {
 
 type member struct {
 	MemberInfo
-	lastGen uint64 // newest generation the daemon acked
 }
 
 type oomReq struct {
@@ -207,7 +206,7 @@ func (s *Shard) checkInvariants(d allocator.Decision) error {
 		return nil
 	}
 	if alloc, omega := s.a.CPUAllocatedUs(), s.a.OmegaUs(); alloc > omega {
-		return fmt.Errorf("Σ quota %d µs over Ω %d µs", alloc, omega)
+		return fmt.Errorf("sum of quotas %d µs over Ω %d µs", alloc, omega)
 	}
 	floor := s.a.P.CPUFloorUs
 	if n := int64(s.a.Len()); n > 0 {

@@ -47,8 +47,6 @@ type Authenticator interface {
 	Accept(session uint32, batchSeq uint64) bool
 }
 
-var errNoPeriod = errors.New("telemetry: stat without a period")
-
 // Decode parses a datagram into out (reused), resolving each stat's
 // period. Stats with no period or absurd fields are dropped and counted
 // in bad; the batch is still used.

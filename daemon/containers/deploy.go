@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"strings"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 )
 
 // CreateSpec is one container the controller's deployer asks for (seed 000
@@ -75,9 +75,9 @@ func Create(ctx context.Context, cli *client.Client, s CreateSpec) (string, erro
 	created, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, s.Name)
 	if err != nil {
 		switch {
-		case errdefs.IsNotFound(err):
+		case cerrdefs.IsNotFound(err):
 			return "", fmt.Errorf("image %s is not on engine %s (images are never pulled: load it first)", s.Image, cli.DaemonHost())
-		case errdefs.IsConflict(err):
+		case cerrdefs.IsConflict(err):
 			return "", fmt.Errorf("a container named %s already exists on engine %s", s.Name, cli.DaemonHost())
 		}
 		return "", fmt.Errorf("create %s: %w", s.Name, err)
@@ -112,7 +112,7 @@ func Remove(ctx context.Context, cli *client.Client, app string, ids []string) (
 			continue
 		}
 		err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
-		if err != nil && !errdefs.IsNotFound(err) {
+		if err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove %s: %w", short(c.ID), err))
 			continue
 		}

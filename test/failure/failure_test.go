@@ -22,11 +22,11 @@ func TestControllerKilledAndRestarted(t *testing.T) {
 	c := newCluster(t, "0.6", "512MiB")
 	c.startController()
 	c.startDaemon()
-	var ids []string
+	ids := map[string]bool{}
 	for i := range 2 {
-		ids = append(ids, dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("fail-ctl"), Image: img,
+		ids[dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("fail-ctl"), Image: img,
 			Cmd: []string{"-idle"}, Labels: c.labels(),
-			Resources: container.Resources{CPUQuota: 100000 + int64(i)*10000, CPUPeriod: 100000, Memory: 128 << 20, MemorySwap: 128 << 20}}))
+			Resources: container.Resources{CPUQuota: 100000 + int64(i)*10000, CPUPeriod: 100000, Memory: 128 << 20, MemorySwap: 128 << 20}})] = true
 	}
 	quota := map[string]string{}
 	within(t, "both containers registered and their bootstrap limits in the cgroups", 10*time.Second, func() bool {
@@ -35,6 +35,9 @@ func TestControllerKilledAndRestarted(t *testing.T) {
 			return false
 		}
 		for _, m := range ms {
+			if !ids[m.ContainerID] {
+				return false
+			}
 			q := readInt(t, filepath.Join(cgroupFor(t, cli, m.ContainerID).CPU, "cpu.cfs_quota_us"))
 			if m.Generation == 0 || q != m.CPUQuotaUs {
 				return false

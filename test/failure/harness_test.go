@@ -18,7 +18,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -291,46 +290,3 @@ func running(t *testing.T, cli *client.Client, id string) bool {
 	j, err := cli.ContainerInspect(context.Background(), id)
 	return err == nil && j.State.Running
 }
-
-// lossyRelay forwards datagrams to dst, dropping a share of them.
-type lossyRelay struct {
-	conn      *net.UDPConn
-	loss      atomic.Uint64 // per mille
-	fwd, drop atomic.Uint64
-}
-
-func newLossyRelay(t *testing.T, dst string) *lossyRelay {
-	t.Helper()
-	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ua, err := net.ResolveUDPAddr("udp", dst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := net.DialUDP("udp", nil, ua)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &lossyRelay{conn: c}
-	t.Cleanup(func() { c.Close(); out.Close() })
-	go func() {
-		buf := make([]byte, 65536)
-		for {
-			n, _, err := c.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			if rand.N(uint64(1000)) < r.loss.Load() {
-				r.drop.Add(1)
-				continue
-			}
-			r.fwd.Add(1)
-			out.Write(buf[:n])
-		}
-	}()
-	return r
-}
-
-func (r *lossyRelay) Addr() string { return r.conn.LocalAddr().String() }

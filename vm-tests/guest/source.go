@@ -158,7 +158,7 @@ func ctxErr(done chan error) error {
 	select {
 	case err := <-done:
 		if err == nil {
-			err = errors.New("Run returned before its context ended")
+			err = errors.New("agent returned before its context ended")
 		}
 		done <- err
 		return err

@@ -33,18 +33,17 @@ import (
 const mib = 1 << 20
 
 type opts struct {
-	certs          string
-	tcp, admin     string
-	pid            int
-	containers     int
-	hosts, apps    int
-	warmup, run    time.Duration
-	period         time.Duration
-	oomRate        float64
-	out            string
-	clkTck         float64
-	prefix         string
-	latencyFloorUs int64
+	certs       string
+	tcp, admin  string
+	pid         int
+	containers  int
+	hosts, apps int
+	warmup, run time.Duration
+	period      time.Duration
+	oomRate     float64
+	out         string
+	clkTck      float64
+	prefix      string
 }
 
 func main() {
