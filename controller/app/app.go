@@ -199,14 +199,20 @@ func (s *Shard) send(d allocator.Decision, recvNs int64, onApplied func(error), 
 }
 
 // checkInvariants is the last check before a decision is sent: the app's
-// quotas sum to at most Ω and no quota is below the floor (lowered to Ω/λ
+// quotas sum to at most Ω, a memory raise never takes the app's limits
+// past its memory budget, and no quota is below the floor (lowered to Ω/λ
 // when Ω cannot give every member the floor, as the allocator does).
 func (s *Shard) checkInvariants(d allocator.Decision) error {
-	if d.QuotaUs == 0 {
+	if d.QuotaUs == 0 && d.MemLimit == 0 {
 		return nil
 	}
-	if alloc, omega := s.a.CPUAllocatedUs(), s.a.OmegaUs(); alloc > omega {
+	if alloc, omega := s.a.CPUAllocatedUs(), s.a.OmegaUs(); d.QuotaUs != 0 && alloc > omega {
 		return fmt.Errorf("sum of quotas %d µs over Ω %d µs", alloc, omega)
+	}
+	if d.MemLimit > 0 {
+		if alloc, budget := s.a.MemAllocated(), s.a.Budget().MemoryBytes; alloc > budget {
+			return fmt.Errorf("sum of memory limits %d B over the budget %d B", alloc, budget)
+		}
 	}
 	floor := s.a.P.CPUFloorUs
 	if n := int64(s.a.Len()); n > 0 {

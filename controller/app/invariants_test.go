@@ -40,3 +40,29 @@ func TestDecisionBelowFloorRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A budget lowered below what members hold (allowed: memory is not cut by
+// force) must stop every memory raise until reclaim brings Σ back under it.
+func TestMemoryRaiseOverBudgetRefused(t *testing.T) {
+	c := &counts{bad: map[string]int{}}
+	s, err := New("inv-mem", allocator.Budget{CPUCores: 1, MemoryBytes: 1 << 30}, allocator.DefaultParams(), nil, false,
+		slog.New(slog.NewTextHandler(io.Discard, nil)), &events.Hub{}, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.a.Join(allocator.Join{Key: 1, HostMaxUs: 400000}); err != nil {
+		t.Fatal(err)
+	}
+	if s.a.MemAllocated() <= 64<<20 {
+		t.Fatalf("bootstrap assigned only %d B", s.a.MemAllocated())
+	}
+	if _, err := s.a.SetBudget(allocator.Budget{CPUCores: 1, MemoryBytes: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.checkInvariants(allocator.Decision{Key: 1, MemLimit: 2 << 30}); err == nil {
+		t.Fatalf("memory raise accepted with Σ %d B over a %d B budget", s.a.MemAllocated(), s.a.Budget().MemoryBytes)
+	}
+}
