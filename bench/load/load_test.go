@@ -214,7 +214,7 @@ func TestCheckLoopback(t *testing.T) {
 			t.Errorf("%s: %v", u, err)
 		}
 	}
-	for _, u := range []string{"http://10.0.0.1/", "http://example.com/", "http://1270.0.0.1/"} {
+	for _, u := range []string{"http://203.0.113.1/", "http://example.com/", "http://1270.0.0.1/"} {
 		if err := CheckLoopback(u); err == nil {
 			t.Errorf("%s accepted", u)
 		}

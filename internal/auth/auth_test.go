@@ -13,7 +13,7 @@ import (
 // only its own host.
 func TestTelemetryKeyAndPeerHost(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := Generate(dir, []string{"h1"}, []string{"10.0.0.5", "ctl.example"}, time.Hour); err != nil {
+	if _, err := Generate(dir, []string{"h1"}, []string{"203.0.113.5", "ctl.example"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	sc, err := ServerConfig(Files{CA: CAPath(dir), Cert: CertPath(dir, "controller"), Key: KeyPath(dir, "controller")})
