@@ -87,36 +87,6 @@ func stop(cmd *exec.Cmd) {
 	}
 }
 
-// e2eLeftovers lists what the test's engines could leave behind.
-func e2eLeftovers() []string {
-	var left []string
-	for _, d := range []string{"/run/" + e2eName, "/var/lib/" + e2eName} {
-		if _, err := os.Stat(d); err == nil {
-			left = append(left, d)
-		}
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), "/run/"+e2eName+"/") {
-			left = append(left, "process: "+strings.ReplaceAll(string(b), "\x00", " "))
-		}
-	}
-	filepath.WalkDir("/sys/fs/cgroup", func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.IsDir() {
-			return nil
-		}
-		if strings.HasPrefix(d.Name(), e2eTag+"h") {
-			left = append(left, "cgroup: "+p)
-			return filepath.SkipDir
-		}
-		if strings.Count(p, "/") > 7 {
-			return filepath.SkipDir
-		}
-		return nil
-	})
-	return left
-}
-
 type cli struct {
 	t    *testing.T
 	bin  string
@@ -375,7 +345,7 @@ containers:
 	if out, err := e2eHosts("down"); err != nil {
 		t.Fatalf("hosts.sh down: %v\n%s", err, out)
 	}
-	if left := e2eLeftovers(); len(left) > 0 {
+	if left := leftovers(e2eName, e2eTag); len(left) > 0 {
 		t.Errorf("left behind:\n%s", strings.Join(left, "\n"))
 	}
 	for _, c := range append(escrads, ctl) {

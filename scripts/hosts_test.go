@@ -77,17 +77,18 @@ func engine(t *testing.T, n int) *client.Client {
 	return cli
 }
 
-// leftovers lists what the script's engines could leave behind.
-func leftovers() []string {
+// leftovers lists what hosts.sh engines run under name (their dirs, mounts
+// and processes) and tag (their cgroup parents) could leave behind.
+func leftovers(name, tag string) []string {
 	var left []string
-	for _, d := range []string{"/run/" + hostsName, "/var/lib/" + hostsName} {
+	for _, d := range []string{"/run/" + name, "/var/lib/" + name} {
 		if _, err := os.Stat(d); err == nil {
 			left = append(left, d)
 		}
 	}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
-			if strings.Contains(l, hostsName) {
+			if strings.Contains(l, name) {
 				left = append(left, "mount: "+l)
 			}
 		}
@@ -95,7 +96,7 @@ func leftovers() []string {
 	// Processes of the engines (dockerd, containerd, shims) name their dirs.
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
-		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), "/run/"+hostsName+"/") {
+		if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), "/run/"+name+"/") {
 			left = append(left, "process: "+strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
@@ -103,7 +104,7 @@ func leftovers() []string {
 		if err != nil || !d.IsDir() {
 			return nil
 		}
-		if strings.HasPrefix(d.Name(), hostsTag+"h") {
+		if strings.HasPrefix(d.Name(), tag+"h") {
 			left = append(left, "cgroup: "+p)
 			return filepath.SkipDir
 		}
@@ -208,7 +209,7 @@ func TestHostsUpDown(t *testing.T) {
 			t.Errorf("container process %d still runs after down", pid)
 		}
 	}
-	if left := leftovers(); len(left) > 0 {
+	if left := leftovers(hostsName, hostsTag); len(left) > 0 {
 		t.Errorf("down left behind:\n%s", strings.Join(left, "\n"))
 	}
 	t.Logf("up, two containers, crash recovery and down in %s", time.Since(start).Round(time.Millisecond))
