@@ -336,3 +336,53 @@ func TestReplay(t *testing.T) {
 		t.Fatalf("replay:\n got %+v\nwant %+v", got, want)
 	}
 }
+
+// A member whose usage swings between 20 ms and 60 ms per period is cut no
+// lower than 1.1 × its recent peak (66 ms) while the peak is in the window,
+// and to the trough's level once the peak has left it. With Headroom 0 the
+// paper's rule alone cuts below the peak (and the member is throttled).
+func TestCPUScaleDownHeadroomFloor(t *testing.T) {
+	run := func(headroom float64) (minDuringSwing, afterCalm int64) {
+		p := DefaultParams()
+		p.Headroom = headroom
+		a, err := NewApp("a", Budget{CPUCores: 1, MemoryBytes: gib}, p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		join(t, a, 1, 2) // quota 100000
+		minDuringSwing = 1 << 62
+		seq := uint64(0)
+		feed := func(used int64) {
+			q := a.Member(1).QuotaUs
+			u := min(used, q)
+			if _, err := a.CPU(1, Stat{Seq: seq, QuotaUs: q, PeriodUs: 100000, UnusedUs: q - u, UsageUs: u, Throttled: used > q}); err != nil {
+				t.Fatal(err)
+			}
+			seq++
+		}
+		for i := range 40 {
+			feed([]int64{20000, 60000}[i%2])
+			minDuringSwing = min(minDuringSwing, a.Member(1).QuotaUs)
+		}
+		for range 40 {
+			feed(20000)
+		}
+		return minDuringSwing, a.Member(1).QuotaUs
+	}
+	if low, calm := run(0.1); low < 66000 || calm > 30000 {
+		t.Fatalf("headroom 0.1: lowest quota while swinging %d (want >= 66000), after calm %d (want <= 30000)", low, calm)
+	}
+	if low, _ := run(0); low >= 60000 {
+		t.Fatalf("headroom 0: lowest quota while swinging %d, want the paper's rule to cut below the 60000 peak", low)
+	}
+}
+
+func TestParamsRejectBadHeadroom(t *testing.T) {
+	for _, h := range []float64{-0.1, 11} {
+		p := DefaultParams()
+		p.Headroom = h
+		if err := p.Validate(); err == nil {
+			t.Fatalf("headroom %v accepted", h)
+		}
+	}
+}

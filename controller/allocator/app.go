@@ -72,6 +72,7 @@ type Member struct {
 	// Sliding windows of the last n periods (§IV-D-1).
 	th        []bool
 	unused    []int64
+	used      []int64 // runtime used per period, for the headroom floor
 	pos, fill int
 	thSum     int
 	unusedSum int64
@@ -94,7 +95,17 @@ func (m *Member) AvgUnusedUs() float64 {
 	return float64(m.unusedSum) / float64(len(m.unused))
 }
 
-func (m *Member) push(throttled bool, unused int64) {
+// PeakUsedUs is the most runtime the member used in one period of the
+// window.
+func (m *Member) PeakUsedUs() int64 {
+	var p int64
+	for _, u := range m.used {
+		p = max(p, u)
+	}
+	return p
+}
+
+func (m *Member) push(throttled bool, unused, used int64) {
 	n := len(m.th)
 	if m.fill == n {
 		if m.th[m.pos] {
@@ -104,7 +115,7 @@ func (m *Member) push(throttled bool, unused int64) {
 	} else {
 		m.fill++
 	}
-	m.th[m.pos], m.unused[m.pos] = throttled, unused
+	m.th[m.pos], m.unused[m.pos], m.used[m.pos] = throttled, unused, used
 	if throttled {
 		m.thSum++
 	}
@@ -228,7 +239,7 @@ func (a *App) Join(j Join) ([]Decision, error) {
 	}
 	n := a.P.Window
 	m := &Member{Key: j.Key, HostMaxUs: j.HostMaxUs, MemUsage: max(0, j.MemUsage),
-		th: make([]bool, n), unused: make([]int64, n)}
+		th: make([]bool, n), unused: make([]int64, n), used: make([]int64, n)}
 	if m.HostMaxUs <= 0 {
 		m.HostMaxUs = a.P.PeriodUs()
 	}

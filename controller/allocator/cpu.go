@@ -50,11 +50,16 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 	if m.seen {
 		gap := min(s.Seq-m.lastSeq-1, uint64(len(m.th)), maxGapFill)
 		for range gap {
-			m.push(false, m.QuotaUs)
+			m.push(false, m.QuotaUs, 0)
 		}
 	}
+	used := s.UsageUs
+	if s.PeriodUs != pUs {
+		used = used * pUs / s.PeriodUs
+	}
+	used = min(used, m.HostMaxUs)
 	m.seen, m.lastSeq = true, s.Seq
-	m.push(s.Throttled, unused)
+	m.push(s.Throttled, unused, used)
 	m.Periods++
 	if s.Throttled {
 		m.Throttles++
@@ -64,7 +69,7 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 		return Decision{}, nil // not assigned yet
 	}
 	in := CPUInput{P: a.P, QuotaUs: m.QuotaUs, UnusedUs: unused, Throttled: s.Throttled,
-		AvgThrottle: m.AvgThrottle(), AvgUnusedUs: m.AvgUnusedUs(),
+		AvgThrottle: m.AvgThrottle(), AvgUnusedUs: m.AvgUnusedUs(), PeakUsedUs: m.PeakUsedUs(),
 		UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order)}
 	q, r := a.Policy.NextQuota(in)
 	q = a.clampQuota(m, q)

@@ -28,6 +28,10 @@ type Params struct {
 	Period time.Duration `json:"period" yaml:"period"`
 	// CPUFloorUs is the smallest quota (µs per period) a member is cut to.
 	CPUFloorUs int64 `json:"cpu_floor_us" yaml:"cpu_floor_us"`
+	// Headroom: a scale-down never goes below (1 + Headroom) × the most
+	// the member used in one period of the window. Ours, not the paper's;
+	// 0 turns the floor off: seed 000's rule exactly.
+	Headroom float64 `json:"headroom" yaml:"headroom"`
 	// MinStepUs: a telemetry-driven quota change smaller than this is not
 	// sent (a cgroup write and an RPC for a few µs buy nothing).
 	MinStepUs int64 `json:"min_step_us" yaml:"min_step_us"`
@@ -41,8 +45,8 @@ const MiB = 1 << 20
 
 // DefaultParams: κ = 0.8, γ = 0.2, Υ = 20, δ = 50 MiB and a 100 ms period
 // are the paper's; n = 10 (one second of history), a 5 ms floor (0.05
-// core), a 100 µs minimum step and a 64 MiB OOM step are ours (the paper
-// gives no values).
+// core), a 10 % headroom over the window's peak usage, a 100 µs minimum
+// step and a 64 MiB OOM step are ours (the paper gives no values).
 func DefaultParams() Params {
 	return Params{
 		Window:          10,
@@ -51,6 +55,7 @@ func DefaultParams() Params {
 		Kappa:           0.8,
 		Period:          100 * time.Millisecond,
 		CPUFloorUs:      5000,
+		Headroom:        0.1,
 		MinStepUs:       100,
 		OOMStepBytes:    64 * MiB,
 		SafeMarginBytes: 50 * MiB,
@@ -75,6 +80,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("period %v: want 1ms..1s (CFS limits)", p.Period)
 	case p.CPUFloorUs < 1000 || p.CPUFloorUs > p.PeriodUs():
 		return fmt.Errorf("cpu floor %dus: want 1000us..period (CFS minimum quota is 1ms)", p.CPUFloorUs)
+	case !(p.Headroom >= 0) || p.Headroom > 10:
+		return fmt.Errorf("headroom %v: want 0..10 (a fraction of the peak usage)", p.Headroom)
 	case p.MinStepUs < 0 || p.MinStepUs > p.PeriodUs():
 		return fmt.Errorf("min step %dus: want 0..period", p.MinStepUs)
 	case p.OOMStepBytes < 4096:

@@ -10,6 +10,7 @@ type CPUInput struct {
 	Throttled     bool    // C(i)_th[t]
 	AvgThrottle   float64 // Σ_{t−n..t} th / n
 	AvgUnusedUs   float64 // Σ_{t−n..t} (q − u) / n
+	PeakUsedUs    int64   // max_{t−n..t} u: the most used in one period
 	UnallocatedUs int64   // Ω − Σ_λ quotas
 	Members       int     // λ
 }
@@ -44,11 +45,15 @@ func (Escra) Name() string { return "escra" }
 //
 //	throttled in t:  q' = q + avgTh · Υ · U/λ           (capped by U later)
 //	unused > γ·q in t and on average over the window:
-//	                 q' = q − κ · min(avgUnused, unused[t])
+//	                 q' = max(q − κ · min(avgUnused, unused[t]),
+//	                          (1 + headroom) · peak usage in the window)
 //
 // U/λ is one fair share of the unallocated pool; Υ fair shares at a
 // throttle rate of 1. Using min(avg, last) never cuts below last period's
-// usage: q − κ(q−u) ≥ u.
+// usage: q − κ(q−u) ≥ u. The headroom floor (ours, docs/allocator.md) keeps
+// a member whose usage swings period to period above its recent peak:
+// without it the quota saws between the pool and the trough, and every
+// tooth is a throttled period.
 func (Escra) NextQuota(in CPUInput) (int64, Reason) {
 	q := in.QuotaUs
 	if in.Throttled {
@@ -59,7 +64,13 @@ func (Escra) NextQuota(in CPUInput) (int64, Reason) {
 	g := in.P.Gamma * float64(q)
 	if float64(in.UnusedUs) > g && in.AvgUnusedUs > g {
 		d := in.P.Kappa * min(in.AvgUnusedUs, float64(in.UnusedUs))
-		return q - int64(d), ReasonUnused
+		next := q - int64(d)
+		if in.P.Headroom > 0 {
+			next = max(next, int64(math.Ceil((1+in.P.Headroom)*float64(in.PeakUsedUs))))
+		}
+		if next < q {
+			return next, ReasonUnused
+		}
 	}
 	return q, ""
 }

@@ -107,6 +107,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&p.Period, "period", p.Period, "CFS period the allocator decides for")
 	floor := time.Duration(p.CPUFloorUs) * time.Microsecond
 	fs.DurationVar(&floor, "cpu-floor", floor, "smallest quota per period a container is cut to")
+	fs.Float64Var(&p.Headroom, "headroom", p.Headroom, "a CPU scale-down keeps the quota at least this fraction above the window's peak usage (0: seed 000's rule exactly)")
 	minStep := time.Duration(p.MinStepUs) * time.Microsecond
 	fs.DurationVar(&minStep, "min-step", minStep, "smallest quota change worth sending")
 	fs.DurationVar(&cfg.ReclaimEvery, "reclaim-every", cfg.ReclaimEvery, "periodic memory reclaim interval (0: off)")
