@@ -109,6 +109,25 @@ var Workloads = []Workload{
 		}, nil),
 	},
 	{
+		// A multi-service app (seed 000's Distributed Container spans
+		// containers): front → middle → back, each a demo-http container
+		// that burns 2 ms and calls the next over loopback. One app budget
+		// covers all three; the load reaches only the front.
+		Name: "chain", Image: images.DemoHTTP, Replicas: 3,
+		Cmd: func(i, port int) []string {
+			args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}
+			if i < 2 {
+				args = append(args, "-next", fmt.Sprintf("http://127.0.0.1:%d", port+1))
+			}
+			return args
+		},
+		Loads: []string{"fixed", "exp", "burst", "trace"},
+		Ready: waitHTTP("/healthz"),
+		Client: httpClient(0.15, func(ports []int) []string {
+			return []string{fmt.Sprintf("http://127.0.0.1:%d/chain?ms=2", ports[0])}
+		}, nil),
+	},
+	{
 		// nginx gzip-9 of a 64 KiB text (≈ 11 ms of CPU per request).
 		Name: "nginx", Image: images.Nginx, Replicas: 1,
 		Cmd:   func(_, port int) []string { return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)} },

@@ -4,6 +4,8 @@
 //
 //	GET /cpu?ms=N            hash for about N ms of single-core work
 //	GET /mem?mib=N&hold=MS   allocate and touch N MiB, hold MS ms, release
+//	GET /chain?ms=N          burn N ms, then call the -next service's /chain
+//	                         (a multi-service app: each hop is a container)
 //	GET /healthz             200 "ok"
 package main
 
@@ -11,6 +13,7 @@ import (
 	"crypto/sha256"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -61,8 +64,10 @@ func intParam(r *http.Request, name string, def, max int) (int, error) {
 
 func main() {
 	addr := flag.String("listen", "127.0.0.1:8080", "address to listen on (containers use --network host)")
+	next := flag.String("next", "", "base URL of the next service /chain calls (empty: last hop)")
 	flag.Parse()
 	calibrate()
+	hop := &http.Client{Timeout: 10 * time.Second}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -73,6 +78,28 @@ func main() {
 			return
 		}
 		sum := burn(ms)
+		fmt.Fprintf(w, "%x\n", sum[:4])
+	})
+	mux.HandleFunc("/chain", func(w http.ResponseWriter, r *http.Request) {
+		ms, err := intParam(r, "ms", 2, 60000)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		sum := burn(ms)
+		if *next != "" {
+			resp, err := hop.Get(fmt.Sprintf("%s/chain?ms=%d", *next, ms))
+			if err != nil {
+				http.Error(w, "next hop: "+err.Error(), http.StatusBadGateway)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				http.Error(w, "next hop: "+resp.Status, http.StatusBadGateway)
+				return
+			}
+		}
 		fmt.Fprintf(w, "%x\n", sum[:4])
 	})
 	mux.HandleFunc("/mem", func(w http.ResponseWriter, r *http.Request) {

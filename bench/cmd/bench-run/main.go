@@ -62,7 +62,7 @@ func run() error {
 	out := flag.String("out", "results/bench", "output directory")
 	bin := flag.String("bin", "bin", "directory holding escrad and escra-controller")
 	noEscra := flag.Bool("no-escra", false, "do not start escrad and escra-controller (Escra runs are skipped)")
-	workloads := flag.String("workloads", "", "comma list (default: demo-http,nginx,redis,memwave)")
+	workloads := flag.String("workloads", "", "comma list (default: demo-http,chain,nginx,redis,memwave)")
 	loads := flag.String("loads", "", "comma list of loads or workload/load (default depends on -full)")
 	policies := flag.String("policies", "", "comma list (default depends on -full)")
 	duration := flag.Duration("duration", 0, "length of each run (default 20 s quick: one Burst cycle and one memwave period; 60 s full)")
@@ -73,8 +73,8 @@ func run() error {
 		return fmt.Errorf("unexpected argument %q", flag.Arg(0))
 	}
 
-	cfg := matrix.Config{Workloads: list("demo-http,nginx,redis,memwave"), Seed: 1, BasePort: *port,
-		Loads:    list("demo-http/burst,nginx/burst,wrk,redis-benchmark,wave"),
+	cfg := matrix.Config{Workloads: list("demo-http,chain,nginx,redis,memwave"), Seed: 1, BasePort: *port,
+		Loads:    list("demo-http/burst,chain/burst,nginx/burst,wrk,redis-benchmark,wave"),
 		Policies: list("static15,static10,autopilot,vpa10,escra"), Duration: 20 * time.Second, Reps: 1,
 		Progress: func(s string) { say("%s", s) }}
 	mode := "quick"
