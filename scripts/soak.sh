@@ -2,10 +2,14 @@
 # make soak: the real escra-controller (mutual TLS) under 1,000 simulated
 # containers on 8 hosts with OOM requests, churn and reconnects for
 # SOAK_MINUTES (default 30); heap, goroutines and fds at start and end go to
-# results/soak/summary.json. Not part of CI.
+# results/soak/summary.json; every generator error is one "soak error" line
+# (kind, expected or not, context) in results/soak/errors.log and counted by
+# kind in summary.json. SOAK_RECONNECT_EVERY (default 1m) and
+# SOAK_CHURN_RATE (default 5/s) make the races they cause more frequent.
+# Not part of CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=results/soak
+out=${SOAK_OUT:-results/soak}
 mkdir -p "$out" bin
 minutes=${SOAK_MINUTES:-30}
 hosts=${SOAK_HOSTS:-8}
@@ -32,4 +36,6 @@ tcp=$(sed -E 's/.* sessions=([^ ]+).*/\1/' <<<"$ready")
 admin=$(sed -E 's/.* admin=([^ ]+).*/\1/' <<<"$ready")
 echo "soak: controller pid $pid, sessions $tcp, admin $admin, ${minutes} min"
 bin/escra-soak --controller "$tcp" --admin "$admin" --certs "$certs" --hosts "$hosts" \
-	--containers "${SOAK_CONTAINERS:-1000}" --duration "${minutes}m" --out "$out"
+	--containers "${SOAK_CONTAINERS:-1000}" --duration "${minutes}m" --out "$out" \
+	--reconnect-every "${SOAK_RECONNECT_EVERY:-1m}" --churn-rate "${SOAK_CHURN_RATE:-5}" \
+	2> >(tee "$out/errors.log" >&2)

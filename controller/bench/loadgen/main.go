@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -182,7 +183,7 @@ func run(o opts) error {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var sendErrs atomic.Uint64
+	errs := newTally(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	pUs := float64(o.period.Microseconds())
 	for h, s := range sims {
 		wg.Add(1)
@@ -215,7 +216,7 @@ func run(o opts) error {
 					stats[i] = simdaemon.Stat{Handle: handle, UsageUs: want, Throttled: c.QuotaUs > 0 && want > c.QuotaUs}
 				}
 				if err := s.d.SendPeriod(stats); err != nil {
-					sendErrs.Add(1)
+					errs.add("telemetry_send", err, "host", s.d.HostID, "session", s.d.SessionID, "tick", tick, "stats", len(stats))
 				}
 				if tick%10 == 0 {
 					for _, handle := range s.h {
@@ -250,9 +251,11 @@ func run(o opts) error {
 					defer wg.Done()
 					oomSent.Add(1)
 					t0 := time.Now()
-					v, _, err := s.d.OOM(handle, c.MemLimit, c.MemLimit, 16, 5*time.Second)
+					v, id, err := s.d.OOM(handle, c.MemLimit, c.MemLimit, 16, 5*time.Second)
 					if err != nil {
 						oomFailed.Add(1)
+						errs.add("oom_no_verdict", err, "host", s.d.HostID, "session", s.d.SessionID, "handle", handle,
+							"request", id, "waited", time.Since(t0).Round(time.Microsecond))
 						return
 					}
 					oomMu.Lock()
@@ -360,6 +363,11 @@ func run(o opts) error {
 		"floor_decision_latency_p99_us": 1000,
 		"floor_wire_bytes_per_stat":     40,
 	}
+	byKind, errTotal := errs.snapshot()
+	sum["errors_total"] = errTotal
+	for _, k := range []string{"telemetry_send", "oom_no_verdict"} {
+		sum["errors_"+k] = byKind[k]
+	}
 	pass := sum["containers_per_core"].(float64) >= 20000 && after.DecisionLatencyP99Us <= 1000 &&
 		sum["wire_bytes_per_stat"].(float64) <= 40 && overOmega == 0
 	sum["floors_met"] = pass
@@ -388,6 +396,7 @@ The controller ran as its own process (PID %d, started with prefix %q); its CPU 
 | telemetry wire bytes per statistic (UDP payload) | %.1f | ≤ 40 |
 | OOM verdict p50 / p99 (request read → verdict written, incl. set-limits ack) | %d / %d µs | |
 | OOM requests sent / granted / failed | %d / %d / %d | |
+| generator errors by kind | %s | |
 | input dropped | %d | |
 | apps with Σ quotas > Ω at the end | %d | 0 |
 
@@ -396,13 +405,61 @@ Floors met: %v. Seed 000 §VI-I reports 1,192 containers per core (5.7%% of a co
 		cores, sum["containers_per_core"], after.DecisionLatencyP50Us, after.DecisionLatencyP99Us,
 		sum["decisions_per_s"], sum["stats_per_s"], sum["wire_bytes_per_stat"],
 		after.OOMVerdictP50Us, after.OOMVerdictP99Us, oomSent.Load(), oomGranted.Load(), oomFailed.Load(),
-		dropped, overOmega, pass)
+		kindsLine(byKind), dropped, overOmega, pass)
 	if err := os.WriteFile(filepath.Join(o.out, "report.md"), []byte(rep), 0o644); err != nil {
 		return err
 	}
 	fmt.Print(rep)
-	if sendErrs.Load() > 0 {
-		fmt.Printf("note: %d telemetry send errors\n", sendErrs.Load())
+	if len(byKind) > 0 {
+		fmt.Printf("note: generator errors by kind: %s (one \"loadgen error\" line each above)\n", kindsLine(byKind))
 	}
 	return nil
+}
+
+// tally logs every generator error as one line and counts them by kind.
+// This generator has no churn and no reconnects, so every kind is a finding.
+type tally struct {
+	log *slog.Logger
+	mu  sync.Mutex
+	n   map[string]uint64
+}
+
+func newTally(log *slog.Logger) *tally { return &tally{log: log, n: map[string]uint64{}} }
+
+func (t *tally) add(kind string, err error, ctx ...any) {
+	t.mu.Lock()
+	t.n[kind]++
+	t.mu.Unlock()
+	t.log.Warn("loadgen error", append([]any{"kind", kind, "err", err}, ctx...)...)
+}
+
+func (t *tally) snapshot() (map[string]uint64, uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := make(map[string]uint64, len(t.n))
+	var total uint64
+	for k, v := range t.n {
+		m[k] = v
+		total += v
+	}
+	return m, total
+}
+
+func kindsLine(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var b strings.Builder
+	for i, k := range ks {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", k, m[k])
+	}
+	return b.String()
 }

@@ -12,10 +12,12 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +67,7 @@ type host struct {
 	cont map[uint32]string // handle -> app
 	next uint32
 	busy map[uint32]bool
+	gone map[uint32]time.Time // churned handle -> when its unregister was sent
 }
 
 func (h *host) dial(o opts) error {
@@ -138,7 +141,7 @@ func run(o opts) error {
 	}
 	hosts := make([]*host, o.hosts)
 	for i := range hosts {
-		hosts[i] = &host{id: fmt.Sprintf("soak%d", i+1), cont: map[uint32]string{}, busy: map[uint32]bool{}}
+		hosts[i] = &host{id: fmt.Sprintf("soak%d", i+1), cont: map[uint32]string{}, busy: map[uint32]bool{}, gone: map[uint32]time.Time{}}
 		if err := hosts[i].dial(o); err != nil {
 			return fmt.Errorf("%s: %w", hosts[i].id, err)
 		}
@@ -150,7 +153,8 @@ func run(o opts) error {
 		}
 	}
 	fmt.Printf("soak: %d containers on %d hosts, %d apps; warm-up %v, then %v\n", o.containers, o.hosts, o.apps, o.warmup, o.dur)
-	var ooms, grants, churned, reconnects, errs atomic.Uint64
+	var ooms, grants, churned, reconnects atomic.Uint64
+	errs := newTally(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, h := range hosts {
@@ -176,8 +180,15 @@ func run(o opts) error {
 				}
 				d := h.d
 				h.mu.Unlock()
-				if d.SendPeriod(stats) != nil {
-					errs.Add(1)
+				if err := d.SendPeriod(stats); err != nil {
+					h.mu.Lock()
+					reconnected := h.d != d
+					h.mu.Unlock()
+					kind := kindTelemetrySend
+					if reconnected {
+						kind = kindTelemetryReconnect
+					}
+					errs.add(kind, err, "host", h.id, "session", d.SessionID, "stats", len(stats))
 				}
 			}
 		}()
@@ -208,10 +219,28 @@ func run(o opts) error {
 				d := h.d
 				h.mu.Unlock()
 				go func() {
-					v, _, err := d.OOM(hd, 256<<20, 256<<20, 256, 2*time.Second)
+					t0 := time.Now()
+					v, id, err := d.OOM(hd, 256<<20, 256<<20, 256, 2*time.Second)
+					at := time.Now()
 					ooms.Add(1)
 					if err == nil && v.GetGranted() {
 						grants.Add(1)
+						return
+					}
+					h.mu.Lock()
+					reconnected := h.d != d
+					goneAt, churnedAway := h.gone[hd]
+					h.mu.Unlock()
+					ctx := []any{"host", h.id, "session", d.SessionID, "handle", hd, "request", id, "waited", at.Sub(t0).Round(time.Microsecond)}
+					switch {
+					case err != nil && reconnected:
+						errs.add(kindOOMReconnect, err, ctx...)
+					case err != nil:
+						errs.add(kindOOMFailed, err, ctx...)
+					case v.GetReason() == "unknown container" && churnedAway && goneAt.Before(at):
+						errs.add(kindOOMChurn, fmt.Errorf("denied: %s", v.GetReason()), append(ctx, "unregistered_before_verdict", at.Sub(goneAt).Round(time.Microsecond))...)
+					default:
+						errs.add(kindOOMDenied, fmt.Errorf("denied: %s", v.GetReason()), ctx...)
 					}
 				}()
 			}
@@ -221,8 +250,12 @@ func run(o opts) error {
 				for k, app := range h.cont {
 					delete(h.cont, k)
 					delete(h.busy, k)
-					if h.d.Unregister(k) != nil || h.add(app) != nil {
-						errs.Add(1)
+					h.gone[k] = time.Now()
+					if err := h.d.Unregister(k); err != nil {
+						errs.add(kindChurn, err, "host", h.id, "session", h.d.SessionID, "op", "unregister", "handle", k)
+					}
+					if err := h.add(app); err != nil {
+						errs.add(kindChurn, err, "host", h.id, "session", h.d.SessionID, "op", "register", "handle", h.next)
 					}
 					break
 				}
@@ -235,8 +268,7 @@ func run(o opts) error {
 				h.mu.Lock()
 				h.d.Close()
 				if err := h.dial(o); err != nil {
-					fmt.Fprintln(os.Stderr, "soak: reconnect:", err)
-					errs.Add(1)
+					errs.add(kindReconnect, err, "host", h.id)
 				}
 				h.mu.Unlock()
 				reconnects.Add(1)
@@ -249,6 +281,10 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
+	drops0, err := controllerDrops(o.admin)
+	if err != nil {
+		return err
+	}
 	fmt.Printf("soak: start heap %.1f MiB, %v goroutines, %v fds\n", start.HeapBytes/(1<<20), start.Goroutines, start.FDs)
 	t0 := time.Now()
 	for time.Since(t0) < o.dur {
@@ -257,27 +293,47 @@ func run(o opts) error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("soak: %v heap %.1f MiB, %v goroutines, %v fds, %d OOM requests, %d churned, %d reconnects\n",
-			time.Since(t0).Round(time.Second), s.HeapBytes/(1<<20), s.Goroutines, s.FDs, ooms.Load(), churned.Load(), reconnects.Load())
+		byKind, _, _ := errs.snapshot()
+		fmt.Printf("soak: %v heap %.1f MiB, %v goroutines, %v fds, %d OOM requests, %d churned, %d reconnects, errors: %s\n",
+			time.Since(t0).Round(time.Second), s.HeapBytes/(1<<20), s.Goroutines, s.FDs, ooms.Load(), churned.Load(), reconnects.Load(), kindsLine(byKind))
 	}
 	close(stop)
 	wg.Wait()
-	time.Sleep(2 * time.Second) // let the last OOM requests and acks settle
+	time.Sleep(3 * time.Second) // let the last OOM requests (2 s timeout) and acks settle
 	end, err := scrape(o.admin)
 	if err != nil {
 		return err
 	}
+	drops1, err := controllerDrops(o.admin)
+	if err != nil {
+		return err
+	}
+	byKind, expected, unexpected := errs.snapshot() // before the closes below end sessions on purpose
 	for _, h := range hosts {
 		h.d.Close()
 	}
 	sum := map[string]any{
 		"containers": o.containers, "hosts": o.hosts, "apps": o.apps, "duration_s": o.dur.Seconds(),
 		"tls": o.certs != "", "oom_requests": ooms.Load(), "oom_grants": grants.Load(),
-		"containers_churned": churned.Load(), "session_reconnects": reconnects.Load(), "errors": errs.Load(),
+		"containers_churned": churned.Load(), "session_reconnects": reconnects.Load(),
+		"errors_total": expected + unexpected, "errors_expected": expected, "errors_unexpected": unexpected,
 		"heap_start_bytes": start.HeapBytes, "heap_end_bytes": end.HeapBytes,
 		"goroutines_start": start.Goroutines, "goroutines_end": end.Goroutines,
 		"fds_start": start.FDs, "fds_end": end.FDs,
 		"rss_start_bytes": start.RSSBytes, "rss_end_bytes": end.RSSBytes,
+	}
+	for k := range expectedKinds {
+		byKind[k] += 0 // expected kinds always appear, as 0 when they did not happen
+	}
+	for k, v := range byKind {
+		sum["errors_"+k] = v
+	}
+	dropped := map[string]uint64{}
+	for k, v := range drops1 {
+		if d := v - drops0[k]; d > 0 {
+			dropped[k] = d
+		}
+		sum["controller_dropped_"+k] = v - drops0[k]
 	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -287,16 +343,120 @@ func run(o opts) error {
 		return err
 	}
 	rep := fmt.Sprintf("# Soak\n\n%d containers on %d hosts (%d apps), %v after a %v warm-up, TLS %v.\n"+
-		"%d OOM requests (%d granted), %d containers churned, %d session reconnects, %d errors.\n\n"+
+		"%d OOM requests (%d granted), %d containers churned, %d session reconnects.\n\n"+
 		"| | start | end |\n|---|---|---|\n| heap in use | %.1f MiB | %.1f MiB |\n| goroutines | %.0f | %.0f |\n"+
-		"| open fds | %.0f | %.0f |\n| RSS | %.1f MiB | %.1f MiB |\n",
+		"| open fds | %.0f | %.0f |\n| RSS | %.1f MiB | %.1f MiB |\n\n"+
+		"Generator errors: %d unexpected, %d expected races (by kind: %s).\n"+
+		"Controller input dropped during the run, by reason: %s.\n",
 		o.containers, o.hosts, o.apps, o.dur, o.warmup, o.certs != "", ooms.Load(), grants.Load(), churned.Load(),
-		reconnects.Load(), errs.Load(), start.HeapBytes/(1<<20), end.HeapBytes/(1<<20), start.Goroutines, end.Goroutines,
-		start.FDs, end.FDs, start.RSSBytes/(1<<20), end.RSSBytes/(1<<20))
+		reconnects.Load(), start.HeapBytes/(1<<20), end.HeapBytes/(1<<20), start.Goroutines, end.Goroutines,
+		start.FDs, end.FDs, start.RSSBytes/(1<<20), end.RSSBytes/(1<<20), unexpected, expected, kindsLine(byKind), kindsLine(dropped))
+	ks := make([]string, 0, len(expectedKinds))
+	for k := range expectedKinds {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	rep += "\nExpected kinds (docs/security.md):\n"
+	for _, k := range ks {
+		rep += fmt.Sprintf("- %s: %s\n", k, expectedKinds[k])
+	}
 	if err := os.WriteFile(filepath.Join(o.out, "report.md"), []byte(rep), 0o644); err != nil {
 		return err
 	}
 	fmt.Print(rep)
 	fmt.Printf("soak: wrote %s/summary.json and report.md\n", o.out)
+	if unexpected > 0 {
+		return fmt.Errorf("%d unexpected errors (see the \"soak error\" lines with expected=false)", unexpected)
+	}
 	return nil
+}
+
+// Error kinds. The expected ones are races the generator itself creates
+// (a reconnect or a churn overtaking a request already on its way); they
+// happen to real daemons too and end safely. Any other kind is a finding.
+const (
+	kindTelemetryReconnect = "telemetry_send_during_reconnect" // expected
+	kindOOMReconnect       = "oom_session_closed_by_reconnect" // expected
+	kindOOMChurn           = "oom_unknown_container_churned"   // expected
+	kindTelemetrySend      = "telemetry_send"
+	kindOOMFailed          = "oom_no_verdict"
+	kindOOMDenied          = "oom_denied"
+	kindChurn              = "churn"
+	kindReconnect          = "reconnect"
+)
+
+var expectedKinds = map[string]string{
+	kindTelemetryReconnect: "a period's datagrams were being sent on the UDP socket the host's reconnect just closed",
+	kindOOMReconnect:       "an OOM request was waiting on the session the host's reconnect just closed (a real escrad releases the group: kernel OOM killer)",
+	kindOOMChurn:           "the container was unregistered (churn) after the request picked it and before the controller read the request: denied as unknown container",
+}
+
+// tally logs every error as one line and counts them by kind.
+type tally struct {
+	log *slog.Logger
+	mu  sync.Mutex
+	n   map[string]uint64
+}
+
+func newTally(log *slog.Logger) *tally { return &tally{log: log, n: map[string]uint64{}} }
+
+func (t *tally) add(kind string, err error, ctx ...any) {
+	t.mu.Lock()
+	t.n[kind]++
+	t.mu.Unlock()
+	_, exp := expectedKinds[kind]
+	t.log.Warn("soak error", append([]any{"kind", kind, "expected", exp, "err", err}, ctx...)...)
+}
+
+// snapshot returns the counts by kind and the expected and unexpected totals.
+func (t *tally) snapshot() (byKind map[string]uint64, expected, unexpected uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	byKind = make(map[string]uint64, len(t.n))
+	for k, v := range t.n {
+		byKind[k] = v
+		if _, ok := expectedKinds[k]; ok {
+			expected += v
+		} else {
+			unexpected += v
+		}
+	}
+	return byKind, expected, unexpected
+}
+
+// kindsLine is "kind n, kind n" sorted by kind ("none" when empty).
+func kindsLine(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	var b strings.Builder
+	for i, k := range ks {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", k, m[k])
+	}
+	return b.String()
+}
+
+// controllerDrops reads the controller's dropped-input counters by reason
+// (its /v1/stats); the soak reports how many grew during the run.
+func controllerDrops(admin string) (map[string]uint64, error) {
+	r, err := http.Get("http://" + admin + "/v1/stats")
+	if err != nil {
+		return nil, err
+	}
+	defer r.Body.Close()
+	var st struct {
+		Dropped map[string]uint64 `json:"dropped"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&st); err != nil {
+		return nil, err
+	}
+	return st.Dropped, nil
 }
