@@ -2,13 +2,21 @@ package oom
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
 )
 
 // GuardArg is the hidden first argument that makes escrad run as its own
@@ -22,10 +30,20 @@ const GuardArg = "__escrad-oom-guard"
 // memory.oom_control over a pipe and, when the pipe closes (escrad gone,
 // however it died), writes oom_kill_disable 0 to each: the kernel OOM
 // killer is back before anyone can notice escrad is missing.
+//
+// The guard dies with escrad when both are killed together (SIGKILL to
+// the unit's cgroup, the host's OOM killer): for that, every armed path is
+// also listed in a state file (RecordIn), written before the group is
+// armed, so RestoreRecorded (escrad restore-oom, and escrad's own start)
+// can clear them afterwards.
 type Guard struct {
-	mu  sync.Mutex
-	w   *os.File
-	cmd *exec.Cmd
+	mu    sync.Mutex
+	w     *os.File // pipe to the guard process; nil: none
+	cmd   *exec.Cmd
+	state string // state file; "": none
+	armed map[string]bool
+	// StateErr, when set, sees a failed state-file write (logged by escrad).
+	StateErr func(error)
 }
 
 // StartGuard starts exe GuardArg as the guard. The guard ignores SIGINT and
@@ -45,11 +63,59 @@ func StartGuard(exe string) (*Guard, error) {
 	}
 	r.Close()
 	go cmd.Wait()
-	return &Guard{w: w, cmd: cmd}, nil
+	return &Guard{w: w, cmd: cmd, armed: map[string]bool{}}, nil
 }
 
-// Pid is the guard's process id.
-func (g *Guard) Pid() int { return g.cmd.Process.Pid }
+// NewRecorder is a Guard without a process: it only keeps the state file
+// (escrad --no-oom-guard).
+func NewRecorder() *Guard { return &Guard{armed: map[string]bool{}} }
+
+// Pid is the guard's process id (0: no guard process).
+func (g *Guard) Pid() int {
+	if g.cmd == nil {
+		return 0
+	}
+	return g.cmd.Process.Pid
+}
+
+// RecordIn keeps the armed set in the state file path from now on (its
+// directory is created; the file is rewritten with the current set).
+func (g *Guard) RecordIn(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("oom state: %w", err)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.state = path
+	return g.writeStateLocked()
+}
+
+// writeStateLocked replaces the state file with the armed set (write to a
+// temporary file, rename: a crash leaves the old or the new list, never half).
+func (g *Guard) writeStateLocked() error {
+	if g.state == "" {
+		return nil
+	}
+	ps := make([]string, 0, len(g.armed))
+	for p := range g.armed {
+		ps = append(ps, p)
+	}
+	sort.Strings(ps)
+	var b bytes.Buffer
+	b.WriteString("# escrad: memory.oom_control files with oom_kill_disable set (escrad restore-oom clears them)\n")
+	for _, p := range ps {
+		b.WriteString(p)
+		b.WriteByte('\n')
+	}
+	tmp := g.state + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o600); err != nil {
+		return fmt.Errorf("oom state: %w", err)
+	}
+	if err := os.Rename(tmp, g.state); err != nil {
+		return fmt.Errorf("oom state: %w", err)
+	}
+	return nil
+}
 
 func (g *Guard) send(op byte, path string) {
 	if g == nil {
@@ -57,18 +123,122 @@ func (g *Guard) send(op byte, path string) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	fmt.Fprintf(g.w, "%c%s\n", op, path) // a dead guard: nothing better to do
+	if op == '+' {
+		g.armed[path] = true
+	} else {
+		delete(g.armed, path)
+	}
+	if err := g.writeStateLocked(); err != nil && g.StateErr != nil {
+		g.StateErr(err)
+	}
+	if g.w != nil {
+		fmt.Fprintf(g.w, "%c%s\n", op, path) // a dead guard: nothing better to do
+	}
 }
 
-// Armed tells the guard a group's OOM killer is disabled (path is its
-// memory.oom_control).
+// Armed tells the guard a group's OOM killer is (about to be) disabled
+// (path is its memory.oom_control). Called before the arming write, so a
+// crash in between leaves the path listed: restoring it is harmless.
 func (g *Guard) Armed(path string) { g.send('+', path) }
 
 // Disarmed tells the guard the group needs no clearing any more.
 func (g *Guard) Disarmed(path string) { g.send('-', path) }
 
-// Close ends the guard after a clean shutdown (it clears what is left).
-func (g *Guard) Close() error { return g.w.Close() }
+// Close ends the guard after a clean shutdown (it clears what is left) and
+// removes the state file when nothing is armed any more.
+func (g *Guard) Close() error {
+	g.mu.Lock()
+	if g.state != "" && len(g.armed) == 0 {
+		_ = os.Remove(g.state)
+	}
+	g.mu.Unlock()
+	if g.w == nil {
+		return nil
+	}
+	return g.w.Close()
+}
+
+// Restored is what RestoreRecorded did to one memory.oom_control.
+type Restored struct {
+	Path     string
+	UnderOOM bool  // a task was waiting at its limit: the kernel OOM killer acts now
+	Err      error // nil: oom_kill_disable is 0
+}
+
+// RestoreRecorded re-enables the kernel OOM killer of every group listed
+// in the state file plus extra (the labelled containers' groups), for when
+// escrad and its guard died together. A listed group that is gone
+// (container removed) is skipped. The state file is left for the next
+// escrad to rewrite. A missing state file is not an error (nothing armed).
+func RestoreRecorded(state string, extra []string) ([]Restored, error) {
+	paths := map[string]bool{}
+	for _, p := range extra {
+		paths[p] = true
+	}
+	b, err := os.ReadFile(state)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("oom state: %w", err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && l[0] != '#' {
+			paths[l] = true
+		}
+	}
+	ps := make([]string, 0, len(paths))
+	for p := range paths {
+		ps = append(ps, p)
+	}
+	sort.Strings(ps)
+	var out []Restored
+	for _, p := range ps {
+		r, ok := restoreOne(p)
+		if ok {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// restoreOne writes oom_kill_disable 0; ok is false when the group is gone.
+// Only absolute, clean paths to a memory.oom_control are touched (the state
+// file is root's, but a corrupt line must not make us write elsewhere).
+func restoreOne(p string) (Restored, bool) {
+	r := Restored{Path: p}
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p || filepath.Base(p) != "memory.oom_control" {
+		r.Err = errors.New("not a memory.oom_control path; skipped")
+		return r, true
+	}
+	before, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, false
+	}
+	if v, ok := cgroups.KeyedValue(before, "under_oom"); ok && v == 1 {
+		r.UnderOOM = true
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, false
+	}
+	if err == nil {
+		_, err = f.Write([]byte("0"))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	r.Err = err
+	return r, true
+}
+
+// UnderOOM reports whether a task of the group of memory.oom_control p
+// waits at its limit (false when the group is gone).
+func UnderOOM(p string) bool {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return false
+	}
+	v, ok := cgroups.KeyedValue(b, "under_oom")
+	return ok && v == 1
+}
 
 // RunGuard is the guard's main: it returns after escrad's end closed and
 // every armed group got oom_kill_disable 0.

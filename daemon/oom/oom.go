@@ -80,6 +80,9 @@ func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
 	if g.Paths.Version == cgroups.V2 {
 		fd, err = w.addV2(g)
 	} else {
+		// Listed (guard, state file) before the arming write: a crash in
+		// between leaves it listed, and restoring it is harmless.
+		currentGuard().Armed(oomControlPath(g))
 		fd, err = addV1(g)
 	}
 	if err != nil {
@@ -95,9 +98,6 @@ func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
 	}
 	w.byFD[fd], w.byH[h] = wt, wt
 	w.mu.Unlock()
-	if g.Paths.Version == cgroups.V1 {
-		currentGuard().Armed(oomControlPath(g))
-	}
 	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
 		w.Remove(h)
 		return fmt.Errorf("oom: epoll add: %w", err)

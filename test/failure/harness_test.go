@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,11 +164,13 @@ type cluster struct {
 	apps             string
 	ctl, d           *proc
 	extraCtl, extraD []string
+	oomState         string // escrad's --oom-state, the same across restarts
 }
 
 func newCluster(t *testing.T, cpu string, mem string) *cluster {
 	t.Helper()
 	c := &cluster{t: t, bin: bins(t), certs: t.TempDir()}
+	c.oomState = filepath.Join(t.TempDir(), "oom-armed")
 	if _, err := auth.Generate(c.certs, []string{"fh1"}, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -194,11 +197,21 @@ func (c *cluster) startController() *proc {
 	return c.ctl
 }
 
-func (c *cluster) startDaemon() *proc {
+// daemonArgs are escrad's flags (also given to escrad restore-oom, as a
+// systemd unit does).
+func (c *cluster) daemonArgs() []string {
 	args := []string{"--controller", c.tcp, "--host-id", "fh1", "--apps", c.app, "--backend", "cgroupfs",
 		"--docker-host", "unix://" + dockertest.Socket,
 		"--tls-ca", auth.CAPath(c.certs), "--tls-cert", auth.CertPath(c.certs, "fh1"), "--tls-key", auth.KeyPath(c.certs, "fh1")}
-	c.d = start(c.t, "escrad", filepath.Join(c.bin, "escrad"), append(args, c.extraD...)...)
+	if !slices.Contains(c.extraD, "--oom-state") {
+		// Not the default under /run/escra: tests keep to their temp dirs.
+		args = append(args, "--oom-state", c.oomState)
+	}
+	return append(args, c.extraD...)
+}
+
+func (c *cluster) startDaemon() *proc {
+	c.d = start(c.t, "escrad", filepath.Join(c.bin, "escrad"), c.daemonArgs()...)
 	c.d.waitLog(c.t, "escrad starting", 10*time.Second)
 	return c.d
 }

@@ -55,14 +55,22 @@ func main() {
 		oom.RunGuard(os.Stdin)
 		return
 	}
-	if err := run(os.Args[1:]); err != nil {
+	args, restoreOnly := os.Args[1:], false
+	if len(args) > 0 && args[0] == RestoreCmd {
+		args, restoreOnly = args[1:], true
+	}
+	if err := run(args, restoreOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "escrad:", err)
 		os.Exit(2)
 	}
 }
 
-func run(args []string) error {
+func run(args []string, restoreOnly bool) error {
 	fs := flag.NewFlagSet("escrad", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: escrad [flags]\n       %s\n", restoreUsage)
+		fs.PrintDefaults()
+	}
 	var (
 		configPath  = fs.String("config", "", "YAML config file (flags override it)")
 		dockerHost  = fs.String("docker-host", "", "Docker engine socket, e.g. unix:///var/run/docker.sock (default: DOCKER_HOST or the standard socket)")
@@ -83,6 +91,7 @@ func run(args []string) error {
 		tlsKey      = fs.String("tls-key", "", "this host's private key (default /etc/escra/HOST-key.pem)")
 		tlsServer   = fs.String("tls-server-name", auth.ControllerName, "name the controller's certificate must carry")
 		noGuard     = fs.Bool("no-oom-guard", false, "do not start the OOM guard process (it re-enables the OOM killer of trapped containers if escrad dies)")
+		oomState    = fs.String("oom-state", "", "state file listing every group whose OOM killer escrad disabled, written before arming (default /run/escra/escrad-HOST.oom-armed)")
 		insecure    = fs.Bool("insecure", false, "plain TCP and unsigned telemetry to the controller: anyone on the path can forge or read it")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -166,6 +175,20 @@ func run(args []string) error {
 		}
 		*hostID = h
 	}
+	if *oomState == "" {
+		*oomState = defaultOOMState(*hostID)
+	}
+	// Before anything else can fail or arm: groups a previous escrad armed
+	// may have lost their watcher and guard together (docs/security.md).
+	src := restoreSources{State: *oomState, Docker: !*noDocker, DockerHost: *dockerHost,
+		Apps: appList(set["apps"], *apps, fc.Apps), Cgroups: fc.Cgroups}
+	if restoreOnly {
+		if n := restoreOOM(log, src, 0); n > 0 {
+			return fmt.Errorf("%s: %d groups not restored", RestoreCmd, n)
+		}
+		return nil
+	}
+	restoreOOM(log, src, time.Second)
 	var tc *tls.Config
 	if *insecure {
 		log.Warn("running --insecure: the controller is not authenticated and telemetry is not signed; anyone on the path can forge limits and telemetry")
@@ -189,14 +212,7 @@ func run(args []string) error {
 		Backend: *backend, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
 		NoParentShortcut: !*parentCheck, TLS: tc,
 	}
-	if set["apps"] || *apps != "" {
-		cfg.Apps = nil
-		for _, a := range strings.Split(*apps, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				cfg.Apps = append(cfg.Apps, a)
-			}
-		}
-	}
+	cfg.Apps = src.Apps
 	if !*noDocker {
 		cli, err := containers.NewDockerClient(*dockerHost)
 		if err != nil {
@@ -205,6 +221,7 @@ func run(args []string) error {
 		defer cli.Close()
 		cfg.Docker = cli
 	}
+	g := oom.NewRecorder()
 	if !*noGuard {
 		// The guard clears oom_kill_disable of every trapped group when
 		// escrad is gone, even by SIGKILL (docs/daemon.md).
@@ -212,13 +229,18 @@ func run(args []string) error {
 		if err != nil {
 			return fmt.Errorf("oom guard: %w", err)
 		}
-		g, err := oom.StartGuard(exe)
-		if err != nil {
+		if g, err = oom.StartGuard(exe); err != nil {
 			return err
 		}
-		defer g.Close()
-		oom.SetGuard(g)
 	}
+	defer g.Close()
+	// The state file covers escrad and the guard killed together; without
+	// it the guard and the labelled-container restore still work.
+	g.StateErr = func(err error) { log.Error("oom state file not written", "err", err) }
+	if err := g.RecordIn(*oomState); err != nil {
+		log.Error("oom state file not written; escrad and its guard killed together would leave trapped groups until escrad restore-oom", "err", err)
+	}
+	oom.SetGuard(g)
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
@@ -228,7 +250,8 @@ func run(args []string) error {
 		engine = cfg.Docker.DaemonHost()
 	}
 	log.Info("escrad starting", "version", version.Version, "backend", a.Backend(), "cgroup", a.CgroupVersion().String(),
-		"engine", engine, "controller", *controller, "period", *period, "oom_deadline", *oomDeadline, "tls", tc != nil)
+		"engine", engine, "controller", *controller, "period", *period, "oom_deadline", *oomDeadline, "tls", tc != nil,
+		"oom_guard_pid", g.Pid(), "oom_state", *oomState)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

@@ -1,0 +1,99 @@
+package oom
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The state file lists exactly the armed set after every change, so a
+// restore after escrad and its guard died together finds every group.
+func TestRecorderStateFileFollowsArmedSet(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "run", "escrad-h1.oom-armed")
+	g := NewRecorder()
+	if err := g.RecordIn(state); err != nil {
+		t.Fatal(err)
+	}
+	g.Armed("/sys/fs/cgroup/memory/a/memory.oom_control")
+	g.Armed("/sys/fs/cgroup/memory/b/memory.oom_control")
+	g.Disarmed("/sys/fs/cgroup/memory/a/memory.oom_control")
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(b); !strings.Contains(got, "/b/memory.oom_control\n") || strings.Contains(got, "/a/") {
+		t.Fatalf("state file:\n%s", got)
+	}
+	if _, err := os.Stat(state + ".tmp"); err == nil {
+		t.Fatal("temporary state file left behind")
+	}
+	g.Close()
+	if _, err := os.Stat(state); err != nil {
+		t.Fatal("state file removed while a group is still armed")
+	}
+	g.Disarmed("/sys/fs/cgroup/memory/b/memory.oom_control")
+	g.Close()
+	if _, err := os.Stat(state); err == nil {
+		t.Fatal("state file kept after a clean close with nothing armed")
+	}
+}
+
+// RestoreRecorded writes 0 to listed and extra files, skips groups that
+// are gone and refuses lines that are not a memory.oom_control path.
+func TestRestoreRecordedWritesZero(t *testing.T) {
+	dir := t.TempDir()
+	mk := func(name, content string) string {
+		p := filepath.Join(dir, name, "memory.oom_control")
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	waiting := mk("waiting", "oom_kill_disable 1\nunder_oom 1\n")
+	idle := mk("idle", "oom_kill_disable 1\nunder_oom 0\n")
+	victim := filepath.Join(dir, "not-a-cgroup-file")
+	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	lines := "# comment\n" + waiting + "\n" + filepath.Join(dir, "gone", "memory.oom_control") + "\n" + victim + "\nrelative/memory.oom_control\n"
+	if err := os.WriteFile(state, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := RestoreRecorded(state, []string{idle, waiting})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Restored{}
+	for _, r := range res {
+		got[r.Path] = r
+	}
+	if len(got) != 4 {
+		t.Fatalf("want waiting, idle and two refused lines, got %+v", res)
+	}
+	if r := got[waiting]; r.Err != nil || !r.UnderOOM {
+		t.Fatalf("waiting group: %+v", r)
+	}
+	if r := got[idle]; r.Err != nil || r.UnderOOM {
+		t.Fatalf("idle group: %+v", r)
+	}
+	for _, p := range []string{waiting, idle} {
+		if b, _ := os.ReadFile(p); b[0] != '0' {
+			t.Fatalf("%s not written: %q", p, b)
+		}
+	}
+	if r := got[victim]; r.Err == nil {
+		t.Fatal("a path that is not memory.oom_control was accepted")
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "keep" {
+		t.Fatalf("refused path written: %q", b)
+	}
+	if res, err := RestoreRecorded(filepath.Join(dir, "no-state"), nil); err != nil || len(res) != 0 {
+		t.Fatalf("missing state file: %v %v", res, err)
+	}
+}
