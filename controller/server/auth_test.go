@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/internal/simdaemon"
+	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/internal/auth"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
@@ -144,4 +145,59 @@ func TestCertsFilesAndRoles(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("daemon accepted a daemon certificate as the controller's: %v", err)
 	}
+}
+
+// Datagrams of a session that has just closed (a daemon reconnecting sends
+// its last period as the session ends) are dropped as unknown_session, not
+// reported as forged; a bad tag on an open session still counts as forged.
+func TestClosedSessionDatagramsAreNotForged(t *testing.T) {
+	dir := pki(t, "h1")
+	s := startTLS(t, dir)
+	if err := s.DefineApp(AppSpec{Name: "web", CPUCores: 2, MemoryBytes: 1 << 30, Sigma: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := simdaemon.DialTLS(s.TCPAddr(), "h1", 4, 8<<30, clientTLS(t, dir, "h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var sent [][]byte
+	d.Tap = func(b []byte) { mu.Lock(); sent = append(sent, b); mu.Unlock() }
+	if err := d.Register(1, "web", -1, 0, 10*mib); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "bootstrap", func() bool { c, ok := d.Container(1); return ok && c.QuotaUs > 0 })
+	old := d.SessionID
+	// The session's last period, captured; it is sent again after the close.
+	mu.Lock()
+	sent = nil
+	mu.Unlock()
+	d.SendPeriod([]simdaemon.Stat{{Handle: 1, UsageUs: 1000}})
+	d.Close()
+	eventually(t, "session closed", func() bool { return !s.Known(old) })
+
+	d2, err := simdaemon.DialTLS(s.TCPAddr(), "h1", 4, 8<<30, clientTLS(t, dir, "h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d2.Close)
+	mu.Lock()
+	late := append([][]byte(nil), sent...)
+	mu.Unlock()
+	if len(late) == 0 {
+		t.Fatal("no datagram captured")
+	}
+	for _, b := range late {
+		d2.SendDatagram(b) // the old session's datagrams, arriving late
+	}
+	eventually(t, "late datagrams dropped as unknown_session", func() bool {
+		return s.Stats().Dropped[telemetry.DropUnknownSession] >= uint64(len(late))
+	})
+	if n := s.Stats().Dropped[telemetry.DropForged]; n != 0 {
+		t.Fatalf("%d datagrams of a closed session reported as forged", n)
+	}
+	forger := wire.Batcher{SessionID: d2.SessionID, PeriodUs: 100000, MAC: wire.NewDatagramMAC([]byte("not the session key"))}
+	forger.Add(&pb.CpuStat{Handle: 1, PeriodSeq: 5, QuotaUs: 200000, UsageUs: 1000}, d2.SendDatagram)
+	forger.Flush(d2.SendDatagram)
+	eventually(t, "bad tag on an open session counted as forged", func() bool { return s.Stats().Dropped[telemetry.DropForged] == 1 })
 }

@@ -595,6 +595,12 @@ func (s *Server) Verify(session uint32, datagram []byte) bool {
 	return ok
 }
 
+// Known implements telemetry.SessionKnower: an open session with a key.
+func (s *Server) Known(session uint32) bool {
+	h := s.host(session)
+	return h != nil && h.mac != nil
+}
+
 // Accept implements telemetry.Authenticator: each batch_seq once per session.
 func (s *Server) Accept(session uint32, batchSeq uint64) bool {
 	h := s.host(session)

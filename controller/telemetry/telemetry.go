@@ -36,7 +36,19 @@ const (
 	// Authenticated mode: bad or missing tag, and a batch_seq seen before.
 	DropForged   = "forged"
 	DropReplayed = "replayed"
+	// DropUnknownSession: authenticated mode, no open session has the
+	// datagram's id. Mostly the last datagrams of a session that just
+	// closed (a daemon reconnecting, make soak); a made-up id lands here
+	// too. Dropped like a forgery, but not reported as one.
+	DropUnknownSession = "unknown_session"
 )
+
+// SessionKnower, when an Authenticator implements it, tells a datagram of
+// no open session (DropUnknownSession) from a bad tag on an open session
+// (DropForged).
+type SessionKnower interface {
+	Known(session uint32) bool
+}
 
 // Authenticator checks one datagram in authenticated mode: Verify checks
 // the trailing tag with the session's key (found from the unverified
@@ -150,6 +162,11 @@ func (l *Listener) Serve(ctx context.Context) {
 				continue
 			}
 			if !l.Auth.Verify(batch.SessionId, data) {
+				if k, ok := l.Auth.(SessionKnower); ok && !k.Known(batch.SessionId) {
+					l.drop(DropUnknownSession, 1)
+					l.warn(from, "telemetry datagram of no open session dropped (closed or unknown session)", nil)
+					continue
+				}
 				l.drop(DropForged, 1)
 				l.warn(from, "forged telemetry datagram dropped", nil)
 				continue
