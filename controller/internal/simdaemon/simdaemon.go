@@ -219,13 +219,15 @@ func (d *Daemon) SendPeriod(stats []Stat) error {
 		_, err := d.udp.Write(b)
 		return err
 	}
-	recs := make([]pb.CpuStat, len(stats))
+	recs := make([]pb.CpuStat, 0, len(stats))
 	d.mu.Lock()
-	for i, s := range stats {
+	for _, s := range stats {
 		c := d.cont[s.Handle]
 		if c == nil {
-			continue
+			continue // unregistered meanwhile: no record (a zero one would name handle 0)
 		}
+		recs = append(recs, pb.CpuStat{})
+		i := len(recs) - 1
 		q := c.QuotaUs
 		used := min(s.UsageUs, max(q, 0))
 		if q < 0 {
