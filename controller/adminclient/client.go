@@ -18,93 +18,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/adminapi"
 )
 
 // DefaultURL is where the controller's admin API listens unless configured.
 const DefaultURL = "http://127.0.0.1:7472"
 
-// AppBudget is the body of PUT /v1/apps/{name}: a Distributed Container's
-// global limits and allocator parameters, sent before any container is
-// deployed (seed 000 §IV-A). It mirrors controller/server.AppSpec, which
-// refuses unknown fields.
-type AppBudget struct {
-	Name        string            `json:"name"`
-	CPUCores    float64           `json:"cpu_cores"`
-	MemoryBytes int64             `json:"memory_bytes"`
-	Sigma       float64           `json:"sigma"`
-	Params      *allocator.Params `json:"params,omitempty"`
-}
-
-// App is one element of GET /v1/apps (controller/server.AppState).
-type App struct {
-	Name                   string           `json:"name"`
-	Auto                   bool             `json:"auto"` // created by a labelled container, never defined
-	Policy                 string           `json:"policy"`
-	CPUCores               float64          `json:"cpu_cores"` // global limit Ω
-	CPUAllocatedCores      float64          `json:"cpu_allocated_cores"`
-	CPUUnallocatedCores    float64          `json:"cpu_unallocated_cores"`
-	MemoryBytes            int64            `json:"memory_bytes"` // global limit
-	MemoryAllocatedBytes   int64            `json:"memory_allocated_bytes"`
-	MemoryUnallocatedBytes int64            `json:"memory_unallocated_bytes"`
-	Sigma                  float64          `json:"sigma"`
-	Members                int              `json:"members"`
-	PendingOOMs            int              `json:"pending_ooms"`
-	Params                 allocator.Params `json:"params"`
-}
-
-// Container is one element of GET /v1/containers
-// (controller/server.ContainerState).
-type Container struct {
-	App              string `json:"app"`
-	HostID           string `json:"host_id"`
-	SessionID        uint32 `json:"session_id"`
-	Handle           uint32 `json:"handle"`
-	ContainerID      string `json:"container_id"`
-	Name             string `json:"name"`
-	CPUQuotaUs       int64  `json:"cpu_quota_us"`
-	CPUPeriodUs      int64  `json:"cpu_period_us"`
-	CPUUsageUs       int64  `json:"cpu_usage_us_last_period"`
-	MemoryLimitBytes int64  `json:"memory_limit_bytes"`
-	MemoryUsageBytes int64  `json:"memory_usage_bytes"`
-	Generation       uint64 `json:"generation"`
-	Periods          uint64 `json:"periods"`
-	ThrottledPeriods uint64 `json:"throttled_periods"` // cumulative
-	OOMRequests      uint64 `json:"oom_requests"`
-	OOMGrants        uint64 `json:"oom_grants"`
-	OOMDenials       uint64 `json:"oom_denials"`
-}
-
-// CPULimitCores is the quota as cores (0 when unknown).
-func (c Container) CPULimitCores() float64 {
-	if c.CPUPeriodUs <= 0 || c.CPUQuotaUs <= 0 {
-		return 0
-	}
-	return float64(c.CPUQuotaUs) / float64(c.CPUPeriodUs)
-}
-
-// CPUUsageCores is the last period's usage as cores.
-func (c Container) CPUUsageCores() float64 {
-	if c.CPUPeriodUs <= 0 || c.CPUUsageUs <= 0 {
-		return 0
-	}
-	return float64(c.CPUUsageUs) / float64(c.CPUPeriodUs)
-}
-
-// Host is one element of GET /v1/hosts: a connected daemon
-// (controller/server.HostState).
-type Host struct {
-	HostID      string    `json:"host_id"`
-	SessionID   uint32    `json:"session_id"`
-	Peer        string    `json:"peer"`
-	Cores       uint32    `json:"cores"`
-	MemoryBytes uint64    `json:"memory_bytes"`
-	Backend     string    `json:"backend"`
-	Kernel      string    `json:"kernel_release,omitempty"`
-	Containers  int       `json:"containers"`
-	Since       time.Time `json:"connected_since"`
-	LastSeen    time.Time `json:"last_seen"`
-}
+// The admin API's bodies, defined once in controller/adminapi.
+type (
+	// AppBudget is the body of PUT /v1/apps/{name}: a Distributed
+	// Container's global limits and allocator parameters (seed 000 §IV-A).
+	AppBudget = adminapi.AppSpec
+	App       = adminapi.App       // an element of GET /v1/apps
+	Container = adminapi.Container // an element of GET /v1/containers
+	Host      = adminapi.Host      // an element of GET /v1/hosts: a connected daemon
+)
 
 // Event is one server-sent event of GET /v1/events: a limit change, an OOM
 // verdict, a reclaim, a join or a leave (controller/events.Event).
@@ -378,33 +306,18 @@ func (c *Client) Events(ctx context.Context, app string, fn func(Event, []byte))
 	return nil
 }
 
-// DeployContainer is one container for Deploy (replicas expanded), with its
-// bootstrap limits (seed 000 §IV-A eq. 2).
-type DeployContainer struct {
-	Name        string   `json:"name"`
-	Image       string   `json:"image"`
-	Command     []string `json:"command,omitempty"`
-	Env         []string `json:"env,omitempty"`
-	Network     string   `json:"network,omitempty"`
-	Host        string   `json:"host,omitempty"`
-	CPUCores    float64  `json:"cpu_cores"`
-	MemoryBytes int64    `json:"memory_bytes"`
-}
-
-// Placed is one container the controller created.
-type Placed struct {
-	Name        string `json:"name"`
-	HostID      string `json:"host_id"`
-	ContainerID string `json:"container_id"`
-}
+// DeployContainer is one container for Deploy (replicas expanded), with
+// its bootstrap limits; Placed is one container the controller created.
+type (
+	DeployContainer = adminapi.DeployContainer
+	Placed          = adminapi.Placed
+)
 
 // Deploy asks the controller to place and create an app's containers on
 // its hosts. All or nothing: on error the controller has removed what it
 // created.
 func (c *Client) Deploy(ctx context.Context, app string, cs []DeployContainer) ([]Placed, error) {
-	var out struct {
-		Containers []Placed `json:"containers"`
-	}
-	err := c.do(ctx, http.MethodPost, "/v1/apps/"+url.PathEscape(app)+"/deploy", map[string]any{"containers": cs}, &out)
+	var out adminapi.DeployResponse
+	err := c.do(ctx, http.MethodPost, "/v1/apps/"+url.PathEscape(app)+"/deploy", adminapi.DeployRequest{Containers: cs}, &out)
 	return out.Containers, err
 }

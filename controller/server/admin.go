@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/escra-dev/escra/controller/adminapi"
 )
 
 // metrics are the controller's Prometheus series. Per-app and
@@ -231,7 +233,7 @@ func (s *Server) adminHandler() http.Handler {
 		case err != nil:
 			writeJSON(w, 409, map[string]string{"error": err.Error()})
 		default:
-			writeJSON(w, 200, map[string]any{"containers": placed})
+			writeJSON(w, 200, adminapi.DeployResponse{Containers: placed})
 		}
 	})
 	mux.HandleFunc("DELETE /v1/apps/{name}", func(w http.ResponseWriter, r *http.Request) {

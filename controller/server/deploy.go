@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/session"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -22,29 +23,12 @@ import (
 // limits; among those, the one with the fewest containers of this app wins,
 // then the one with the most free CPU, then the lowest host id.
 
-// DeployContainer is one container to create (replicas already expanded).
-type DeployContainer struct {
-	Name        string   `json:"name"`
-	Image       string   `json:"image"`
-	Command     []string `json:"command,omitempty"`
-	Env         []string `json:"env,omitempty"` // KEY=VALUE
-	Network     string   `json:"network,omitempty"`
-	Host        string   `json:"host,omitempty"` // optional host constraint
-	CPUCores    float64  `json:"cpu_cores"`      // bootstrap limits (eq. 2)
-	MemoryBytes int64    `json:"memory_bytes"`
-}
-
-// DeployRequest is the body of POST /v1/apps/{name}/deploy.
-type DeployRequest struct {
-	Containers []DeployContainer `json:"containers"`
-}
-
-// Placed is one container the deployer created.
-type Placed struct {
-	Name        string `json:"name"`
-	HostID      string `json:"host_id"`
-	ContainerID string `json:"container_id"`
-}
+// The deploy API's bodies (controller/adminapi).
+type (
+	DeployContainer = adminapi.DeployContainer
+	DeployRequest   = adminapi.DeployRequest
+	Placed          = adminapi.Placed
+)
 
 // ErrUnknownApp is returned for an app the controller does not hold.
 var ErrUnknownApp = errors.New("unknown app")

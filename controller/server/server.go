@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"regexp"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/app"
 	"github.com/escra-dev/escra/controller/events"
@@ -76,33 +76,7 @@ func DefaultConfig() Config {
 }
 
 // AppSpec defines a Distributed Container (seed 000 §IV-A).
-type AppSpec struct {
-	Name        string  `json:"name" yaml:"name"`
-	CPUCores    float64 `json:"cpu_cores" yaml:"cpu_cores"`       // Ω
-	MemoryBytes int64   `json:"memory_bytes" yaml:"memory_bytes"` // global memory limit
-	// Sigma is the share of the memory budget withheld from bootstrap for
-	// OOM grants, 0 <= σ < 1.
-	Sigma  float64           `json:"sigma" yaml:"sigma"`
-	Params *allocator.Params `json:"params,omitempty" yaml:"params,omitempty"`
-}
-
-var appName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
-// Validate checks the spec.
-func (s AppSpec) Validate() error {
-	if !appName.MatchString(s.Name) {
-		return fmt.Errorf("app name %q: want 1-128 of [A-Za-z0-9_.-]", s.Name)
-	}
-	if err := (allocator.Budget{CPUCores: s.CPUCores, MemoryBytes: s.MemoryBytes, Sigma: s.Sigma}).Validate(); err != nil {
-		return fmt.Errorf("app %s: %w", s.Name, err)
-	}
-	if s.Params != nil {
-		if err := s.Params.Validate(); err != nil {
-			return fmt.Errorf("app %s: %w", s.Name, err)
-		}
-	}
-	return nil
-}
+type AppSpec = adminapi.AppSpec
 
 type ref struct {
 	shard *app.Shard
@@ -352,7 +326,7 @@ func (s *Server) shardFor(name string, contribCores float64, contribMem int64) (
 	if a != nil {
 		return a, nil
 	}
-	if !appName.MatchString(name) {
+	if !adminapi.ValidAppName(name) {
 		return nil, fmt.Errorf("app name %q: want 1-128 of [A-Za-z0-9_.-]", name)
 	}
 	s.mu.Lock()

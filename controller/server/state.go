@@ -2,9 +2,8 @@ package server
 
 import (
 	"sort"
-	"time"
 
-	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/adminapi"
 )
 
 // State is a snapshot of the controller for tests, the admin API and the CLI.
@@ -14,58 +13,12 @@ type State struct {
 	Containers []ContainerState `json:"containers"`
 }
 
-// AppState is one Distributed Container and its pools.
-type AppState struct {
-	Name string `json:"name"`
-	// Auto: created for a container whose app was never defined.
-	Auto                   bool             `json:"auto"`
-	Policy                 string           `json:"policy"`
-	CPUCores               float64          `json:"cpu_cores"`
-	CPUAllocatedCores      float64          `json:"cpu_allocated_cores"`
-	CPUUnallocatedCores    float64          `json:"cpu_unallocated_cores"`
-	MemoryBytes            int64            `json:"memory_bytes"`
-	MemoryAllocatedBytes   int64            `json:"memory_allocated_bytes"`
-	MemoryUnallocatedBytes int64            `json:"memory_unallocated_bytes"`
-	Sigma                  float64          `json:"sigma"`
-	Members                int              `json:"members"`
-	PendingOOMs            int              `json:"pending_ooms"`
-	Params                 allocator.Params `json:"params"`
-}
-
-// HostState is one connected daemon.
-type HostState struct {
-	HostID      string    `json:"host_id"`
-	SessionID   uint32    `json:"session_id"`
-	Peer        string    `json:"peer"`
-	Cores       uint32    `json:"cores"`
-	MemoryBytes uint64    `json:"memory_bytes"`
-	Backend     string    `json:"backend"`
-	Kernel      string    `json:"kernel_release,omitempty"`
-	Containers  int       `json:"containers"`
-	Since       time.Time `json:"connected_since"`
-	LastSeen    time.Time `json:"last_seen"`
-}
-
-// ContainerState is one member with its current limits and counters.
-type ContainerState struct {
-	App              string `json:"app"`
-	HostID           string `json:"host_id"`
-	SessionID        uint32 `json:"session_id"`
-	Handle           uint32 `json:"handle"`
-	ContainerID      string `json:"container_id"`
-	Name             string `json:"name"`
-	CPUQuotaUs       int64  `json:"cpu_quota_us"`
-	CPUPeriodUs      int64  `json:"cpu_period_us"`
-	CPUUsageUs       int64  `json:"cpu_usage_us_last_period"`
-	MemoryLimitBytes int64  `json:"memory_limit_bytes"`
-	MemoryUsageBytes int64  `json:"memory_usage_bytes"`
-	Generation       uint64 `json:"generation"`
-	Periods          uint64 `json:"periods"`
-	ThrottledPeriods uint64 `json:"throttled_periods"`
-	OOMRequests      uint64 `json:"oom_requests"`
-	OOMGrants        uint64 `json:"oom_grants"`
-	OOMDenials       uint64 `json:"oom_denials"`
-}
+// The admin API's element types (controller/adminapi).
+type (
+	AppState       = adminapi.App
+	HostState      = adminapi.Host
+	ContainerState = adminapi.Container
+)
 
 // Snapshot collects the state of every app and host.
 func (s *Server) Snapshot() State {
