@@ -68,6 +68,10 @@ func run() error {
 	duration := flag.Duration("duration", 0, "length of each run (default 20 s quick: one Burst cycle and one memwave period; 60 s full)")
 	reps := flag.Int("reps", 0, "repetitions (default 1 quick, 3 full)")
 	port := flag.Int("port", 18080, "first loopback port of the workloads")
+	// δ of seed 000 §IV-C is 50 MiB for containers of GiBs; these are tens of
+	// MiB (scaled down like the request rates), and with δ = 50 MiB reclaim
+	// would never take anything back from them.
+	safeMargin := flag.String("safe-margin", "8MiB", "reclaim margin δ given to escra-controller")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flag.Arg(0))
@@ -140,7 +144,8 @@ func run() error {
 	}
 
 	if contains(cfg.Policies, "escra") && !*noEscra {
-		stopEscra, e, err := startEscra(ctx, cfg, peaks, *bin, *out)
+		stopEscra, e, err := startEscra(ctx, cfg, peaks, *bin, *out, *safeMargin)
+		res.Notes = append(res.Notes, fmt.Sprintf("Escra: app budgets = Σ 1.5 × profiled peaks (what static15 provisions); reclaim margin δ = %s (seed 000: 50 MiB for containers of GiBs; these are tens of MiB), other parameters the controller's defaults (docs/allocator.md).", *safeMargin))
 		if err != nil {
 			say("Escra not started: %v", err)
 			res.Notes = append(res.Notes, "Escra not started: "+err.Error())
@@ -206,7 +211,7 @@ func machine(ctx context.Context, cli *client.Client) report.Machine {
 // startEscra starts escra-controller with one app per workload (budget:
 // Σ over replicas of 1.5 × the largest profiled peak, the same total the
 // static15 baseline provisions) and one escrad on the default engine.
-func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]matrix.Peak, bin, out string) (func(), *matrix.Escra, error) {
+func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]matrix.Peak, bin, out, safeMargin string) (func(), *matrix.Escra, error) {
 	ctlBin, dBin := filepath.Join(bin, "escra-controller"), filepath.Join(bin, "escrad")
 	for _, p := range []string{ctlBin, dBin} {
 		if _, err := os.Stat(p); err != nil {
@@ -269,7 +274,7 @@ func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]
 			}
 		}
 	}
-	ctl, err := start(ctlBin, "-insecure", "-apps", appsFile)
+	ctl, err := start(ctlBin, "-insecure", "-apps", appsFile, "-safe-margin", safeMargin)
 	if err != nil {
 		return nil, nil, err
 	}
