@@ -47,12 +47,15 @@ say "escra.ko against $kdir"
 ko=$(KMOD_OUT=$work/kmod scripts/kernel-kmod.sh | tail -1)
 say "static guest driver"
 CGO_ENABLED=0 go build -trimpath -o "$work/escra-vmtest" ./vm-tests/guest
+say "static escrad (the cgroupfs-* scenarios run it with --backend=cgroupfs)"
+CGO_ENABLED=0 go build -trimpath -o "$work/escrad" ./daemon/cmd/escrad
 
 # initramfs NAME KO: busybox, the guest driver, the module and /init.
 initramfs() {
 	local root=$work/$1
 	mkdir -p "$root"/{bin,dev,proc,sys,tmp,root}
 	cp "$work/escra-vmtest" "$root/escra-vmtest"
+	cp "$work/escrad" "$root/escrad"
 	cp /bin/busybox "$root/bin/busybox"
 	cp "$2" "$root/escra.ko"
 	cat >"$root/init" <<'INIT'

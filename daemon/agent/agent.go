@@ -452,6 +452,7 @@ func (a *Agent) SetLimits(recv time.Time, s *pb.SetLimits) *pb.SetLimitsAck {
 				m := a.byH[u.Handle]
 				a.mu.Unlock()
 				if m != nil {
+					a.followLimit(m)
 					a.noteRaise(m, u.Limits.GetMemoryLimitBytes())
 				}
 			}
@@ -461,12 +462,28 @@ func (a *Agent) SetLimits(recv time.Time, s *pb.SetLimits) *pb.SetLimitsAck {
 	return ack
 }
 
+// followLimit tells the source that m's memory limit was written (cgroupfs
+// on v2 moves its memory.high brake with it; a limit lowered by reclaim
+// must not leave the brake above memory.max, where it never fires).
+func (a *Agent) followLimit(m *managed) {
+	if f, ok := a.src.(telemetry.LimitFollower); ok {
+		cur, _ := m.e.Current()
+		f.MemoryLimitChanged(m.h, cur.MemoryBytes)
+	}
+}
+
 // Reclaim implements link.Handler (seed 000 §IV-C).
 func (a *Agent) Reclaim(r *pb.ReclaimRequest) *pb.ReclaimResult {
 	res := &pb.ReclaimResult{Reclaimed: a.app.Reclaim(r.SafeMarginBytes, r.Handles)}
 	var sum uint64
 	for _, x := range res.Reclaimed {
 		sum += x.ReclaimedBytes
+		a.mu.Lock()
+		m := a.byH[x.Handle]
+		a.mu.Unlock()
+		if m != nil {
+			a.followLimit(m)
+		}
 	}
 	a.m.reclaimed.Add(float64(sum))
 	return res
@@ -532,7 +549,11 @@ func (a *Agent) OOM(ev oom.Event) {
 				a.m.oomOutcome.WithLabelValues("granted").Inc()
 			} else {
 				a.m.oomOutcome.WithLabelValues(why).Inc()
-				a.log.Warn("OOM not rescued: kernel OOM killer re-enabled", "name", m.c.Name, "why", why)
+				if m.g.Paths.Version == cgroups.V2 && a.src.Backend() == pb.Backend_BACKEND_CGROUPFS {
+					a.log.Warn("memory not granted: memory.high brake released, the kernel acts at memory.max", "name", m.c.Name, "why", why)
+				} else {
+					a.log.Warn("OOM not rescued: kernel OOM killer re-enabled", "name", m.c.Name, "why", why)
+				}
 			}
 			if err := a.src.Resolve(ev, granted, limit); err != nil {
 				a.log.Warn("resolving OOM", "name", m.c.Name, "err", err)
@@ -583,23 +604,40 @@ func (a *Agent) OOM(ev oom.Event) {
 	reqID.Store(id)
 }
 
-// recheck delivers an OOM event for m if its tasks wait in a v1 OOM now
-// (an event swallowed while another was pending, or missed): nobody is
-// ever left waiting for a verdict that no request asked for.
+// recheck delivers an OOM event for m if it needs a verdict now and none
+// is pending (an event swallowed while another was pending, or missed):
+// on v1 its tasks wait in an OOM with the killer disabled; on v2 (cgroupfs)
+// its usage is above the memory.high brake, so its tasks are throttled —
+// after a grant the resumed tasks may already be past the new brake, and
+// memory.events' next "high" increment may be long in coming. Nobody is
+// left waiting for a verdict that no request asked for.
 func (a *Agent) recheck(m *managed) {
-	if m.g.Paths.Version != cgroups.V1 || !m.g.Has(cgroups.OOMControl) || m.pending.Load() || !m.armed.Load() {
+	if m.pending.Load() || !m.armed.Load() {
 		return
 	}
-	var buf [256]byte
-	b, err := m.g.Read(cgroups.OOMControl, buf[:])
-	if err != nil {
+	switch {
+	case m.g.Paths.Version == cgroups.V1 && m.g.Has(cgroups.OOMControl):
+		var buf [256]byte
+		b, err := m.g.Read(cgroups.OOMControl, buf[:])
+		if err != nil {
+			return
+		}
+		if v, ok := cgroups.KeyedValue(b, "under_oom"); !ok || v == 0 {
+			return
+		}
+		if v, ok := cgroups.KeyedValue(b, "oom_kill_disable"); !ok || v == 0 {
+			return // released: the kernel OOM killer handles it
+		}
+	case m.g.Paths.Version == cgroups.V2 && m.g.Has(cgroups.MemHigh) && a.src.Backend() == pb.Backend_BACKEND_CGROUPFS:
+		high, err := m.g.ReadInt(cgroups.MemHigh)
+		if err != nil || high == cgroups.Max {
+			return // no brake (unlimited, or released after a denial)
+		}
+		if u, err := m.g.ReadInt(cgroups.MemUsage); err != nil || u <= high {
+			return
+		}
+	default:
 		return
-	}
-	if v, ok := cgroups.KeyedValue(b, "under_oom"); !ok || v == 0 {
-		return
-	}
-	if v, ok := cgroups.KeyedValue(b, "oom_kill_disable"); !ok || v == 0 {
-		return // released: the kernel OOM killer handles it
 	}
 	ev := oom.Event{Handle: m.h, At: time.Now()}
 	if u, err := m.g.ReadInt(cgroups.MemUsage); err == nil && u > 0 {
@@ -609,10 +647,12 @@ func (a *Agent) recheck(m *managed) {
 	a.OOM(ev)
 }
 
-// oomWatchdog rechecks every trapped group now and then.
+// oomWatchdog rechecks every trapped group now and then, and lets the
+// source set released v2 brakes again.
 func (a *Agent) oomWatchdog(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
+	f, _ := a.src.(telemetry.LimitFollower)
 	for {
 		select {
 		case <-ctx.Done():
@@ -620,6 +660,9 @@ func (a *Agent) oomWatchdog(ctx context.Context) {
 		case <-t.C:
 		}
 		for _, m := range a.list() {
+			if f != nil && m.armed.Load() && !m.pending.Load() {
+				f.Maintain(m.h)
+			}
 			a.recheck(m)
 		}
 	}

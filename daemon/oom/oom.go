@@ -9,10 +9,16 @@
 // oom_kill_disable so the kernel OOM killer runs as usual: never hung.
 //
 // cgroup v2 has no oom_kill_disable: memory.high is kept a margin below
-// memory.max and an increment of "high" in memory.events (watched with
-// inotify) asks for memory early. Tasks over memory.high are throttled, not
-// stopped; if the grant comes too late they reach memory.max and the kernel
-// kills as usual. See docs/daemon.md.
+// memory.max (the brake) and an increment of "high" in memory.events
+// (polled: kernfs signals EPOLLPRI when a cgroup file's event count moves,
+// no inotify needed) asks for memory early. Tasks over memory.high are
+// reclaimed from and throttled (a penalty sleep per return to user space,
+// growing with the overage), not stopped. A grant raises memory.max and the
+// brake with it. A denial or a missed deadline releases the brake
+// (memory.high = max): the tasks run at full speed to memory.max, where the
+// kernel OOM killer acts as usual, or finish if they fit. The brake is set
+// again at the next memory.max write, after an OOM kill in the group, or
+// once usage is two margins below memory.max (Maintain). See docs/daemon.md.
 package oom
 
 import (
@@ -36,10 +42,14 @@ type Event struct {
 }
 
 type watch struct {
-	h    uint32
-	g    *cgroups.Group
-	fd   int    // eventfd (v1) or inotify fd (v2)
-	high uint64 // v2: last seen "high" count
+	h  uint32
+	g  *cgroups.Group
+	fd int // eventfd (v1) or our own memory.events descriptor (v2)
+
+	mu       sync.Mutex // v2 state below: Run's goroutine and the agent's
+	high     uint64     // v2: last seen "high" count
+	kills    uint64     // v2: last seen "oom_kill" count
+	released bool       // v2: brake off after a denial or a missed deadline
 }
 
 // Watcher multiplexes every watched group on one epoll descriptor.
@@ -90,7 +100,7 @@ func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
 	}
 	wt := &watch{h: h, g: g, fd: fd}
 	if g.Paths.Version == cgroups.V2 {
-		wt.high = readHigh(g)
+		wt.high, wt.kills = readEvents(g)
 	}
 	w.mu.Lock()
 	if old := w.byH[h]; old != nil {
@@ -98,7 +108,11 @@ func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
 	}
 	w.byFD[fd], w.byH[h] = wt, wt
 	w.mu.Unlock()
-	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+	events := uint32(unix.EPOLLIN)
+	if g.Paths.Version == cgroups.V2 {
+		events = unix.EPOLLPRI // kernfs_notify: memory.events changed
+	}
+	if err := unix.EpollCtl(w.epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: events, Fd: int32(fd)}); err != nil {
 		w.Remove(h)
 		return fmt.Errorf("oom: epoll add: %w", err)
 	}
@@ -140,18 +154,19 @@ func (w *Watcher) addV2(g *cgroups.Group) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	if err := SetHigh(g, max, w.HighMargin); err != nil {
-		return -1, err
-	}
-	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	// A descriptor of our own: kernfs tracks "changed since last read" per
+	// open file, and only Run reads this one.
+	fd, err := unix.Open(filepath.Join(g.Paths.Unified, "memory.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
+		return -1, fmt.Errorf("oom: open memory.events: %w", err)
+	}
+	var buf [512]byte
+	_, _ = unix.Pread(fd, buf[:], 0) // arm: the next change signals
+	if err := SetHigh(g, max, w.HighMargin); err != nil {
+		unix.Close(fd)
 		return -1, err
 	}
-	if _, err := unix.InotifyAddWatch(ifd, filepath.Join(g.Paths.Unified, "memory.events"), unix.IN_MODIFY); err != nil {
-		unix.Close(ifd)
-		return -1, fmt.Errorf("oom: watch memory.events: %w", err)
-	}
-	return ifd, nil
+	return fd, nil
 }
 
 // SetHigh keeps v2 memory.high margin below max (max when unlimited or tiny).
@@ -163,14 +178,16 @@ func SetHigh(g *cgroups.Group, max, margin int64) error {
 	return g.WriteInt(cgroups.MemHigh, high)
 }
 
-func readHigh(g *cgroups.Group) uint64 {
+// readEvents returns memory.events' "high" and "oom_kill" counts.
+func readEvents(g *cgroups.Group) (high, kills uint64) {
 	var buf [512]byte
 	b, err := g.Read(cgroups.MemEvents, buf[:])
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	v, _ := cgroups.KeyedValue(b, "high")
-	return v
+	high, _ = cgroups.KeyedValue(b, "high")
+	kills, _ = cgroups.KeyedValue(b, "oom_kill")
+	return high, kills
 }
 
 // Remove stops watching h (the group may already be gone).
@@ -182,8 +199,12 @@ func (w *Watcher) Remove(h uint32) {
 	w.mu.Unlock()
 }
 
-// dropLocked stops watching wt; restore clears its oom_kill_disable.
+// dropLocked stops watching wt; restore clears its oom_kill_disable (v1)
+// or its brake (v2: nobody would release it).
 func (w *Watcher) dropLocked(wt *watch, restore bool) {
+	if restore && wt.g.Paths.Version == cgroups.V2 {
+		_ = wt.g.WriteInt(cgroups.MemHigh, cgroups.Max)
+	}
 	if restore && wt.g.Paths.Version == cgroups.V1 {
 		// Nobody watches it any more: never leave its OOM killer off (the
 		// write fails harmlessly when the group is gone).
@@ -196,42 +217,102 @@ func (w *Watcher) dropLocked(wt *watch, restore bool) {
 	delete(w.byH, wt.h)
 }
 
+func (w *Watcher) get(h uint32) *watch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.byH[h]
+}
+
 // Release lets the kernel OOM killer act on h again (a denial or a missed
 // deadline). On v1 this also wakes the waiting tasks, which retry the
-// charge and meet the killer.
+// charge and meet the killer. On v2 (the killer was never disabled) it
+// releases the brake, memory.high = max: left on, the tasks would crawl
+// on towards memory.max under ever longer penalty sleeps, hung in all but
+// name.
 func (w *Watcher) Release(h uint32) error {
-	w.mu.Lock()
-	wt := w.byH[h]
-	w.mu.Unlock()
+	wt := w.get(h)
 	if wt == nil {
 		return errors.New("oom: not watched")
 	}
 	if wt.g.Paths.Version == cgroups.V2 {
-		return nil // the kernel killer was never disabled
+		wt.mu.Lock()
+		defer wt.mu.Unlock()
+		wt.released = true
+		return wt.g.WriteInt(cgroups.MemHigh, cgroups.Max)
 	}
 	return wt.g.Write(cgroups.OOMControl, []byte("0"))
 }
 
 // Granted re-arms h after its limit was raised (v2: memory.high follows
 // the new memory.max; v1: nothing, oom_kill_disable stays set).
-func (w *Watcher) Granted(h uint32, newMax int64) error {
-	w.mu.Lock()
-	wt := w.byH[h]
-	w.mu.Unlock()
+func (w *Watcher) Granted(h uint32, newMax int64) error { return w.Follow(h, newMax) }
+
+// Follow sets h's v2 brake for memory.max = newMax after any limit write
+// (a grant, the controller's SetLimits, a reclaim); it also ends a
+// release. Nothing to do on v1.
+func (w *Watcher) Follow(h uint32, newMax int64) error {
+	wt := w.get(h)
 	if wt == nil || wt.g.Paths.Version != cgroups.V2 {
 		return nil
 	}
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	wt.released = false
 	return SetHigh(wt.g, newMax, w.HighMargin)
 }
 
-// RestoreAll clears oom_kill_disable everywhere (daemon shutdown), so no
-// container is left waiting for a verdict that will not come.
+// Maintain sets a released v2 brake again once the group's usage is two
+// margins below memory.max (the tasks that met the limit freed memory or
+// finished); the agent's watchdog calls it every few seconds.
+func (w *Watcher) Maintain(h uint32) {
+	wt := w.get(h)
+	if wt == nil || wt.g.Paths.Version != cgroups.V2 {
+		return
+	}
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	if !wt.released {
+		return
+	}
+	max, err := wt.g.ReadInt(cgroups.MemLimit)
+	if err != nil {
+		return
+	}
+	if u, err := wt.g.ReadInt(cgroups.MemUsage); err != nil || max != cgroups.Max && u > max-2*w.HighMargin {
+		return
+	}
+	w.rearmLocked(wt, max)
+}
+
+// rearmLocked sets the brake below max; wt.mu is held.
+func (w *Watcher) rearmLocked(wt *watch, max int64) {
+	if SetHigh(wt.g, max, w.HighMargin) == nil {
+		wt.released = false
+	}
+}
+
+// Released reports whether h's v2 brake is off (tests, diagnostics).
+func (w *Watcher) Released(h uint32) bool {
+	wt := w.get(h)
+	if wt == nil {
+		return false
+	}
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	return wt.released
+}
+
+// RestoreAll clears oom_kill_disable (v1) and the memory.high brake (v2)
+// everywhere (daemon shutdown), so no container is left waiting or
+// throttled for a verdict that will not come.
 func (w *Watcher) RestoreAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, wt := range w.byH {
 		if wt.g.Paths.Version == cgroups.V1 {
 			_ = wt.g.Write(cgroups.OOMControl, []byte("0"))
+		} else {
+			_ = wt.g.WriteInt(cgroups.MemHigh, cgroups.Max)
 		}
 	}
 }
@@ -263,7 +344,11 @@ func (w *Watcher) Run(fn func(Event)) error {
 			if wt == nil {
 				continue
 			}
-			_, _ = unix.Read(fd, buf[:]) // drain eventfd counter / inotify records
+			if wt.g.Paths.Version == cgroups.V2 {
+				_, _ = unix.Pread(fd, buf[:], 0) // re-arms the poll
+			} else {
+				_, _ = unix.Read(fd, buf[:]) // drain the eventfd counter
+			}
 			e, ok := w.check(wt, buf[:])
 			if ok {
 				e.At = now
@@ -283,10 +368,25 @@ func (w *Watcher) check(wt *watch, buf []byte) (Event, bool) {
 			return e, false
 		}
 		high, _ := cgroups.KeyedValue(b, "high")
-		if high <= wt.high {
+		kills, _ := cgroups.KeyedValue(b, "oom_kill")
+		wt.mu.Lock()
+		newHigh, killed := high > wt.high, kills > wt.kills
+		wt.high, wt.kills = high, kills
+		if wt.released {
+			// The kernel killed at memory.max: the pressure that met the
+			// limit is gone, brake again for the next growth.
+			if killed {
+				if max, err := wt.g.ReadInt(cgroups.MemLimit); err == nil {
+					w.rearmLocked(wt, max)
+				}
+			}
+			wt.mu.Unlock()
 			return e, false
 		}
-		wt.high = high
+		wt.mu.Unlock()
+		if !newHigh {
+			return e, false
+		}
 	} else {
 		b, err := wt.g.Read(cgroups.OOMControl, buf)
 		if err != nil {

@@ -46,7 +46,8 @@ type sampled struct {
 	nrThrot   uint64
 	throtUs   uint64
 	wasThrot  bool
-	skipStats int // periods since cpu.stat was last read
+	skipStats int       // periods since cpu.stat was last read
+	at        time.Time // when the baseline was taken
 }
 
 // NewCgroupfs returns a source sampling every period.
@@ -88,6 +89,16 @@ func (c *Cgroupfs) Resolve(ev oom.Event, granted bool, newLimit int64) error {
 	return c.OOM.Release(ev.Handle)
 }
 
+// MemoryLimitChanged implements LimitFollower: the v2 brake follows.
+func (c *Cgroupfs) MemoryLimitChanged(h uint32, limit int64) {
+	if err := c.OOM.Follow(h, limit); err != nil && c.Log != nil {
+		c.Log.Warn("memory.high not moved with memory.max", "handle", h, "err", err)
+	}
+}
+
+// Maintain implements LimitFollower.
+func (c *Cgroupfs) Maintain(h uint32) { c.OOM.Maintain(h) }
+
 // Run implements Source.
 func (c *Cgroupfs) Run(ctx context.Context, sink Sink) error {
 	done := make(chan struct{})
@@ -123,7 +134,8 @@ func (c *Cgroupfs) Run(ctx context.Context, sink Sink) error {
 			return nil
 		case <-t.C:
 		}
-		t.Reset(untilNext(time.Now(), period))
+		now := time.Now()
+		t.Reset(untilNext(now, period))
 		c.mu.Lock()
 		if c.dirty {
 			parents = c.regroup(byDir, parents[:0])
@@ -134,11 +146,12 @@ func (c *Cgroupfs) Run(ctx context.Context, sink Sink) error {
 			if !c.NoParentShortcut && pg.idle(buf) {
 				for _, s := range pg.members {
 					s.seq++ // an idle period: a gap, as on the kernel backend
+					s.at = now
 				}
 				continue
 			}
 			for _, s := range pg.members {
-				if c.sample(s, &st, buf, period) {
+				if c.sample(s, &st, buf, period, now) {
 					sink.CPU(&st)
 				}
 			}
@@ -252,7 +265,13 @@ func untilNext(now time.Time, period time.Duration) time.Duration {
 
 // sample fills st for one period; false when there is nothing to report
 // (first sample, or the group vanished).
-func (c *Cgroupfs) sample(s *sampled, st *pb.CpuStat, buf []byte, period time.Duration) bool {
+func (c *Cgroupfs) sample(s *sampled, st *pb.CpuStat, buf []byte, period time.Duration, now time.Time) bool {
+	if s.primed && now.Sub(s.at) < period/2 {
+		// The previous tick fired late and this one, aligned to the
+		// period, comes soon after: a window this short would show a
+		// throttled group as idle. Fold it into the next record.
+		return false
+	}
 	var usageNs uint64
 	var cs cgroups.CPUStat
 	v2 := s.g.Paths.Version == cgroups.V2
@@ -301,9 +320,11 @@ func (c *Cgroupfs) sample(s *sampled, st *pb.CpuStat, buf []byte, period time.Du
 	}
 	if !s.primed {
 		s.primed = true
-		s.usageNs, s.nrThrot, s.throtUs = usageNs, cs.NrThrottled, cs.ThrottledUs
+		s.usageNs, s.nrThrot, s.throtUs, s.at = usageNs, cs.NrThrottled, cs.ThrottledUs, now
 		return false
 	}
+	win := now.Sub(s.at)
+	s.at = now
 	var du uint64
 	if usageNs > s.usageNs {
 		du = (usageNs - s.usageNs) / 1000
@@ -324,6 +345,11 @@ func (c *Cgroupfs) sample(s *sampled, st *pb.CpuStat, buf []byte, period time.Du
 	quota, cfsPeriod := int64(-1), uint32(0)
 	if c.Limits != nil {
 		quota, cfsPeriod = c.Limits(s.h)
+	}
+	if win > period*5/4 || win < period*3/4 {
+		// A late (busy host, TCG) or early timer: the usage covers more or
+		// less than one period; the record says per period.
+		du = du * uint64(period) / uint64(win)
 	}
 	var unused int64
 	if quota > 0 {

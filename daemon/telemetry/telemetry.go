@@ -42,3 +42,12 @@ type Sink interface {
 	Flush()
 	OOM(ev oom.Event)
 }
+
+// LimitFollower is a Source whose OOM trap depends on the memory limit:
+// cgroupfs on cgroup v2 keeps memory.high a margin below memory.max. The
+// agent calls MemoryLimitChanged after every memory-limit write it makes
+// (SetLimits, grants, reclaim) and Maintain from its watchdog.
+type LimitFollower interface {
+	MemoryLimitChanged(h uint32, limit int64)
+	Maintain(h uint32)
+}

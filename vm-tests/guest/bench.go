@@ -40,12 +40,13 @@ func runBench(module, out string) error {
 	if err := benchOOMEscrad(sum); err != nil {
 		// Reported, not fatal: the direct figures above still hold.
 		fmt.Println("bench: OOM rescue through escrad failed:", err)
-		msg := err.Error()
-		if len(msg) > 300 {
-			msg = msg[:300]
-		}
-		sum["oom_rescue_escrad_error"] = msg
+		sum["oom_rescue_escrad_error"] = trunc(err.Error())
 	}
+	if err := benchCgroupfsOOM(sum); err != nil {
+		fmt.Println("bench: cgroupfs OOM rescue failed:", err)
+		sum["cgroupfs_oom_rescue_error"] = trunc(err.Error())
+	}
+	ratios(sum)
 	sum["accel"] = "tcg"
 	sum["guest_cpus"] = strings.Count(readProc("/proc/cpuinfo"), "processor\t:")
 	b, err := json.MarshalIndent(sum, "", "  ")
@@ -140,7 +141,44 @@ loop:
 	}
 	fmt.Printf("bench: telemetry %d records in %v from %d groups, dropped %d, hook %v ns/call\n",
 		n, el.Round(time.Millisecond), groups, s1.RecordsDropped-s0.RecordsDropped, sum["hook_cost_ns"])
+	// The same groups and hogs through escrad's cgroupfs sampler.
+	for _, cg := range cgs {
+		_ = ctl.Unwatch(cg.id)
+	}
+	if err := benchCgroupfsTelemetry(sum, cgs, window); err != nil {
+		fmt.Println("bench: cgroupfs telemetry failed:", err)
+		sum["cgroupfs_telemetry_error"] = trunc(err.Error())
+	}
 	return nil
+}
+
+func trunc(s string) string {
+	if len(s) > 300 {
+		return s[:300]
+	}
+	return s
+}
+
+// ratios puts kernel-backend figures over cgroupfs ones measured in the
+// same run (unitless; > 1 means the kernel backend is that many times
+// faster or produces that many times more).
+func ratios(sum map[string]any) {
+	f := func(k string) (float64, bool) {
+		v, ok := sum[k].(float64)
+		return v, ok && v > 0
+	}
+	if k, ok := f("telemetry_records_per_s"); ok {
+		if c, ok := f("cgroupfs_telemetry_records_per_s"); ok {
+			sum["ratio_telemetry_records_per_s_kernel_over_cgroupfs"] = k / c
+		}
+	}
+	for _, p := range []string{"p50", "p99"} {
+		k, ok1 := f("oom_rescue_" + p + "_us")
+		c, ok2 := f("cgroupfs_oom_rescue_" + p + "_us")
+		if ok1 && ok2 {
+			sum["ratio_oom_rescue_"+p+"_cgroupfs_over_kernel"] = c / k
+		}
+	}
 }
 
 // benchOOM: a hog touches 48 MiB under memory.max 16 MiB; each OOM request

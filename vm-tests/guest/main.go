@@ -99,6 +99,10 @@ var scenarios = []scenario{
 	{"bad-input", scenarioBadInput, false},
 	{"kernel-source", scenarioKernelSource, false},
 	{"escrad-e2e", scenarioEscradE2E, false},
+	{"cgroupfs-telemetry", scenarioCgroupfsTelemetry, false},
+	{"cgroupfs-oom-grant", scenarioCgroupfsOOMGrant, false},
+	{"cgroupfs-oom-deny", scenarioCgroupfsOOMDeny, false},
+	{"cgroupfs-oom-absent", scenarioCgroupfsOOMAbsent, false},
 	{"dmesg-clean", scenarioDmesgClean, false},
 	{"stock-refusal", scenarioStockRefusal, true},
 }

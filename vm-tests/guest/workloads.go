@@ -18,6 +18,8 @@ var workloads = map[string]func(args []string) int{
 	"hog-mem":       hogMem,
 	"unpriv":        unpriv,
 	"hog-mem-timed": hogMemTimed,
+	"controller":    controllerProc,
+	"hog-mem-trace": hogMemTrace,
 }
 
 // hogCPU spins until killed.

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/controller/server"
+	"github.com/escra-dev/escra/daemon/agent"
+	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/daemon/oom"
+	"github.com/escra-dev/escra/daemon/telemetry"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// The cgroupfs-backend half of make bench-kernel: the same figures for
+// escrad's stock-kernel backend on this guest's cgroup v2, measured in the
+// same VM run, so the kernel/cgroupfs ratios mean something under TCG.
+
+// countSink counts what the cgroupfs sampler produces.
+type countSink struct {
+	records atomic.Uint64
+	rounds  atomic.Uint64
+}
+
+func (s *countSink) CPU(*pb.CpuStat) { s.records.Add(1) }
+func (s *countSink) Flush()          { s.rounds.Add(1) }
+func (s *countSink) OOM(oom.Event)   {}
+
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchCgroupfsTelemetry samples the kernel benchmark's groups (same hogs,
+// same 1 ms / 2 ms quota) with escrad's cgroupfs sampler at the 2 ms
+// period: records/s it produces, sampling rounds/s it manages, and its CPU
+// time per record.
+func benchCgroupfsTelemetry(sum map[string]any, cgs []*cgroup, window time.Duration) error {
+	const periodUs = 2000
+	src, err := telemetry.NewCgroupfs(periodUs*time.Microsecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return err
+	}
+	src.Limits = func(uint32) (int64, uint32) { return 1000, periodUs }
+	for i, cg := range cgs {
+		g, err := cgroups.Open(cgroups.Paths{Version: cgroups.V2, Unified: cg.path})
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		// Telemetry only: the OOM trap (memory.high) is irrelevant here
+		// and would only add a descriptor.
+		_ = src.Watch(uint32(i+1), g)
+	}
+	sink := &countSink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, sink) }()
+	time.Sleep(time.Second)
+	r0, n0, c0, t0 := sink.records.Load(), sink.rounds.Load(), cpuTime(), time.Now()
+	time.Sleep(window)
+	r1, n1, c1, el := sink.records.Load(), sink.rounds.Load(), cpuTime(), time.Since(t0)
+	cancel()
+	if err := <-done; err != nil {
+		return err
+	}
+	recs := r1 - r0
+	sum["cgroupfs_telemetry_period_us"] = periodUs
+	sum["cgroupfs_telemetry_records_per_s"] = float64(recs) / el.Seconds()
+	sum["cgroupfs_telemetry_rounds_per_s"] = float64(n1-n0) / el.Seconds()
+	if recs > 0 {
+		sum["cgroupfs_telemetry_cpu_us_per_record"] = float64((c1 - c0).Microseconds()) / float64(recs)
+	}
+	fmt.Printf("bench: cgroupfs telemetry %d records in %v from %d groups (%.0f sampling rounds/s of %d asked), %.1f us CPU per record\n",
+		recs, el.Round(time.Millisecond), len(cgs), float64(n1-n0)/el.Seconds(), int(time.Second/(periodUs*time.Microsecond)),
+		sum["cgroupfs_telemetry_cpu_us_per_record"])
+	return nil
+}
+
+// benchCgroupfsOOM: escrad's agent on the cgroupfs backend (cgroup v2
+// brake: memory.high 8 MiB below memory.max) and the controller on
+// loopback granting 8 MiB steps (one brake margin, so each grant lifts the
+// brake above the usage that tripped it). The hog logs the end of every
+// page touch; a rescue is timed from escrad reading the memory.events
+// "high" change to the hog's first touch completing after memory.max and
+// memory.high were raised.
+func benchCgroupfsOOM(sum map[string]any) error {
+	cg, err := newCgroup("bench-cf-oom")
+	if err != nil {
+		return err
+	}
+	defer cg.remove()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := server.DefaultConfig()
+	cfg.TCPAddr, cfg.UDPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.ReclaimEvery = 0
+	cfg.OOMStepBytes = brakeMargin
+	cfg.Logger = quiet
+	cfg.Apps = []server.AppSpec{{Name: "benchcf", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.75}}
+	srv, err := server.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	type rescue struct{ event, raised time.Time }
+	var mu sync.Mutex
+	var rescues []rescue
+	a, err := agent.New(agent.Config{HostID: "vm-cf", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
+		Backend: agent.BackendCgroupfs, Log: quiet, OOMDeadline: time.Second, // TCG: as for the kernel figures
+		Cgroups: []containers.CgroupSpec{{Name: "bench-cf-oom", App: "benchcf", Path: "/bench-cf-oom"}},
+		OnOOMRescue: func(_, returned time.Duration) {
+			now := time.Now() // the limit and the brake are raised by now
+			mu.Lock()
+			rescues = append(rescues, rescue{event: now.Add(-returned), raised: now})
+			mu.Unlock()
+		}})
+	if err != nil {
+		return err
+	}
+	if a.Backend() != agent.BackendCgroupfs {
+		return fmt.Errorf("agent picked backend %s", a.Backend())
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	m, err := registered(srv, "bench-cf-oom", cg)
+	if err != nil {
+		return err
+	}
+	if err := waitBrake(cg, brakeFor(m.MemoryLimitBytes), 5*time.Second); err != nil {
+		return err
+	}
+	trace := "/tmp/bench-cf-trace"
+	want := m.MemoryLimitBytes>>20 + 192
+	hog, err := cg.start("hog-mem-trace", strconv.FormatInt(want, 10), trace)
+	if err != nil {
+		return err
+	}
+	ps, err := waitTimeout(hog, 180*time.Second)
+	if err != nil {
+		return err
+	}
+	kills, _ := cg.keyed("memory.events", "oom_kill")
+	highs, _ := cg.keyed("memory.events", "high")
+	m, _ = member(srv, "bench-cf-oom")
+	if !ps.Success() || kills != 0 {
+		return fmt.Errorf("hog of %d MiB: %v, oom_kill %d (controller: %d requests, %d grants, %d denials)",
+			want, ps, kills, m.OOMRequests, m.OOMGrants, m.OOMDenials)
+	}
+	ends, durs, err := readTrace(trace)
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	rs := append([]rescue(nil), rescues...)
+	mu.Unlock()
+	var rescueUs, raiseUs []float64
+	for _, r := range rs {
+		i := sort.Search(len(ends), func(i int) bool { return ends[i] >= r.raised.UnixNano() })
+		if i == len(ends) {
+			continue // the hog had finished: nothing left to resume
+		}
+		rescueUs = append(rescueUs, float64(ends[i]-r.event.UnixNano())/1e3)
+		raiseUs = append(raiseUs, float64(r.raised.Sub(r.event).Nanoseconds())/1e3)
+	}
+	if len(rescueUs) == 0 {
+		return fmt.Errorf("no rescue measured (%d grants, %d memory.events high)", m.OOMGrants, highs)
+	}
+	sort.Float64s(rescueUs)
+	sort.Float64s(raiseUs)
+	// The stall figure uses the kernel benchmark's method (the n slowest
+	// touches, n = grants) for a like-for-like ratio.
+	sort.Sort(sort.Reverse(sort.Float64Slice(durs)))
+	stall := append([]float64(nil), durs[:min(int(m.OOMGrants), len(durs))]...)
+	sort.Float64s(stall)
+	sum["cgroupfs_oom_rescues"] = len(rescueUs)
+	sum["cgroupfs_oom_grants"] = m.OOMGrants
+	sum["cgroupfs_oom_high_events"] = highs
+	sum["cgroupfs_oom_step_bytes"] = brakeMargin
+	sum["cgroupfs_oom_rescue_p50_us"] = pctl(rescueUs, 0.50)
+	sum["cgroupfs_oom_rescue_p99_us"] = pctl(rescueUs, 0.99)
+	sum["cgroupfs_oom_raise_p50_us"] = pctl(raiseUs, 0.50)
+	sum["cgroupfs_oom_raise_p99_us"] = pctl(raiseUs, 0.99)
+	if len(stall) > 0 {
+		sum["cgroupfs_oom_stall_p50_us"] = pctl(stall, 0.50)
+		sum["cgroupfs_oom_stall_p99_us"] = pctl(stall, 0.99)
+	}
+	fmt.Printf("bench: %d cgroupfs (v2 memory.high) rescues through escrad and the controller: event -> hog running p50 %.0f us, p99 %.0f us; event -> limit raised p50 %.0f us, p99 %.0f us; %d high events, hog %d MiB exit 0, oom_kill 0\n",
+		len(rescueUs), pctl(rescueUs, 0.5), pctl(rescueUs, 0.99), pctl(raiseUs, 0.5), pctl(raiseUs, 0.99), highs, want)
+	return nil
+}
+
+func pctl(sorted []float64, p float64) float64 { return sorted[int(p*float64(len(sorted)-1))] }
+
+// readTrace reads hog-mem-trace's file: "end_unix_ns duration_us" lines.
+func readTrace(path string) (ends []int64, durs []float64, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		e, err1 := strconv.ParseInt(f[0], 10, 64)
+		d, err2 := strconv.ParseFloat(f[1], 64)
+		if err1 == nil && err2 == nil {
+			ends = append(ends, e)
+			durs = append(durs, d)
+		}
+	}
+	if len(ends) == 0 {
+		return nil, nil, errors.New("empty hog trace")
+	}
+	return ends, durs, nil
+}
+
+// hogMemTrace touches args[0] MiB and writes, per touch, its end (Unix
+// ns, the guest's clock shared with escrad) and its duration (us) to args[1].
+func hogMemTrace(args []string) int {
+	n := atoiArg(args, 0, 48)
+	b := make([]byte, n<<20)
+	ends := make([]int64, 0, len(b)/4096)
+	durs := make([]int64, 0, len(b)/4096)
+	for i := 0; i < len(b); i += 4096 {
+		t := time.Now()
+		b[i] = 1
+		e := time.Now()
+		ends = append(ends, e.UnixNano())
+		durs = append(durs, e.Sub(t).Nanoseconds())
+	}
+	var sb strings.Builder
+	for i := range ends {
+		fmt.Fprintf(&sb, "%d %.1f\n", ends[i], float64(durs[i])/1e3)
+	}
+	if err := os.WriteFile(args[1], []byte(sb.String()), 0o644); err != nil {
+		fmt.Println("hog-mem-trace:", err)
+		return 1
+	}
+	return 0
+}
