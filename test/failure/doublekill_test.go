@@ -188,4 +188,18 @@ func TestRestartedDaemonRestoresBeforeRearming(t *testing.T) {
 	if restored < 0 || managed < 0 || restored > managed {
 		t.Fatalf("want the hog's restore (line %d) before the first re-arm (line %d):\n%s", restored, managed, d.logText())
 	}
+
+	// A clean stop clears every group itself and leaves no state file.
+	d.kill(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("escrad did not stop on SIGTERM")
+	}
+	if oomKillDisabled(t, idleP) {
+		t.Fatal("idle container left with its OOM killer disabled after a clean stop")
+	}
+	if _, err := os.Stat(c.oomState); err == nil {
+		t.Fatalf("state file %s left after a clean stop", c.oomState)
+	}
 }
