@@ -6,7 +6,8 @@
 # qemu-system-x86_64 under TCG; the guest runs the scenarios and prints
 # --- PASS / --- FAIL lines on the serial console. Then, unless
 # VMTEST_STOCK=0, it boots Debian's stock kernel with escra.ko built against
-# the stock headers and checks the refusal that escrad detects.
+# the stock headers and checks the refusal that escrad detects, then runs
+# the cgroupfs-* scenarios (escrad without the module) on that kernel too.
 # Exit status: 0 only when every guest reported all scenarios passed.
 #
 #   VMTEST_RUN=telemetry,oom-grant vm-tests/run.sh   only these scenarios
@@ -134,7 +135,9 @@ elif [ "${VMTEST_STOCK:-1}" != 0 ] && [ -z "${VMTEST_RUN:-}" ]; then
 	if stock=$(scripts/kernel-stock.sh --cached); then
 		stock_ko=$(KMOD_OUT=$work/kmod-stock scripts/kernel-kmod.sh --stock | tail -1)
 		initramfs stock "$stock_ko"
-		boot stock "$stock" "escra_run=stock-refusal" || rc=1
+		# escrad's stock-kernel backend where it is meant to run: Debian's
+		# own kernel on cgroup v2, no module.
+		boot stock "$stock" "escra_run=stock-refusal,cgroupfs-telemetry,cgroupfs-oom-grant,cgroupfs-oom-deny,cgroupfs-oom-absent" || rc=1
 	else
 		say "stock kernel image not fetched (make setup): stock-refusal NOT run"
 	fi

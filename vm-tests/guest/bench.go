@@ -178,6 +178,10 @@ func ratios(sum map[string]any) {
 		if ok1 && ok2 {
 			sum["ratio_oom_rescue_"+p+"_cgroupfs_over_kernel"] = c / k
 		}
+		// Like for like: the slowest page touches, one per grant, on both.
+		if st, ok := f("cgroupfs_oom_stall_" + p + "_us"); ok1 && ok {
+			sum["ratio_oom_stall_"+p+"_cgroupfs_over_kernel"] = st / k
+		}
 	}
 }
 

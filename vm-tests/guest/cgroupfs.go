@@ -34,6 +34,12 @@ const escradBin = "/escrad"
 // brakeMargin is escrad's memory.high margin below memory.max (oom.Watcher).
 const brakeMargin = 8 << 20
 
+// absentLimit is memory.max in the no-controller cases: the brake sits at
+// 24 MiB, and a hog that stops at fitBytes (its cgroup's memory.current,
+// so the runtime's and the kernel's own charges count: ~9 MiB on Debian's
+// kernel) is past the brake by a sixth — held there for minutes — yet fits.
+const absentLimit, fitBytes = 32 << 20, 28 << 20
+
 // escradProc is one escrad child process.
 type escradProc struct {
 	cmd     *exec.Cmd
@@ -297,8 +303,11 @@ func scenarioCgroupfsTelemetry(*env) error {
 	if min := uint64(window/usDur(periodUs)) * 3 / 4; periods < min {
 		return fmt.Errorf("controller received %d records in %v, want >= %d (one per period)", periods, window, min)
 	}
-	if thr*4 < periods*3 {
-		return fmt.Errorf("only %d of %d records throttled, want >= 75%%", thr, periods)
+	// The throttled flag is nr_throttled advancing within the window: a
+	// jittered window now and then holds two throttle moments and the next
+	// none (the kernel backend's flag is exact; see docs/daemon.md).
+	if thr*3 < periods*2 {
+		return fmt.Errorf("only %d of %d records throttled, want >= 2/3", thr, periods)
 	}
 	if d := quotaUs - med; d > tick.Microseconds() || d < -tick.Microseconds() {
 		return fmt.Errorf("median usage %d us per period, want quota %d us within one tick (unused ≈ 0)", med, quotaUs)
@@ -321,16 +330,26 @@ type memOutcome struct {
 
 // runMemHog runs hog-mem MiB in cg and reports how it ended.
 func runMemHog(cg *cgroup, mib int64, limit time.Duration) (*memOutcome, error) {
+	return runHog(cg, limit, "hog-mem", strconv.FormatInt(mib, 10))
+}
+
+// runFitHog runs a hog that touches memory until its cgroup's
+// memory.current reaches fitBytes, then exits 0.
+func runFitHog(cg *cgroup, limit time.Duration) (*memOutcome, error) {
+	return runHog(cg, limit, "hog-mem-until", strconv.Itoa(fitBytes))
+}
+
+func runHog(cg *cgroup, limit time.Duration, args ...string) (*memOutcome, error) {
 	h0, _ := cg.keyed("memory.events", "high")
 	k0, _ := cg.keyed("memory.events", "oom_kill")
 	t0 := time.Now()
-	hog, err := cg.start("hog-mem", strconv.FormatInt(mib, 10))
+	hog, err := cg.start(args...)
 	if err != nil {
 		return nil, err
 	}
 	ps, err := waitTimeout(hog, limit)
 	if err != nil {
-		return nil, fmt.Errorf("hog of %d MiB hung: %w", mib, err)
+		return nil, fmt.Errorf("%v hung: %w", args, err)
 	}
 	o := &memOutcome{ps: ps, elapsed: time.Since(t0)}
 	h1, _ := cg.keyed("memory.events", "high")
@@ -466,7 +485,7 @@ func scenarioCgroupfsOOMAbsent(e *env) error {
 		return err
 	}
 	defer cg.remove()
-	const limit = 48 << 20
+	const limit = absentLimit
 	if err := cg.set("memory.max", strconv.Itoa(limit)); err != nil {
 		return err
 	}
@@ -486,7 +505,7 @@ func scenarioCgroupfsOOMAbsent(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("    no controller, hog 96 MiB over 48 MiB: %v after %v, memory.events high +%d, oom_kill +%d\n",
+	fmt.Printf("    no controller, hog 96 MiB over 32 MiB: %v after %v, memory.events high +%d, oom_kill +%d\n",
 		big.ps, big.elapsed.Round(time.Millisecond), big.high, big.kills)
 	if !killedBy(big.ps, syscall.SIGKILL) || big.kills == 0 {
 		return fmt.Errorf("big hog %v, oom_kill +%d: want an OOM kill at memory.max", big.ps, big.kills)
@@ -494,12 +513,12 @@ func scenarioCgroupfsOOMAbsent(e *env) error {
 	if err := waitBrake(cg, brakeFor(limit), 5*time.Second); err != nil {
 		return fmt.Errorf("brake not set again after the OOM kill: %w", err)
 	}
-	fit, err := runMemHog(cg, 44, 60*time.Second)
+	fit, err := runFitHog(cg, 60*time.Second)
 	if err != nil {
 		return err
 	}
 	high, _ := cg.get("memory.high")
-	fmt.Printf("    no controller, hog 44 MiB (brake 40, max 48): %v after %v, memory.events high +%d, oom_kill +%d, memory.high %s\n",
+	fmt.Printf("    no controller, hog to 28 MiB (brake 24, max 32): %v after %v, memory.events high +%d, oom_kill +%d, memory.high %s\n",
 		fit.ps, fit.elapsed.Round(time.Millisecond), fit.high, fit.kills, high)
 	if !fit.ps.Success() || fit.kills != 0 || fit.high == 0 {
 		return fmt.Errorf("fitting hog %v, oom_kill +%d, high +%d: want exit 0 after a brake event, no kill", fit.ps, fit.kills, fit.high)
@@ -522,7 +541,7 @@ func cgroupfsSilentController(*env) error {
 		return err
 	}
 	defer cg.remove()
-	ctl := exec.Command("/proc/self/exe", "controller", "cfsilent", strconv.Itoa(96<<20))
+	ctl := exec.Command("/proc/self/exe", "controller", "cfsilent", strconv.Itoa(2*absentLimit))
 	out, err := ctl.StdoutPipe()
 	if err != nil {
 		return err
@@ -545,20 +564,20 @@ func cgroupfsSilentController(*env) error {
 		return err
 	}
 	defer p.stop()
-	const boot = 48 << 20 // (1 − σ) · budget
+	const boot = absentLimit // (1 − σ) · budget
 	if err := waitBrake(cg, brakeFor(boot), 20*time.Second); err != nil {
 		return fmt.Errorf("bootstrap limit and brake: %w", err)
 	}
 	if err := ctl.Process.Signal(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	fit, err := runMemHog(cg, 44, 60*time.Second)
+	fit, err := runFitHog(cg, 60*time.Second)
 	if err != nil {
 		return err
 	}
 	high, _ := cg.get("memory.high")
 	dl := p.metric(`escrad_oom_outcomes_total{outcome="deadline"}`)
-	fmt.Printf("    stopped controller, hog 44 MiB (brake 40, max 48): %v after %v, memory.events high +%d, oom_kill +%d, memory.high %s, deadline outcomes %v\n",
+	fmt.Printf("    stopped controller, hog to 28 MiB (brake 24, max 32): %v after %v, memory.events high +%d, oom_kill +%d, memory.high %s, deadline outcomes %v\n",
 		fit.ps, fit.elapsed.Round(time.Millisecond), fit.high, fit.kills, high, dl)
 	if !fit.ps.Success() || fit.kills != 0 || fit.high == 0 {
 		return fmt.Errorf("hog %v, oom_kill +%d, high +%d: want exit 0 after a brake event, no kill", fit.ps, fit.kills, fit.high)
@@ -570,6 +589,36 @@ func cgroupfsSilentController(*env) error {
 		return fmt.Errorf("hog done in %v, before the 1 s deadline: the brake did not hold it", fit.elapsed)
 	}
 	return nil
+}
+
+// hogMemUntil touches pages until its own cgroup's memory.current reaches
+// args[0] bytes (checked every 16 pages), then exits 0.
+func hogMemUntil(args []string) int {
+	target, _ := strconv.ParseInt(args[0], 10, 64)
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return 1
+	}
+	_, rel, _ := strings.Cut(strings.TrimSpace(string(b)), "::")
+	cur := func() int64 {
+		v, err := os.ReadFile(cgroupRoot + rel + "/memory.current")
+		if err != nil {
+			return -1
+		}
+		n, _ := strconv.ParseInt(strings.TrimSpace(string(v)), 10, 64)
+		return n
+	}
+	buf := make([]byte, 256<<20) // address space only: pages count when touched
+	for i := 0; i < len(buf); i += 4096 {
+		if i%(16*4096) == 0 {
+			if c := cur(); c < 0 || c >= target {
+				fmt.Printf("hog-mem-until: memory.current %d after touching %d MiB\n", c, i>>20)
+				return 0
+			}
+		}
+		buf[i] = 1
+	}
+	return 1
 }
 
 // controllerProc is the "controller" workload: escra-controller's server

@@ -20,6 +20,7 @@ var workloads = map[string]func(args []string) int{
 	"hog-mem-timed": hogMemTimed,
 	"controller":    controllerProc,
 	"hog-mem-trace": hogMemTrace,
+	"hog-mem-until": hogMemUntil,
 }
 
 // hogCPU spins until killed.
