@@ -184,3 +184,66 @@ func TestIdleParentShortcutStillSeesWakeUps(t *testing.T) {
 		t.Fatalf("%d records: idle periods before the wake-up should be gaps", len(sink.stats))
 	}
 }
+
+// A late tick (the host was busy) gives one record whose usage is scaled to
+// one period; the early tick after it (aligned to the period) is folded
+// into the next record instead of showing a throttled group as idle.
+func TestCgroupfsLateAndEarlyTicks(t *testing.T) {
+	rel := cgtest.New(t, "tel-late")
+	spin := cgtest.Workload(t, "spin")
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_period_us", "100000")
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "5000")
+	p, err := cgtest.Start(rel, spin, "-threads", "1", "-for", "20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	paths, err := cgroups.PathsForCgroup(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cgroups.Open(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	const period = 100 * time.Millisecond
+	c := &Cgroupfs{Period: period, Limits: func(uint32) (int64, uint32) { return 5000, 100000 }}
+	s := &sampled{h: 1, g: g}
+	var st pb.CpuStat
+	buf := make([]byte, 512)
+	time.Sleep(150 * time.Millisecond) // the spinner is running
+	t0 := time.Now()
+	if c.sample(s, &st, buf, period, t0) {
+		t.Fatal("the first sample only takes the baseline")
+	}
+	// Late: four periods pass before the next tick.
+	time.Sleep(4 * period)
+	t1 := time.Now()
+	if !c.sample(s, &st, buf, period, t1) {
+		t.Fatal("no record after four busy periods")
+	}
+	// 5 ms per 100 ms over ~400 ms is ~20 ms; per period it is ~5 ms.
+	if st.UsageUs > 8000 || st.UsageUs < 2000 {
+		t.Errorf("late record usage %d us, want ~5000 (one period's share)", st.UsageUs)
+	}
+	if st.UnusedUs > 3000 {
+		t.Errorf("late record unused %d us of a 5000 us quota the spinner used up", st.UnusedUs)
+	}
+	seq := st.PeriodSeq
+	// Early: 30 ms later. Folded: no record, baseline kept.
+	time.Sleep(30 * time.Millisecond)
+	if c.sample(s, &st, buf, period, time.Now()) {
+		t.Errorf("a 30 ms window was reported: %v", &st)
+	}
+	time.Sleep(period)
+	if !c.sample(s, &st, buf, period, time.Now()) {
+		t.Fatal("no record for the window after the folded one")
+	}
+	if st.PeriodSeq != seq+1 {
+		t.Errorf("period_seq %d after %d", st.PeriodSeq, seq)
+	}
+	if st.UsageUs < 2000 || st.UnusedUs > 3000 {
+		t.Errorf("record after the fold: usage %d us, unused %d us; want the busy group's ~5000 and ~0", st.UsageUs, st.UnusedUs)
+	}
+}
