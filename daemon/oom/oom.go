@@ -345,7 +345,13 @@ func (w *Watcher) Run(fn func(Event)) error {
 				continue
 			}
 			if wt.g.Paths.Version == cgroups.V2 {
-				_, _ = unix.Pread(fd, buf[:], 0) // re-arms the poll
+				if _, err := unix.Pread(fd, buf[:], 0); err != nil { // re-arms the poll
+					// The group was removed: kernfs then reports
+					// EPOLLERR|EPOLLPRI on every poll. Stop polling it
+					// (Remove closes it) instead of spinning.
+					_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+					continue
+				}
 			} else {
 				_, _ = unix.Read(fd, buf[:]) // drain the eventfd counter
 			}

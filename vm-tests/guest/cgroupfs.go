@@ -469,7 +469,35 @@ func scenarioCgroupfsOOMDeny(*env) error {
 	if err := waitBrake(cg, brakeFor(boot), 5*time.Second); err != nil {
 		return fmt.Errorf("brake not set again after the OOM kill: %w", err)
 	}
+	// The group disappears under a running escrad (a plain cgroup removed
+	// by its owner): kernfs then flags its memory.events on every poll;
+	// escrad must not spin on it.
+	cg.remove()
+	time.Sleep(500 * time.Millisecond)
+	c0 := procCPU(p.cmd.Process.Pid)
+	time.Sleep(2 * time.Second)
+	used := procCPU(p.cmd.Process.Pid) - c0
+	fmt.Printf("    group removed under escrad: escrad used %v of CPU in the next 2 s\n", used)
+	if used > 500*time.Millisecond {
+		return fmt.Errorf("escrad used %v of CPU in 2 s after its group was removed: spinning", used)
+	}
 	return nil
+}
+
+// procCPU is a process's user+system CPU time (/proc/PID/stat, USER_HZ 100).
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest) // from field 3 (state)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 // scenarioCgroupfsOOMAbsent: no controller. (1) escrad cannot ask, so it
