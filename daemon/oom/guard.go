@@ -199,13 +199,14 @@ func RestoreRecorded(state string, extra []string) ([]Restored, error) {
 	return out, nil
 }
 
-// restoreOne writes oom_kill_disable 0; ok is false when the group is gone.
-// Only absolute, clean paths to a memory.oom_control are touched (the state
-// file is root's, but a corrupt line must not make us write elsewhere).
+// restoreOne writes oom_kill_disable 0 (v2: memory.high max, the brake
+// released); ok is false when the group is gone. Only absolute, clean paths
+// to a memory.oom_control or memory.high are touched (the state file is
+// root's, but a corrupt line must not make us write elsewhere).
 func restoreOne(p string) (Restored, bool) {
 	r := Restored{Path: p}
-	if !filepath.IsAbs(p) || filepath.Clean(p) != p || filepath.Base(p) != "memory.oom_control" {
-		r.Err = errors.New("not a memory.oom_control path; skipped")
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p || filepath.Base(p) != "memory.oom_control" && filepath.Base(p) != "memory.high" {
+		r.Err = errors.New("not a memory.oom_control or memory.high path; skipped")
 		return r, true
 	}
 	before, err := os.ReadFile(p)
@@ -220,13 +221,22 @@ func restoreOne(p string) (Restored, bool) {
 		return r, false
 	}
 	if err == nil {
-		_, err = f.Write([]byte("0"))
+		_, err = f.Write(restoreValue(p))
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 	}
 	r.Err = err
 	return r, true
+}
+
+// restoreValue is what clears an armed file: oom_kill_disable 0 (v1), or
+// no brake, memory.high max (v2).
+func restoreValue(p string) []byte {
+	if filepath.Base(p) == "memory.high" {
+		return []byte("max")
+	}
+	return []byte("0")
 }
 
 // UnderOOM reports whether a task of the group of memory.oom_control p
@@ -260,8 +270,8 @@ func RunGuard(in io.Reader) {
 	}
 	for p := range armed {
 		// The group may be gone with its container: nothing to clear then.
-		if err := os.WriteFile(p, []byte("0"), 0); err == nil {
-			fmt.Fprintf(os.Stderr, "escrad oom guard: escrad gone, OOM killer re-enabled: %s\n", p)
+		if err := os.WriteFile(p, restoreValue(p), 0); err == nil {
+			fmt.Fprintf(os.Stderr, "escrad oom guard: escrad gone, OOM killer re-enabled (v2: memory.high brake released): %s\n", p)
 		}
 	}
 }

@@ -119,6 +119,10 @@ func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
 	return nil
 }
 
+func highPath(g *cgroups.Group) string {
+	return filepath.Join(g.Paths.Unified, "memory.high")
+}
+
 func oomControlPath(g *cgroups.Group) string {
 	return filepath.Join(g.Paths.Memory, "memory.oom_control")
 }
@@ -162,8 +166,12 @@ func (w *Watcher) addV2(g *cgroups.Group) (int, error) {
 	}
 	var buf [512]byte
 	_, _ = unix.Pread(fd, buf[:], 0) // arm: the next change signals
+	// Listed (guard, state file) before the brake is set: if escrad dies,
+	// memory.high goes back to max and nobody is left throttled.
+	currentGuard().Armed(highPath(g))
 	if err := SetHigh(g, max, w.HighMargin); err != nil {
 		unix.Close(fd)
+		currentGuard().Disarmed(highPath(g))
 		return -1, err
 	}
 	return fd, nil
@@ -204,6 +212,7 @@ func (w *Watcher) Remove(h uint32) {
 func (w *Watcher) dropLocked(wt *watch, restore bool) {
 	if restore && wt.g.Paths.Version == cgroups.V2 {
 		_ = wt.g.WriteInt(cgroups.MemHigh, cgroups.Max)
+		currentGuard().Disarmed(highPath(wt.g))
 	}
 	if restore && wt.g.Paths.Version == cgroups.V1 {
 		// Nobody watches it any more: never leave its OOM killer off (the

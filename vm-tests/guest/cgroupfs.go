@@ -504,7 +504,8 @@ func procCPU(pid int) time.Duration {
 // releases the brake at once; a hog that needs more than memory.max is
 // OOM-killed there and the brake is set again; a hog that fits between
 // memory.high and memory.max completes at full speed (held by the brake it
-// would crawl for minutes). (2) A controller that stopped answering (a
+// would crawl for minutes); escrad SIGKILLed → its OOM guard releases the
+// brake. (2) A controller that stopped answering (a
 // SIGSTOPped escra-controller process): after escrad's 1 s deadline the
 // brake is released and the fitting hog completes. Never hung.
 func scenarioCgroupfsOOMAbsent(e *env) error {
@@ -558,6 +559,16 @@ func scenarioCgroupfsOOMAbsent(e *env) error {
 	if err := waitBrake(cg, brakeFor(limit), 6*time.Second); err != nil {
 		return fmt.Errorf("brake not set again once usage fell: %w", err)
 	}
+	// escrad dies by SIGKILL: its OOM guard releases the brake, so nothing
+	// stays throttled for a daemon that is gone.
+	_ = p.cmd.Process.Kill()
+	if err := waitBrake(cg, "max", 5*time.Second); err != nil {
+		return fmt.Errorf("escrad SIGKILLed: %w (its OOM guard must release the brake)", err)
+	}
+	if _, ok := p.logged(5*time.Second, "escrad oom guard", "cf-absent/memory.high"); !ok {
+		return errors.New("the OOM guard did not log the brake it released")
+	}
+	fmt.Println("    escrad SIGKILLed: its OOM guard set memory.high back to max")
 	p.stop()
 	return cgroupfsSilentController(e)
 }
