@@ -411,8 +411,17 @@ func (w *Watcher) check(wt *watch, buf []byte) (Event, bool) {
 			return e, false
 		}
 	}
-	if u, err := wt.g.ReadInt(cgroups.MemUsage); err == nil && u >= 0 {
+	u, err := wt.g.ReadInt(cgroups.MemUsage)
+	if err == nil && u >= 0 {
 		e.Usage = uint64(u)
+	}
+	if wt.g.Paths.Version == cgroups.V2 && err == nil {
+		// The kernel counts "high" before it reclaims: if reclaim got the
+		// group back under the brake (page cache it could drop), there is
+		// nothing to ask for.
+		if high, herr := wt.g.ReadInt(cgroups.MemHigh); herr == nil && high != cgroups.Max && u <= high {
+			return e, false
+		}
 	}
 	e.Limit, _ = wt.g.ReadInt(cgroups.MemLimit)
 	return e, true
