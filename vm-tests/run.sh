@@ -93,6 +93,7 @@ boot() {
 	local accel_args=(-accel tcg)
 	[ "$accel" = kvm ] && accel_args=(-enable-kvm -cpu host)
 	say "booting $1 in QEMU ($accel, 2 CPUs, timeout ${timeout_s}s)"
+	: >"$log" # exists before tail opens it (the redirect below may come later)
 	qemu-system-x86_64 "${accel_args[@]}" -m 1G -smp 2 \
 		-kernel "$2" -initrd "$work/$1.cpio" \
 		-nographic -no-reboot -serial stdio -monitor none \
