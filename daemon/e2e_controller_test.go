@@ -15,6 +15,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/escra-dev/escra/controller/server"
+	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/dockertest"
 )
@@ -110,11 +111,17 @@ func TestRealControllerRegistersAndItsQuotaReachesCgroupThenDocker(t *testing.T)
 	}
 }
 
+// verdictNotDeadline gives the controller 2 s to answer: these tests are
+// about its verdict, and on a loaded machine a round trip can outlast the
+// 200 ms default deadline (whose expiry the controller-absent and
+// silent-controller tests cover).
+func verdictNotDeadline(c *agent.Config) { c.OOMDeadline = 2 * time.Second }
+
 func TestRealControllerGrantsMemoryHogFinishes(t *testing.T) {
 	// Bootstrap gives the one container 256 MiB × (1 − 0.875) = 32 MiB and
 	// keeps 224 MiB for OOM grants of 64 MiB.
 	s := startController(t, server.AppSpec{Name: appLabel(t)[containers.AppLabel], CPUCores: 1, MemoryBytes: 256 << 20, Sigma: 0.875})
-	code, kills, _, a := oomCaseAgent(t, s.TCPAddr(), nil)
+	code, kills, _, a := oomCaseAgent(t, s.TCPAddr(), verdictNotDeadline)
 	if code != 0 || kills != 0 {
 		t.Fatalf("exit %d, oom_kill %d; want 0 and 0 (granted)", code, kills)
 	}
@@ -126,7 +133,7 @@ func TestRealControllerGrantsMemoryHogFinishes(t *testing.T) {
 func TestRealControllerDeniesWhenPoolEmptyKilled(t *testing.T) {
 	// 40 MiB for the whole app: at most one 8 MiB grant, the hog needs 96.
 	s := startController(t, server.AppSpec{Name: appLabel(t)[containers.AppLabel], CPUCores: 1, MemoryBytes: 40 << 20, Sigma: 0.2})
-	code, kills, _, a := oomCaseAgent(t, s.TCPAddr(), nil)
+	code, kills, _, a := oomCaseAgent(t, s.TCPAddr(), verdictNotDeadline)
 	if kills == 0 || code != 137 {
 		t.Fatalf("exit %d, oom_kill %d; want OOM-killed after the denial", code, kills)
 	}
