@@ -287,12 +287,14 @@ func run(o opts) error {
 	}
 	fmt.Printf("soak: start heap %.1f MiB, %v goroutines, %v fds\n", start.HeapBytes/(1<<20), start.Goroutines, start.FDs)
 	t0 := time.Now()
+	end := start
 	for time.Since(t0) < o.dur {
 		time.Sleep(min(time.Minute, o.dur-time.Since(t0)))
 		s, err := scrape(o.admin)
 		if err != nil {
 			return err
 		}
+		end = s // the last one is the end sample: under load, as the start one
 		byKind, _, _ := errs.snapshot()
 		fmt.Printf("soak: %v heap %.1f MiB, %v goroutines, %v fds, %d OOM requests, %d churned, %d reconnects, errors: %s\n",
 			time.Since(t0).Round(time.Second), s.HeapBytes/(1<<20), s.Goroutines, s.FDs, ooms.Load(), churned.Load(), reconnects.Load(), kindsLine(byKind))
@@ -300,7 +302,9 @@ func run(o opts) error {
 	close(stop)
 	wg.Wait()
 	time.Sleep(3 * time.Second) // let the last OOM requests (2 s timeout) and acks settle
-	end, err := scrape(o.admin)
+	// Idle, 3 s after the load stopped: in-use heap here is whatever the
+	// last burst left before the next GC, not a trend (reported apart).
+	idle, err := scrape(o.admin)
 	if err != nil {
 		return err
 	}
@@ -321,6 +325,8 @@ func run(o opts) error {
 		"goroutines_start": start.Goroutines, "goroutines_end": end.Goroutines,
 		"fds_start": start.FDs, "fds_end": end.FDs,
 		"rss_start_bytes": start.RSSBytes, "rss_end_bytes": end.RSSBytes,
+		"heap_idle_after_stop_bytes": idle.HeapBytes, "goroutines_idle_after_stop": idle.Goroutines,
+		"fds_idle_after_stop": idle.FDs,
 	}
 	for k := range expectedKinds {
 		byKind[k] += 0 // expected kinds always appear, as 0 when they did not happen
@@ -346,11 +352,13 @@ func run(o opts) error {
 		"%d OOM requests (%d granted), %d containers churned, %d session reconnects.\n\n"+
 		"| | start | end |\n|---|---|---|\n| heap in use | %.1f MiB | %.1f MiB |\n| goroutines | %.0f | %.0f |\n"+
 		"| open fds | %.0f | %.0f |\n| RSS | %.1f MiB | %.1f MiB |\n\n"+
+		"Both samples under load; 3 s after the load stopped: heap %.1f MiB, %.0f goroutines, %.0f fds.\n"+
 		"Generator errors: %d unexpected, %d expected races (by kind: %s).\n"+
 		"Controller input dropped during the run, by reason: %s.\n",
 		o.containers, o.hosts, o.apps, o.dur, o.warmup, o.certs != "", ooms.Load(), grants.Load(), churned.Load(),
 		reconnects.Load(), start.HeapBytes/(1<<20), end.HeapBytes/(1<<20), start.Goroutines, end.Goroutines,
-		start.FDs, end.FDs, start.RSSBytes/(1<<20), end.RSSBytes/(1<<20), unexpected, expected, kindsLine(byKind), kindsLine(dropped))
+		start.FDs, end.FDs, start.RSSBytes/(1<<20), end.RSSBytes/(1<<20),
+		idle.HeapBytes/(1<<20), idle.Goroutines, idle.FDs, unexpected, expected, kindsLine(byKind), kindsLine(dropped))
 	ks := make([]string, 0, len(expectedKinds))
 	for k := range expectedKinds {
 		ks = append(ks, k)
