@@ -64,15 +64,20 @@ func restoreOOM(log *slog.Logger, src restoreSources, settle time.Duration) int 
 	}
 	failed, waiting := 0, []string{}
 	for _, r := range res {
+		// v1 groups get their OOM killer back; v2 groups lose the brake.
+		what := "OOM killer re-enabled"
+		if filepath.Base(r.Path) == "memory.high" {
+			what = "memory.high brake released"
+		}
 		if r.Err != nil {
 			failed++
-			log.Error("oom restore: OOM killer not re-enabled", "path", r.Path, "err", r.Err)
+			log.Error("oom restore: not restored", "path", r.Path, "err", r.Err)
 			continue
 		}
 		if r.UnderOOM {
 			waiting = append(waiting, r.Path)
 		}
-		log.Info("oom restore: OOM killer re-enabled", "path", r.Path, "task_waiting", r.UnderOOM)
+		log.Info("oom restore: "+what, "path", r.Path, "task_waiting", r.UnderOOM)
 	}
 	left := 0
 	if settle > 0 && len(waiting) > 0 {
