@@ -220,6 +220,7 @@ func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]
 	}
 	app := func(w string) string { return "bench-" + w }
 	var apps strings.Builder
+	var names []string
 	for _, w := range cfg.Workloads {
 		var cpu, mem float64
 		for cell, ps := range peaks {
@@ -237,6 +238,7 @@ func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]
 			continue
 		}
 		fmt.Fprintf(&apps, "- name: %s\n  cpu: \"%.3f\"\n  memory: \"%d\"\n  sigma: 0.1\n", app(w), cpu, int64(mem))
+		names = append(names, app(w))
 	}
 	appsFile := filepath.Join(out, "escra-apps.yaml")
 	if err := os.WriteFile(appsFile, []byte(apps.String()), 0o644); err != nil {
@@ -279,7 +281,10 @@ func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]
 		return nil, nil, err
 	}
 	time.Sleep(500 * time.Millisecond)
-	d, err := start(dBin, "-insecure", "-backend", "cgroupfs")
+	// --apps: this escrad manages (and, at start, restores) only the
+	// benchmark's containers, whatever else runs on the engine.
+	d, err := start(dBin, "-insecure", "-backend", "cgroupfs", "-apps", strings.Join(names, ","),
+		"-oom-state", filepath.Join(out, "escrad.oom-armed"))
 	if err != nil {
 		stopAll(ctl)
 		return nil, nil, err
