@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
 )
 
 // The state file lists exactly the armed set after every change, so a
@@ -95,5 +97,45 @@ func TestRestoreRecordedWritesZero(t *testing.T) {
 	}
 	if res, err := RestoreRecorded(filepath.Join(dir, "no-state"), nil); err != nil || len(res) != 0 {
 		t.Fatalf("missing state file: %v %v", res, err)
+	}
+}
+
+// A v1 group whose trap cannot be set up (here: no cgroup.event_control,
+// as for a group being removed) gets its OOM killer back and leaves the
+// state file: nothing stays listed that no watcher ever armed.
+func TestFailedArmUnlists(t *testing.T) {
+	dir := t.TempDir()
+	for name, v := range map[string]string{"cpu.cfs_quota_us": "-1", "cpu.stat": "nr_periods 0\n",
+		"memory.limit_in_bytes": "33554432", "memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grp, err := cgroups.Open(cgroups.Paths{Version: cgroups.V1, CPU: dir, CPUAcct: dir, Memory: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer grp.Close()
+	state := filepath.Join(t.TempDir(), "oom-armed")
+	rec := NewRecorder()
+	if err := rec.RecordIn(state); err != nil {
+		t.Fatal(err)
+	}
+	SetGuard(rec)
+	defer SetGuard(nil)
+	w, err := NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.Add(1, grp); err == nil {
+		t.Fatal("armed a group without cgroup.event_control")
+	}
+	b, _ := os.ReadFile(state)
+	if strings.Contains(string(b), dir) {
+		t.Fatalf("failed arm still listed in the state file:\n%s", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "memory.oom_control")); !strings.HasPrefix(string(b), "0") {
+		t.Fatalf("memory.oom_control left %q after a failed arm", b)
 	}
 }

@@ -94,6 +94,13 @@ func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
 		// between leaves it listed, and restoring it is harmless.
 		currentGuard().Armed(oomControlPath(g))
 		fd, err = addV1(g)
+		if err != nil {
+			// Not armed (a group being removed answers EINVAL): give the
+			// kernel OOM killer back, best effort, and unlist the group so
+			// no guard, restore or state file keeps a dead entry.
+			_ = g.Write(cgroups.OOMControl, []byte("0"))
+			currentGuard().Disarmed(oomControlPath(g))
+		}
 	}
 	if err != nil {
 		return err
