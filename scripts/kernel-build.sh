@@ -72,7 +72,7 @@ while IFS= read -r line; do
 done < <(cat "${fragments[@]}")
 [ $missing = 0 ] || exit 1
 
-log "building bzImage and modules_prepare with -j$jobs (cold: ~4-5 min on 2 cores)"
+log "building bzImage and modules_prepare with -j$jobs (cold: about 9 min on 2 idle cores)"
 # `modules` runs modpost on vmlinux, producing Module.symvers so external
 # modules link against escra_register_hooks without warnings.
 make -C "$dir" -j"$jobs" bzImage modules modules_prepare 2>&1 |
