@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,7 +161,9 @@ func (c Config) start(ctx context.Context, w Workload, policyName string, peaks 
 			k = 1.5
 		}
 		if k > 0 && i < len(peaks) {
-			res.NanoCPUs = int64(k * peaks[i].CPU * 1e9)
+			// Capped at the host's cores: the engine refuses more (a
+			// closed-loop client such as wrk can profile at ~2 cores here).
+			res.NanoCPUs = int64(min(k*peaks[i].CPU, float64(runtime.NumCPU())) * 1e9)
 			res.Memory = int64(k * peaks[i].Mem)
 			res.MemorySwap = -1
 		}
