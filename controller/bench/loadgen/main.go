@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/escra-dev/escra/controller/internal/errtally"
 	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/internal/auth"
@@ -183,7 +184,8 @@ func run(o opts) error {
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	errs := newTally(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	// No churn and no reconnects here: every error kind is a finding.
+	errs := errtally.New(slog.New(slog.NewTextHandler(os.Stderr, nil)), "loadgen error", nil)
 	pUs := float64(o.period.Microseconds())
 	for h, s := range sims {
 		wg.Add(1)
@@ -216,7 +218,7 @@ func run(o opts) error {
 					stats[i] = simdaemon.Stat{Handle: handle, UsageUs: want, Throttled: c.QuotaUs > 0 && want > c.QuotaUs}
 				}
 				if err := s.d.SendPeriod(stats); err != nil {
-					errs.add("telemetry_send", err, "host", s.d.HostID, "session", s.d.SessionID, "tick", tick, "stats", len(stats))
+					errs.Add("telemetry_send", err, "host", s.d.HostID, "session", s.d.SessionID, "tick", tick, "stats", len(stats))
 				}
 				if tick%10 == 0 {
 					for _, handle := range s.h {
@@ -254,7 +256,7 @@ func run(o opts) error {
 					v, id, err := s.d.OOM(handle, c.MemLimit, c.MemLimit, 16, 5*time.Second)
 					if err != nil {
 						oomFailed.Add(1)
-						errs.add("oom_no_verdict", err, "host", s.d.HostID, "session", s.d.SessionID, "handle", handle,
+						errs.Add("oom_no_verdict", err, "host", s.d.HostID, "session", s.d.SessionID, "handle", handle,
 							"request", id, "waited", time.Since(t0).Round(time.Microsecond))
 						return
 					}
@@ -363,7 +365,7 @@ func run(o opts) error {
 		"floor_decision_latency_p99_us": 1000,
 		"floor_wire_bytes_per_stat":     40,
 	}
-	byKind, errTotal := errs.snapshot()
+	byKind, _, errTotal := errs.Counts()
 	sum["errors_total"] = errTotal
 	for _, k := range []string{"telemetry_send", "oom_no_verdict"} {
 		sum["errors_"+k] = byKind[k]
@@ -405,61 +407,13 @@ Floors met: %v. Seed 000 §VI-I reports 1,192 containers per core (5.7%% of a co
 		cores, sum["containers_per_core"], after.DecisionLatencyP50Us, after.DecisionLatencyP99Us,
 		sum["decisions_per_s"], sum["stats_per_s"], sum["wire_bytes_per_stat"],
 		after.OOMVerdictP50Us, after.OOMVerdictP99Us, oomSent.Load(), oomGranted.Load(), oomFailed.Load(),
-		kindsLine(byKind), dropped, overOmega, pass)
+		errtally.Line(byKind), dropped, overOmega, pass)
 	if err := os.WriteFile(filepath.Join(o.out, "report.md"), []byte(rep), 0o644); err != nil {
 		return err
 	}
 	fmt.Print(rep)
 	if len(byKind) > 0 {
-		fmt.Printf("note: generator errors by kind: %s (one \"loadgen error\" line each above)\n", kindsLine(byKind))
+		fmt.Printf("note: generator errors by kind: %s (one \"loadgen error\" line each above)\n", errtally.Line(byKind))
 	}
 	return nil
-}
-
-// tally logs every generator error as one line and counts them by kind.
-// This generator has no churn and no reconnects, so every kind is a finding.
-type tally struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	n   map[string]uint64
-}
-
-func newTally(log *slog.Logger) *tally { return &tally{log: log, n: map[string]uint64{}} }
-
-func (t *tally) add(kind string, err error, ctx ...any) {
-	t.mu.Lock()
-	t.n[kind]++
-	t.mu.Unlock()
-	t.log.Warn("loadgen error", append([]any{"kind", kind, "err", err}, ctx...)...)
-}
-
-func (t *tally) snapshot() (map[string]uint64, uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	m := make(map[string]uint64, len(t.n))
-	var total uint64
-	for k, v := range t.n {
-		m[k] = v
-		total += v
-	}
-	return m, total
-}
-
-func kindsLine(m map[string]uint64) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	var b strings.Builder
-	for i, k := range ks {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%s %d", k, m[k])
-	}
-	return b.String()
 }

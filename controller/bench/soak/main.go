@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/escra-dev/escra/controller/internal/errtally"
 	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/internal/auth"
 )
@@ -154,7 +155,7 @@ func run(o opts) error {
 	}
 	fmt.Printf("soak: %d containers on %d hosts, %d apps; warm-up %v, then %v\n", o.containers, o.hosts, o.apps, o.warmup, o.dur)
 	var ooms, grants, churned, reconnects atomic.Uint64
-	errs := newTally(slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	errs := errtally.New(slog.New(slog.NewTextHandler(os.Stderr, nil)), "soak error", expectedKinds)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, h := range hosts {
@@ -188,7 +189,7 @@ func run(o opts) error {
 					if reconnected {
 						kind = kindTelemetryReconnect
 					}
-					errs.add(kind, err, "host", h.id, "session", d.SessionID, "stats", len(stats))
+					errs.Add(kind, err, "host", h.id, "session", d.SessionID, "stats", len(stats))
 				}
 			}
 		}()
@@ -234,13 +235,13 @@ func run(o opts) error {
 					ctx := []any{"host", h.id, "session", d.SessionID, "handle", hd, "request", id, "waited", at.Sub(t0).Round(time.Microsecond)}
 					switch {
 					case err != nil && reconnected:
-						errs.add(kindOOMReconnect, err, ctx...)
+						errs.Add(kindOOMReconnect, err, ctx...)
 					case err != nil:
-						errs.add(kindOOMFailed, err, ctx...)
+						errs.Add(kindOOMFailed, err, ctx...)
 					case v.GetReason() == "unknown container" && churnedAway && goneAt.Before(at):
-						errs.add(kindOOMChurn, fmt.Errorf("denied: %s", v.GetReason()), append(ctx, "unregistered_before_verdict", at.Sub(goneAt).Round(time.Microsecond))...)
+						errs.Add(kindOOMChurn, fmt.Errorf("denied: %s", v.GetReason()), append(ctx, "unregistered_before_verdict", at.Sub(goneAt).Round(time.Microsecond))...)
 					default:
-						errs.add(kindOOMDenied, fmt.Errorf("denied: %s", v.GetReason()), ctx...)
+						errs.Add(kindOOMDenied, fmt.Errorf("denied: %s", v.GetReason()), ctx...)
 					}
 				}()
 			}
@@ -252,10 +253,10 @@ func run(o opts) error {
 					delete(h.busy, k)
 					h.gone[k] = time.Now()
 					if err := h.d.Unregister(k); err != nil {
-						errs.add(kindChurn, err, "host", h.id, "session", h.d.SessionID, "op", "unregister", "handle", k)
+						errs.Add(kindChurn, err, "host", h.id, "session", h.d.SessionID, "op", "unregister", "handle", k)
 					}
 					if err := h.add(app); err != nil {
-						errs.add(kindChurn, err, "host", h.id, "session", h.d.SessionID, "op", "register", "handle", h.next)
+						errs.Add(kindChurn, err, "host", h.id, "session", h.d.SessionID, "op", "register", "handle", h.next)
 					}
 					break
 				}
@@ -268,7 +269,7 @@ func run(o opts) error {
 				h.mu.Lock()
 				h.d.Close()
 				if err := h.dial(o); err != nil {
-					errs.add(kindReconnect, err, "host", h.id)
+					errs.Add(kindReconnect, err, "host", h.id)
 				}
 				h.mu.Unlock()
 				reconnects.Add(1)
@@ -295,9 +296,9 @@ func run(o opts) error {
 			return err
 		}
 		end = s // the last one is the end sample: under load, as the start one
-		byKind, _, _ := errs.snapshot()
+		byKind, _, _ := errs.Counts()
 		fmt.Printf("soak: %v heap %.1f MiB, %v goroutines, %v fds, %d OOM requests, %d churned, %d reconnects, errors: %s\n",
-			time.Since(t0).Round(time.Second), s.HeapBytes/(1<<20), s.Goroutines, s.FDs, ooms.Load(), churned.Load(), reconnects.Load(), kindsLine(byKind))
+			time.Since(t0).Round(time.Second), s.HeapBytes/(1<<20), s.Goroutines, s.FDs, ooms.Load(), churned.Load(), reconnects.Load(), errtally.Line(byKind))
 	}
 	close(stop)
 	wg.Wait()
@@ -312,7 +313,7 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	byKind, expected, unexpected := errs.snapshot() // before the closes below end sessions on purpose
+	byKind, expected, unexpected := errs.Counts() // before the closes below end sessions on purpose
 	for _, h := range hosts {
 		h.d.Close()
 	}
@@ -358,7 +359,7 @@ func run(o opts) error {
 		o.containers, o.hosts, o.apps, o.dur, o.warmup, o.certs != "", ooms.Load(), grants.Load(), churned.Load(),
 		reconnects.Load(), start.HeapBytes/(1<<20), end.HeapBytes/(1<<20), start.Goroutines, end.Goroutines,
 		start.FDs, end.FDs, start.RSSBytes/(1<<20), end.RSSBytes/(1<<20),
-		idle.HeapBytes/(1<<20), idle.Goroutines, idle.FDs, unexpected, expected, kindsLine(byKind), kindsLine(dropped))
+		idle.HeapBytes/(1<<20), idle.Goroutines, idle.FDs, unexpected, expected, errtally.Line(byKind), errtally.Line(dropped))
 	ks := make([]string, 0, len(expectedKinds))
 	for k := range expectedKinds {
 		ks = append(ks, k)
@@ -397,59 +398,6 @@ var expectedKinds = map[string]string{
 	kindTelemetryReconnect: "a period's datagrams were being sent on the UDP socket the host's reconnect just closed",
 	kindOOMReconnect:       "an OOM request was waiting on the session the host's reconnect just closed (a real escrad releases the group: kernel OOM killer)",
 	kindOOMChurn:           "the container was unregistered (churn) after the request picked it and before the controller read the request: denied as unknown container",
-}
-
-// tally logs every error as one line and counts them by kind.
-type tally struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	n   map[string]uint64
-}
-
-func newTally(log *slog.Logger) *tally { return &tally{log: log, n: map[string]uint64{}} }
-
-func (t *tally) add(kind string, err error, ctx ...any) {
-	t.mu.Lock()
-	t.n[kind]++
-	t.mu.Unlock()
-	_, exp := expectedKinds[kind]
-	t.log.Warn("soak error", append([]any{"kind", kind, "expected", exp, "err", err}, ctx...)...)
-}
-
-// snapshot returns the counts by kind and the expected and unexpected totals.
-func (t *tally) snapshot() (byKind map[string]uint64, expected, unexpected uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	byKind = make(map[string]uint64, len(t.n))
-	for k, v := range t.n {
-		byKind[k] = v
-		if _, ok := expectedKinds[k]; ok {
-			expected += v
-		} else {
-			unexpected += v
-		}
-	}
-	return byKind, expected, unexpected
-}
-
-// kindsLine is "kind n, kind n" sorted by kind ("none" when empty).
-func kindsLine(m map[string]uint64) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	var b strings.Builder
-	for i, k := range ks {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "%s %d", k, m[k])
-	}
-	return b.String()
 }
 
 // controllerDrops reads the controller's dropped-input counters by reason
