@@ -153,9 +153,20 @@ type Delta struct {
 	MemSlackP50, MemSlackP99            float64
 }
 
-func reduction(base, escra float64) float64 {
-	if base == 0 {
-		return 0
+// Noise floors of the baselines' figures: below them a percentage says
+// nothing (a 0.002-core slack turns a 0.2-core one into −10,000 %), so that
+// cell has no delta (NaN) and is left out of the Table I means.
+const (
+	floorLatencyUs  = 1
+	floorThroughput = 1e-9
+	floorCPUSlack   = 0.01 // cores
+	floorMemSlack   = 1    // MiB
+)
+
+// reduction is (base − escra)/|base| · 100, NaN when |base| < floor.
+func reduction(base, escra, floor float64) float64 {
+	if math.Abs(base) < floor || math.IsNaN(base) {
+		return math.NaN()
 	}
 	return (base - escra) / math.Abs(base) * 100
 }
@@ -176,13 +187,13 @@ func Deltas(aggs map[Key]*Agg) []Delta {
 					continue
 				}
 				out = append(out, Delta{Cell: c, Escra: e, Baseline: b, HasClient: ea.HasClient && ba.HasClient,
-					P999Latency: reduction(ba.P999Us.Mean, ea.P999Us.Mean),
-					P99Latency:  reduction(ba.P99Us.Mean, ea.P99Us.Mean),
-					Throughput:  -reduction(ba.ThroughputRPS.Mean, ea.ThroughputRPS.Mean),
-					CPUSlackP50: reduction(ba.CPUSlackP50.Mean, ea.CPUSlackP50.Mean),
-					CPUSlackP99: reduction(ba.CPUSlackP99.Mean, ea.CPUSlackP99.Mean),
-					MemSlackP50: reduction(ba.MemSlackP50.Mean, ea.MemSlackP50.Mean),
-					MemSlackP99: reduction(ba.MemSlackP99.Mean, ea.MemSlackP99.Mean),
+					P999Latency: reduction(ba.P999Us.Mean, ea.P999Us.Mean, floorLatencyUs),
+					P99Latency:  reduction(ba.P99Us.Mean, ea.P99Us.Mean, floorLatencyUs),
+					Throughput:  -reduction(ba.ThroughputRPS.Mean, ea.ThroughputRPS.Mean, floorThroughput),
+					CPUSlackP50: reduction(ba.CPUSlackP50.Mean, ea.CPUSlackP50.Mean, floorCPUSlack),
+					CPUSlackP99: reduction(ba.CPUSlackP99.Mean, ea.CPUSlackP99.Mean, floorCPUSlack),
+					MemSlackP50: reduction(ba.MemSlackP50.Mean, ea.MemSlackP50.Mean, floorMemSlack),
+					MemSlackP99: reduction(ba.MemSlackP99.Mean, ea.MemSlackP99.Mean, floorMemSlack),
 				})
 			}
 		}
@@ -190,18 +201,26 @@ func Deltas(aggs map[Key]*Agg) []Delta {
 	return out
 }
 
-// TableRow is one row of the Table I analogue: the mean of Deltas over
-// cells (latency and throughput over the cells that have a client).
+// TableRow is one row of the Table I analogue: per column, the mean of
+// the Deltas over the cells that have that figure (latency and throughput
+// only where there is a client; none below the baseline's noise floor).
 type TableRow struct {
 	Escra, Baseline string
 	Cells           int
 	ClientCells     int
 	Avg             Delta
+	// Left is how many cells each column left out for the noise floor.
+	Left int
 }
 
 func TableI(ds []Delta) []TableRow {
+	type acc struct {
+		sum [7]float64
+		n   [7]int
+	}
 	idx := map[[2]string]int{}
 	var rows []TableRow
+	var accs []acc
 	for _, d := range ds {
 		k := [2]string{d.Escra, d.Baseline}
 		i, ok := idx[k]
@@ -209,35 +228,43 @@ func TableI(ds []Delta) []TableRow {
 			i = len(rows)
 			idx[k] = i
 			rows = append(rows, TableRow{Escra: d.Escra, Baseline: d.Baseline})
+			accs = append(accs, acc{})
 		}
-		r := &rows[i]
+		r, a := &rows[i], &accs[i]
 		r.Cells++
-		a := &r.Avg
 		if d.HasClient {
 			r.ClientCells++
-			a.P999Latency += d.P999Latency
-			a.P99Latency += d.P99Latency
-			a.Throughput += d.Throughput
 		}
-		a.CPUSlackP50 += d.CPUSlackP50
-		a.CPUSlackP99 += d.CPUSlackP99
-		a.MemSlackP50 += d.MemSlackP50
-		a.MemSlackP99 += d.MemSlackP99
+		for j, v := range d.values() {
+			if j < 3 && !d.HasClient {
+				continue
+			}
+			if math.IsNaN(v) {
+				r.Left++
+				continue
+			}
+			a.sum[j] += v
+			a.n[j]++
+		}
 	}
 	for i := range rows {
-		n := float64(rows[i].Cells)
-		a := &rows[i].Avg
-		if nc := float64(rows[i].ClientCells); nc > 0 {
-			a.P999Latency /= nc
-			a.P99Latency /= nc
-			a.Throughput /= nc
+		var m [7]float64
+		for j := range m {
+			m[j] = math.NaN()
+			if accs[i].n[j] > 0 {
+				m[j] = accs[i].sum[j] / float64(accs[i].n[j])
+			}
 		}
-		a.CPUSlackP50 /= n
-		a.CPUSlackP99 /= n
-		a.MemSlackP50 /= n
-		a.MemSlackP99 /= n
+		a := &rows[i].Avg
+		a.P999Latency, a.P99Latency, a.Throughput = m[0], m[1], m[2]
+		a.CPUSlackP50, a.CPUSlackP99, a.MemSlackP50, a.MemSlackP99 = m[3], m[4], m[5], m[6]
 	}
 	return rows
+}
+
+// values lists the seven figures in table order.
+func (d Delta) values() [7]float64 {
+	return [7]float64{d.P999Latency, d.P99Latency, d.Throughput, d.CPUSlackP50, d.CPUSlackP99, d.MemSlackP50, d.MemSlackP99}
 }
 
 // policyOrder puts Escra first, then Static from most to least generous,

@@ -3,6 +3,7 @@ package report
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -37,6 +38,14 @@ func ci(s Stat, format string) string {
 }
 
 // Markdown renders the report text.
+// pctCell formats a delta, "—" when it has none (noise floor).
+func pctCell(v float64) string {
+	if math.IsNaN(v) {
+		return "—"
+	}
+	return fmt.Sprintf("%.1f %%", v)
+}
+
 func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
@@ -70,9 +79,13 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 			if row.Escra != "escra" {
 				name += " (" + row.Escra + ")"
 			}
-			w("| %s | %d (%d) | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% |\n",
-				name, row.Cells, row.ClientCells, a.P999Latency, a.P99Latency, a.Throughput, a.CPUSlackP50, a.CPUSlackP99, a.MemSlackP50, a.MemSlackP99)
+			w("| %s | %d (%d) |", name, row.Cells, row.ClientCells)
+			for _, v := range a.values() {
+				w(" %s |", pctCell(v))
+			}
+			w("\n")
 		}
+		w("\nA column's mean leaves out the cells where the baseline's figure is below a noise floor (%v µs, %v cores of slack, %v MiB of slack) or zero: there a percentage means nothing.\n", floorLatencyUs, floorCPUSlack, floorMemSlack)
 		w("\nSeed 000 Table I for comparison (Static 1.5× vs Escra: 38.0 %% latency, 25.4 %% throughput, 81.3/74.2 %% CPU slack, 55.0/95.9 %% memory slack; Autopilot vs Escra: 36.1 %%, 54.5 %%, 78.3/78.6 %%, 26.7/68.9 %%).\n\n")
 	}
 

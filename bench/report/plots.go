@@ -31,6 +31,13 @@ func policyColor(p string) color.Color {
 	return palette[min(policyRank(p), 100)%len(palette)]
 }
 
+func zeroIfNaN(v float64) float64 {
+	if math.IsNaN(v) {
+		return 0
+	}
+	return v
+}
+
 // PlotDeltas draws seed 000 Fig. 4 for one baseline: per cell, Δ p99.9
 // latency (reduction) and Δ throughput (increase) of each Escra policy.
 func PlotDeltas(ds []Delta, baseline, path string) error {
@@ -45,8 +52,9 @@ func PlotDeltas(ds []Delta, baseline, path string) error {
 			l += " (" + d.Escra + ")"
 		}
 		labels = append(labels, l)
-		lat = append(lat, d.P999Latency)
-		tput = append(tput, d.Throughput)
+		// No bar where there is no delta (baseline below its noise floor).
+		lat = append(lat, zeroIfNaN(d.P999Latency))
+		tput = append(tput, zeroIfNaN(d.Throughput))
 	}
 	if len(labels) == 0 {
 		return fmt.Errorf("no deltas against %s", baseline)

@@ -211,3 +211,25 @@ func TestKeyName(t *testing.T) {
 		t.Errorf("KeyName = %q", got)
 	}
 }
+
+// A baseline figure below its noise floor gives that cell no delta, and the
+// Table I mean of that column is taken over the other cells only.
+func TestNoiseFloorLeavesCellOut(t *testing.T) {
+	ds := []Delta{
+		{Cell: Cell{"a", "x"}, Escra: "escra", Baseline: "static15", HasClient: true, P999Latency: 10, Throughput: 5,
+			CPUSlackP50: reduction(0.2, 0.1, floorCPUSlack), MemSlackP50: 40},
+		{Cell: Cell{"b", "y"}, Escra: "escra", Baseline: "static15", HasClient: true, P999Latency: 30, Throughput: 15,
+			CPUSlackP50: reduction(-0.002, 0.2, floorCPUSlack), MemSlackP50: reduction(0, 3, floorMemSlack)},
+	}
+	if !math.IsNaN(ds[1].CPUSlackP50) || !math.IsNaN(ds[1].MemSlackP50) || ds[0].CPUSlackP50 != 50 {
+		t.Fatalf("deltas %+v", ds)
+	}
+	rows := TableI(ds)
+	a := rows[0].Avg
+	if a.P999Latency != 20 || a.Throughput != 10 || a.CPUSlackP50 != 50 || a.MemSlackP50 != 40 || rows[0].Left != 2 {
+		t.Fatalf("row %+v left %d", a, rows[0].Left)
+	}
+	if got := pctCell(math.NaN()); got != "—" {
+		t.Fatalf("NaN cell %q", got)
+	}
+}

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"math"
 	"strings"
 )
 
@@ -64,13 +65,11 @@ func Summary(r *Results) map[string]any {
 		s[KeyName(p)+"_oom_kills_total"] = n
 	}
 	putDelta := func(prefix string, d Delta) {
-		s[prefix+"p999_latency_delta_pct"] = d.P999Latency
-		s[prefix+"p99_latency_delta_pct"] = d.P99Latency
-		s[prefix+"throughput_delta_pct"] = d.Throughput
-		s[prefix+"cpu_slack_p50_delta_pct"] = d.CPUSlackP50
-		s[prefix+"cpu_slack_p99_delta_pct"] = d.CPUSlackP99
-		s[prefix+"mem_slack_p50_delta_pct"] = d.MemSlackP50
-		s[prefix+"mem_slack_p99_delta_pct"] = d.MemSlackP99
+		for i, name := range []string{"p999_latency", "p99_latency", "throughput", "cpu_slack_p50", "cpu_slack_p99", "mem_slack_p50", "mem_slack_p99"} {
+			if v := d.values()[i]; !math.IsNaN(v) { // NaN: below the noise floor (and not JSON)
+				s[prefix+name+"_delta_pct"] = v
+			}
+		}
 	}
 	ds := Deltas(aggs)
 	for _, d := range ds {
