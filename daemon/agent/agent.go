@@ -39,9 +39,9 @@ const (
 	BackendCgroupfs = "cgroupfs"
 )
 
-// NewKernelSource builds the escra.ko (generic netlink) Source; nil until
-// the kernel backend is linked in. With --backend auto it is tried first.
-var NewKernelSource func(period time.Duration, log *slog.Logger) (telemetry.Source, error)
+// KernelSourceFunc builds the escra.ko (generic netlink) Source
+// (genl.NewSource).
+type KernelSourceFunc func(period time.Duration, log *slog.Logger) (telemetry.Source, error)
 
 // Config configures an agent.
 type Config struct {
@@ -51,8 +51,11 @@ type Config struct {
 	OOMDeadline time.Duration // verdict deadline, 200 ms
 	Heartbeat   time.Duration // heartbeat and usage snapshot interval, 1 s
 	Backend     string        // auto, kernel, cgroupfs
-	Docker      *client.Client
-	Cgroups     []containers.CgroupSpec
+	// KernelSource builds the kernel backend (genl.NewSource); with Backend
+	// auto it is tried first. Nil: no kernel backend in this binary.
+	KernelSource KernelSourceFunc
+	Docker       *client.Client
+	Cgroups      []containers.CgroupSpec
 	// Apps, when not empty, limits management to these escra.app values
 	// (several escrads, or tests and benchmarks, sharing one engine).
 	Apps []string
@@ -156,8 +159,8 @@ func New(cfg Config) (*Agent, error) {
 
 	switch cfg.Backend {
 	case BackendKernel, BackendAuto, "":
-		if NewKernelSource != nil {
-			src, err := NewKernelSource(cfg.Period, cfg.Log)
+		if cfg.KernelSource != nil {
+			src, err := cfg.KernelSource(cfg.Period, cfg.Log)
 			if err == nil {
 				a.src = src
 				break

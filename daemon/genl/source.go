@@ -19,7 +19,7 @@ import (
 // Source is escrad's kernel backend (telemetry.Source) over escra.ko:
 // per-period records taken in the scheduler (seed 000 §IV-B) and OOM
 // requests caught in try_charge_memcg. Wire it with
-// agent.NewKernelSource = genl.NewSource.
+// agent.Config.KernelSource = genl.NewSource.
 type Source struct {
 	events *Conn // multicast groups only
 	ctl    *Conn // commands: a reply must not race a blocked Receive

@@ -302,7 +302,6 @@ func hogMemTimed(args []string) int {
 // → escrad (kernel backend) → controller grant (1 MiB steps) → escrad
 // raises memory.max → reply → charge retried.
 func benchOOMEscrad(sum map[string]any) error {
-	agent.NewKernelSource = genl.NewSource
 	// Under TCG one round trip through escrad and the controller can exceed
 	// the module's 100 ms default and escrad's 200 ms verdict deadline:
 	// 1 s for escrad, 2 s for the module (which must outlast escrad).
@@ -331,7 +330,7 @@ func benchOOMEscrad(sum map[string]any) error {
 		return err
 	}
 	a, err := agent.New(agent.Config{HostID: "vm", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
-		Backend: agent.BackendKernel, Log: quiet, OOMDeadline: time.Second, // TCG: see above
+		Backend: agent.BackendKernel, KernelSource: genl.NewSource, Log: quiet, OOMDeadline: time.Second, // TCG: see above
 		Cgroups: []containers.CgroupSpec{{Name: "bench-e2e", App: "benchapp", Path: "/bench-e2e"}}})
 	if err != nil {
 		return err

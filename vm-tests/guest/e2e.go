@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +20,6 @@ import (
 // controller, and a memory hog above its bootstrap limit is rescued by a
 // controller grant (seed 000 §III, §IV-B/C) — exit 0, no OOM kill.
 func scenarioEscradE2E(*env) error {
-	agent.NewKernelSource = genl.NewSource
 	// Verdict deadlines sized for a TCG guest on a busy host: escrad 1 s,
 	// the module 2 s (it must outlast escrad).
 	restore, err := setOOMTimeout(2000)
@@ -54,7 +52,7 @@ func scenarioEscradE2E(*env) error {
 	}
 	a, err := agent.New(agent.Config{
 		HostID: "vm", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
-		Backend: agent.BackendKernel, Log: quiet, OOMDeadline: time.Second,
+		Backend: agent.BackendKernel, KernelSource: genl.NewSource, Log: quiet, OOMDeadline: time.Second,
 		Cgroups: []containers.CgroupSpec{
 			{Name: "e2e-cpu", App: "vmapp", Path: "/e2e-cpu"},
 			{Name: "e2e-mem", App: "vmapp", Path: "/e2e-mem"},
@@ -78,25 +76,27 @@ func scenarioEscradE2E(*env) error {
 		}
 		return server.ContainerState{}, false
 	}
+	// Registered and bootstrapped: the controller has decided a memory
+	// limit and escrad has written it (the snapshot can show the decision
+	// a moment before the daemon's write lands).
 	deadline := time.Now().Add(20 * time.Second)
+	var boot int64
 	for {
 		_, ok1 := state("e2e-cpu")
 		m, ok2 := state("e2e-mem")
+		limit, err := memCg.get("memory.max")
+		if err != nil {
+			return err
+		}
 		if ok1 && ok2 && m.MemoryLimitBytes > 0 {
-			break
+			if boot, err = strconv.ParseInt(limit, 10, 64); err == nil {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
-			return errors.New("the controller did not register both cgroups within 20s")
+			return fmt.Errorf("not registered and bootstrapped within 20s (memory.max %q)", limit)
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	limit, err := memCg.get("memory.max")
-	if err != nil {
-		return err
-	}
-	boot, err := strconv.ParseInt(limit, 10, 64)
-	if err != nil {
-		return fmt.Errorf("memory.max %q after bootstrap: %w", limit, err)
 	}
 	hog, err := cpuCg.start("hog-cpu")
 	if err != nil {

@@ -205,11 +205,10 @@ func run(args []string, restoreOnly bool) error {
 		}
 	}
 
-	// --backend auto/kernel use escra.ko when its genetlink family exists.
-	agent.NewKernelSource = genl.NewSource
 	cfg := agent.Config{
 		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline,
-		Backend: *backend, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
+		// --backend auto/kernel use escra.ko when its genetlink family exists.
+		Backend: *backend, KernelSource: genl.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
 		NoParentShortcut: !*parentCheck, TLS: tc,
 	}
 	cfg.Apps = src.Apps
