@@ -9,6 +9,7 @@
 # Not part of CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 out=${SOAK_OUT:-results/soak}
 mkdir -p "$out" bin
 minutes=${SOAK_MINUTES:-30}
@@ -24,16 +25,7 @@ bin/escra-controller --listen 127.0.0.1:0 --telemetry-listen 127.0.0.1:0 --admin
 	--log-level info 2>"$out/controller.log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$certs"' EXIT
-ready=""
-for _ in $(seq 100); do
-	ready=$(grep -m1 'escra-controller ready' "$out/controller.log" || true)
-	[ -n "$ready" ] && break
-	kill -0 "$pid" 2>/dev/null || { cat "$out/controller.log" >&2; exit 1; }
-	sleep 0.1
-done
-[ -n "$ready" ] || { echo "soak: controller not ready" >&2; exit 1; }
-tcp=$(sed -E 's/.* sessions=([^ ]+).*/\1/' <<<"$ready")
-admin=$(sed -E 's/.* admin=([^ ]+).*/\1/' <<<"$ready")
+wait_controller_ready soak "$out/controller.log" "$pid"
 echo "soak: controller pid $pid, sessions $tcp, admin $admin, ${minutes} min"
 bin/escra-soak --controller "$tcp" --admin "$admin" --certs "$certs" --hosts "$hosts" \
 	--containers "${SOAK_CONTAINERS:-1000}" --duration "${minutes}m" --out "$out" \

@@ -7,6 +7,7 @@
 # results/controller-tls instead).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/lib.sh
 export PATH=/usr/local/go/bin:$PATH
 out=results/controller
 tlsargs=(--insecure) certargs=()
@@ -37,16 +38,7 @@ ${prefix} bin/escra-controller "${tlsargs[@]}" --listen 127.0.0.1:0 --telemetry-
 	--admin-listen 127.0.0.1:0 --log-level info 2>"$out/controller.log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; [ -n "${certs:-}" ] && rm -rf "$certs"' EXIT
-ready=""
-for _ in $(seq 100); do
-	ready=$(grep -m1 'escra-controller ready' "$out/controller.log" || true)
-	[ -n "$ready" ] && break
-	kill -0 "$pid" 2>/dev/null || { cat "$out/controller.log" >&2; exit 1; }
-	sleep 0.1
-done
-[ -n "$ready" ] || { echo "bench-controller: controller not ready" >&2; exit 1; }
-tcp=$(sed -E 's/.* sessions=([^ ]+).*/\1/' <<<"$ready")
-admin=$(sed -E 's/.* admin=([^ ]+).*/\1/' <<<"$ready")
+wait_controller_ready bench-controller "$out/controller.log" "$pid"
 
 bin/escra-loadgen "${certargs[@]}" --controller "$tcp" --admin "$admin" --pid "$pid" \
 	--containers "${CONTAINERS:-5000}" --hosts "${HOSTS:-10}" --apps "${APPS:-50}" \

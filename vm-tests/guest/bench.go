@@ -319,13 +319,7 @@ func benchOOMEscrad(sum map[string]any) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := server.DefaultConfig()
-	cfg.TCPAddr, cfg.UDPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.ReclaimEvery = 0
-	cfg.OOMStepBytes = 1 << 20
-	cfg.Logger = quiet
-	cfg.Apps = []server.AppSpec{{Name: "benchapp", CPUCores: 1, MemoryBytes: 256 << 20, Sigma: 0.75}}
-	srv, err := server.Start(ctx, cfg)
+	srv, err := startController(ctx, 1<<20, server.AppSpec{Name: "benchapp", CPUCores: 1, MemoryBytes: 256 << 20, Sigma: 0.75})
 	if err != nil {
 		return err
 	}
@@ -338,22 +332,11 @@ func benchOOMEscrad(sum map[string]any) error {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	var boot int64
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		for _, c := range srv.Snapshot().Containers {
-			if c.Name == "bench-e2e" && c.MemoryLimitBytes > 0 {
-				boot = c.MemoryLimitBytes
-			}
-		}
-		if boot > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return errors.New("controller did not register the cgroup")
-		}
-		time.Sleep(100 * time.Millisecond)
+	mb, err := registered(srv, "bench-e2e", cg)
+	if err != nil {
+		return err
 	}
-	time.Sleep(500 * time.Millisecond) // the agent applies the bootstrap limit
+	boot := mb.MemoryLimitBytes
 	lat := "/tmp/bench-e2e-lat"
 	hog, err := cg.start("hog-mem-timed", strconv.FormatInt(boot>>20+32, 10), lat)
 	if err != nil {

@@ -110,13 +110,7 @@ func benchCgroupfsOOM(sum map[string]any) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := server.DefaultConfig()
-	cfg.TCPAddr, cfg.UDPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.ReclaimEvery = 0
-	cfg.OOMStepBytes = brakeMargin
-	cfg.Logger = quiet
-	cfg.Apps = []server.AppSpec{{Name: "benchcf", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.75}}
-	srv, err := server.Start(ctx, cfg)
+	srv, err := startController(ctx, brakeMargin, server.AppSpec{Name: "benchcf", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.75})
 	if err != nil {
 		return err
 	}

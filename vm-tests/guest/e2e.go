@@ -41,12 +41,7 @@ func scenarioEscradE2E(*env) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := server.DefaultConfig()
-	cfg.TCPAddr, cfg.UDPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", ""
-	cfg.ReclaimEvery = 0
-	cfg.Logger = quiet
-	cfg.Apps = []server.AppSpec{{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5}}
-	srv, err := server.Start(ctx, cfg)
+	srv, err := startController(ctx, 0, server.AppSpec{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -68,36 +63,16 @@ func scenarioEscradE2E(*env) error {
 	go func() { agentDone <- a.Run(ctx) }()
 	defer func() { cancel(); <-agentDone }()
 
-	state := func(name string) (server.ContainerState, bool) {
-		for _, c := range srv.Snapshot().Containers {
-			if c.Name == name {
-				return c, true
-			}
-		}
-		return server.ContainerState{}, false
+	// Registered and bootstrapped: decided by the controller and written
+	// by escrad (the snapshot can show a decision before the write lands).
+	if _, err := registered(srv, "e2e-cpu", cpuCg); err != nil {
+		return err
 	}
-	// Registered and bootstrapped: the controller has decided a memory
-	// limit and escrad has written it (the snapshot can show the decision
-	// a moment before the daemon's write lands).
-	deadline := time.Now().Add(20 * time.Second)
-	var boot int64
-	for {
-		_, ok1 := state("e2e-cpu")
-		m, ok2 := state("e2e-mem")
-		limit, err := memCg.get("memory.max")
-		if err != nil {
-			return err
-		}
-		if ok1 && ok2 && m.MemoryLimitBytes > 0 {
-			if boot, err = strconv.ParseInt(limit, 10, 64); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not registered and bootstrapped within 20s (memory.max %q)", limit)
-		}
-		time.Sleep(100 * time.Millisecond)
+	mb, err := registered(srv, "e2e-mem", memCg)
+	if err != nil {
+		return err
 	}
+	boot := mb.MemoryLimitBytes
 	hog, err := cpuCg.start("hog-cpu")
 	if err != nil {
 		return err
@@ -117,13 +92,13 @@ func scenarioEscradE2E(*env) error {
 	if err != nil {
 		return err
 	}
-	m, _ := state("e2e-mem")
+	m, _ := member(srv, "e2e-mem")
 	if !ps.Success() || kills != 0 || m.OOMGrants == 0 {
 		return fmt.Errorf("memory hog of %d MiB over a %d MiB bootstrap limit: %v, oom_kill %d, controller grants %d (requests %d): want exit 0, no kill, >= 1 grant",
 			want, boot>>20, ps, kills, m.OOMGrants, m.OOMRequests)
 	}
 	time.Sleep(2 * time.Second)
-	c, _ := state("e2e-cpu")
+	c, _ := member(srv, "e2e-cpu")
 	if c.Periods < 10 {
 		return fmt.Errorf("controller saw %d periods of the CPU hog, want >= 10", c.Periods)
 	}
