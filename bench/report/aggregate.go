@@ -209,7 +209,7 @@ type TableRow struct {
 	Cells           int
 	ClientCells     int
 	Avg             Delta
-	// Left is how many cells each column left out for the noise floor.
+	// Left counts the (cell, column) figures left out for the noise floor.
 	Left int
 }
 

@@ -85,7 +85,13 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 			}
 			w("\n")
 		}
-		w("\nA column's mean leaves out the cells where the baseline's figure is below a noise floor (%v µs, %v cores of slack, %v MiB of slack) or zero: there a percentage means nothing.\n", floorLatencyUs, floorCPUSlack, floorMemSlack)
+		w("\nA column's mean leaves out the cells where the baseline's figure is below a noise floor (%v µs, %v cores of slack, %v MiB of slack) or zero: there a percentage means nothing.", floorLatencyUs, floorCPUSlack, floorMemSlack)
+		for _, row := range rows {
+			if row.Left > 0 {
+				w(" Against %s, %d left out.", row.Baseline, row.Left)
+			}
+		}
+		w("\n")
 		w("\nSeed 000 Table I for comparison (Static 1.5× vs Escra: 38.0 %% latency, 25.4 %% throughput, 81.3/74.2 %% CPU slack, 55.0/95.9 %% memory slack; Autopilot vs Escra: 36.1 %%, 54.5 %%, 78.3/78.6 %%, 26.7/68.9 %%).\n\n")
 	}
 
