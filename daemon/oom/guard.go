@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 )
@@ -31,39 +32,109 @@ const GuardArg = "__escrad-oom-guard"
 // however it died), writes oom_kill_disable 0 to each: the kernel OOM
 // killer is back before anyone can notice escrad is missing.
 //
+// A guard that dies alone (killed by hand, the host's OOM killer picking
+// it) is started again, at most once a second, and told the armed set:
+// escrad is never left running without one.
+//
 // The guard dies with escrad when both are killed together (SIGKILL to
 // the unit's cgroup, the host's OOM killer): for that, every armed path is
 // also listed in a state file (RecordIn), written before the group is
 // armed, so RestoreRecorded (escrad restore-oom, and escrad's own start)
 // can clear them afterwards.
 type Guard struct {
-	mu    sync.Mutex
-	w     *os.File // pipe to the guard process; nil: none
-	cmd   *exec.Cmd
-	state string // state file; "": none
-	armed map[string]bool
-	// StateErr, when set, sees a failed state-file write (logged by escrad).
-	StateErr func(error)
+	mu     sync.Mutex
+	exe    string   // what StartGuard ran; "": no guard process (NewRecorder)
+	w      *os.File // pipe to the guard process; nil: none
+	cmd    *exec.Cmd
+	closed bool
+	every  time.Duration // least time between guard starts
+	state  string        // state file; "": none
+	armed  map[string]bool
+	// stateErr sees a failed state-file write; restarted each replacement
+	// of a guard that died alone (see Report).
+	stateErr  func(error)
+	restarted func(oldPid, newPid int, err error)
 }
+
+// Report sets who hears of failed state-file writes and of guard restarts
+// (the old pid, the new one, or 0 and the error when it could not start).
+// escrad logs both.
+func (g *Guard) Report(stateErr func(error), restarted func(oldPid, newPid int, err error)) {
+	g.mu.Lock()
+	g.stateErr, g.restarted = stateErr, restarted
+	g.mu.Unlock()
+}
+
+// guardRestartEvery spaces restarts: a guard that cannot live (its binary
+// replaced by an upgrade, say) must not make escrad spin.
+const guardRestartEvery = time.Second
 
 // StartGuard starts exe GuardArg as the guard. The guard ignores SIGINT and
 // SIGTERM (a service stop signals the whole group; escrad clears its groups
 // itself then) and leaves when escrad's end of the pipe closes.
 func StartGuard(exe string) (*Guard, error) {
-	r, w, err := os.Pipe() // close-on-exec: no other child inherits w
-	if err != nil {
+	g := &Guard{exe: exe, every: guardRestartEvery, armed: map[string]bool{}}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.spawnLocked(); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, GuardArg)
+	return g, nil
+}
+
+// spawnLocked starts a guard process, tells it the armed set and watches
+// it (g.mu held).
+func (g *Guard) spawnLocked() error {
+	r, w, err := os.Pipe() // close-on-exec: no other child inherits w
+	if err != nil {
+		return fmt.Errorf("oom guard: %w", err)
+	}
+	cmd := exec.Command(g.exe, GuardArg)
 	cmd.Stdin, cmd.Stderr = r, os.Stderr
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()
-		return nil, fmt.Errorf("oom guard: %w", err)
+		return fmt.Errorf("oom guard: %w", err)
 	}
 	r.Close()
-	go cmd.Wait()
-	return &Guard{w: w, cmd: cmd, armed: map[string]bool{}}, nil
+	for p := range g.armed {
+		fmt.Fprintf(w, "+%s\n", p)
+	}
+	g.w, g.cmd = w, cmd
+	go g.watch(cmd, time.Now(), g.every)
+	return nil
+}
+
+// watch reaps a guard process and, unless escrad closed the guard,
+// replaces it.
+func (g *Guard) watch(cmd *exec.Cmd, started time.Time, every time.Duration) {
+	_ = cmd.Wait()
+	if d := every - time.Since(started); d > 0 {
+		time.Sleep(d)
+	}
+	for {
+		g.mu.Lock()
+		if g.closed || g.cmd != cmd {
+			g.mu.Unlock()
+			return
+		}
+		g.w.Close()
+		g.w = nil
+		err := g.spawnLocked()
+		newPid := 0
+		if err == nil {
+			newPid = g.cmd.Process.Pid
+		}
+		report := g.restarted
+		g.mu.Unlock()
+		if report != nil {
+			report(cmd.Process.Pid, newPid, err)
+		}
+		if err == nil {
+			return
+		}
+		time.Sleep(every)
+	}
 }
 
 // NewRecorder is a Guard without a process: it only keeps the state file
@@ -72,7 +143,9 @@ func NewRecorder() *Guard { return &Guard{armed: map[string]bool{}} }
 
 // Pid is the guard's process id (0: no guard process).
 func (g *Guard) Pid() int {
-	if g.cmd == nil {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cmd == nil || g.w == nil {
 		return 0
 	}
 	return g.cmd.Process.Pid
@@ -128,8 +201,8 @@ func (g *Guard) send(op byte, path string) {
 	} else {
 		delete(g.armed, path)
 	}
-	if err := g.writeStateLocked(); err != nil && g.StateErr != nil {
-		g.StateErr(err)
+	if err := g.writeStateLocked(); err != nil && g.stateErr != nil {
+		g.stateErr(err)
 	}
 	if g.w != nil {
 		fmt.Fprintf(g.w, "%c%s\n", op, path) // a dead guard: nothing better to do
@@ -148,19 +221,23 @@ func (g *Guard) Disarmed(path string) { g.send('-', path) }
 // removes the state file when nothing is armed any more.
 func (g *Guard) Close() error {
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
 	if g.state != "" && len(g.armed) == 0 {
 		_ = os.Remove(g.state)
 	}
-	g.mu.Unlock()
 	if g.w == nil {
 		return nil
 	}
-	return g.w.Close()
+	w := g.w
+	g.w = nil
+	return w.Close()
 }
 
 // Restored is what RestoreRecorded did to one memory.oom_control.
 type Restored struct {
 	Path     string
+	Armed    bool  // it was set (oom_kill_disable 1, or a memory.high brake), not already clear
 	UnderOOM bool  // a task was waiting at its limit: the kernel OOM killer acts now
 	Err      error // nil: oom_kill_disable is 0
 }
@@ -215,6 +292,11 @@ func restoreOne(p string) (Restored, bool) {
 	}
 	if v, ok := cgroups.KeyedValue(before, "under_oom"); ok && v == 1 {
 		r.UnderOOM = true
+	}
+	if filepath.Base(p) == "memory.high" {
+		r.Armed = strings.TrimSpace(string(before)) != "max"
+	} else if v, ok := cgroups.KeyedValue(before, "oom_kill_disable"); ok && v == 1 {
+		r.Armed = true
 	}
 	f, err := os.OpenFile(p, os.O_WRONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {

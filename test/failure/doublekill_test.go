@@ -203,3 +203,56 @@ func TestRestartedDaemonRestoresBeforeRearming(t *testing.T) {
 		t.Fatalf("state file %s left after a clean stop", c.oomState)
 	}
 }
+
+var guardRestartRe = regexp.MustCompile(`oom guard died alone.*old_pid=(\d+) oom_guard_pid=(\d+)`)
+
+// The guard SIGKILLed alone: escrad starts another and tells it the armed
+// set, so escrad's own SIGKILL afterwards still re-enables the kernel OOM
+// killer of the trapped container at once.
+func TestGuardKilledAloneIsReplaced(t *testing.T) {
+	cli := dockertest.Client(t, "")
+	img := dockertest.WorkloadImage(t, cli)
+	c := newCluster(t, "0.5", "512MiB")
+	c.startController()
+	c.startDaemon()
+	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("fail-g"), Image: img,
+		Cmd: []string{"-idle"}, Labels: c.labels(),
+		Resources: container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20}})
+	p := cgroupFor(t, cli, id)
+	within(t, "registered and OOM trap armed", 10*time.Second, func() bool {
+		ms, _ := c.members()
+		return len(ms) == 1 && oomKillDisabled(t, p)
+	})
+	m := guardPidRe.FindStringSubmatch(c.d.logText())
+	if m == nil {
+		t.Fatal("escrad did not log its oom_guard_pid")
+	}
+	first, _ := strconv.Atoi(m[1])
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatalf("guard %d: %v", first, err)
+	}
+	var second int
+	took := within(t, "escrad replaced its guard", 5*time.Second, func() bool {
+		r := guardRestartRe.FindStringSubmatch(c.d.logText())
+		if r == nil {
+			return false
+		}
+		old, _ := strconv.Atoi(r[1])
+		second, _ = strconv.Atoi(r[2])
+		if old != first || second <= 0 || second == first {
+			t.Fatalf("restart logged old %s new %s; killed %d", r[1], r[2], first)
+		}
+		return true
+	})
+	t.Logf("guard SIGKILL -> replaced (pid %d -> %d) in %v", first, second, took.Round(time.Millisecond))
+	if !oomKillDisabled(t, p) {
+		t.Fatal("the trap was cleared by the guard's death alone: escrad is still watching")
+	}
+
+	c.d.sigkill(t)
+	took = within(t, "OOM killer re-enabled by the replacement guard", 2*time.Second, func() bool { return !oomKillDisabled(t, p) })
+	t.Logf("escrad SIGKILL -> oom_kill_disable 0 by the replacement guard: %v", took.Round(time.Millisecond))
+	if !running(t, cli, id) {
+		t.Fatal("container stopped with its daemon")
+	}
+}

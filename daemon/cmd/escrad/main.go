@@ -235,7 +235,14 @@ func run(args []string, restoreOnly bool) error {
 	defer g.Close()
 	// The state file covers escrad and the guard killed together; without
 	// it the guard and the labelled-container restore still work.
-	g.StateErr = func(err error) { log.Error("oom state file not written", "err", err) }
+	g.Report(func(err error) { log.Error("oom state file not written", "err", err) },
+		func(oldPid, newPid int, err error) {
+			if err != nil {
+				log.Error("oom guard died and could not be restarted; retrying every second", "old_pid", oldPid, "err", err)
+				return
+			}
+			log.Warn("oom guard died alone; restarted it with the armed set", "old_pid", oldPid, "oom_guard_pid", newPid)
+		})
 	if err := g.RecordIn(*oomState); err != nil {
 		log.Error("oom state file not written; escrad and its guard killed together would leave trapped groups until escrad restore-oom", "err", err)
 	}
