@@ -26,7 +26,7 @@ func TestRestoreRecordedReleasesV2Brake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 1 || res[0].Err != nil || res[0].UnderOOM {
+	if len(res) != 1 || res[0].Err != nil || res[0].UnderOOM || !res[0].Armed {
 		t.Fatalf("restored %+v", res)
 	}
 	if b, _ := os.ReadFile(high); string(b) != "max" {

@@ -58,6 +58,7 @@ func TestRestoreRecordedWritesZero(t *testing.T) {
 	}
 	waiting := mk("waiting", "oom_kill_disable 1\nunder_oom 1\n")
 	idle := mk("idle", "oom_kill_disable 1\nunder_oom 0\n")
+	clear := mk("clear", "oom_kill_disable 0\nunder_oom 0\n")
 	victim := filepath.Join(dir, "not-a-cgroup-file")
 	if err := os.WriteFile(victim, []byte("keep"), 0o644); err != nil {
 		t.Fatal(err)
@@ -67,7 +68,7 @@ func TestRestoreRecordedWritesZero(t *testing.T) {
 	if err := os.WriteFile(state, []byte(lines), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err := RestoreRecorded(state, []string{idle, waiting})
+	res, err := RestoreRecorded(state, []string{idle, waiting, clear})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,14 +76,19 @@ func TestRestoreRecordedWritesZero(t *testing.T) {
 	for _, r := range res {
 		got[r.Path] = r
 	}
-	if len(got) != 4 {
-		t.Fatalf("want waiting, idle and two refused lines, got %+v", res)
+	if len(got) != 5 {
+		t.Fatalf("want waiting, idle, clear and two refused lines, got %+v", res)
 	}
-	if r := got[waiting]; r.Err != nil || !r.UnderOOM {
+	if r := got[waiting]; r.Err != nil || !r.UnderOOM || !r.Armed {
 		t.Fatalf("waiting group: %+v", r)
 	}
-	if r := got[idle]; r.Err != nil || r.UnderOOM {
+	if r := got[idle]; r.Err != nil || r.UnderOOM || !r.Armed {
 		t.Fatalf("idle group: %+v", r)
+	}
+	// A labelled container escrad never armed is listed too: not reported
+	// as one that was armed.
+	if r := got[clear]; r.Err != nil || r.Armed {
+		t.Fatalf("already clear group: %+v", r)
 	}
 	for _, p := range []string{waiting, idle} {
 		if b, _ := os.ReadFile(p); b[0] != '0' {

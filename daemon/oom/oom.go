@@ -126,6 +126,18 @@ func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
 	return nil
 }
 
+// TrapFile is the file a trap on group p sets and a restore clears: v1
+// memory.oom_control (oom_kill_disable), v2 memory.high (the brake).
+func TrapFile(p cgroups.Paths) (string, bool) {
+	switch {
+	case p.Version == cgroups.V1 && p.Memory != "":
+		return filepath.Join(p.Memory, "memory.oom_control"), true
+	case p.Version == cgroups.V2 && p.Unified != "":
+		return filepath.Join(p.Unified, "memory.high"), true
+	}
+	return "", false
+}
+
 func highPath(g *cgroups.Group) string {
 	return filepath.Join(g.Paths.Unified, "memory.high")
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -570,7 +571,65 @@ func scenarioCgroupfsOOMAbsent(e *env) error {
 	}
 	fmt.Println("    escrad SIGKILLed: its OOM guard set memory.high back to max")
 	p.stop()
+	for _, keepState := range []bool{true, false} {
+		if err := cgroupfsDoubleKillRestore(cg, limit, keepState); err != nil {
+			return err
+		}
+	}
 	return cgroupfsSilentController(e)
+}
+
+// guardPidRe finds the guard in escrad's start line.
+var guardPidRe = regexp.MustCompile(`oom_guard_pid=(\d+)`)
+
+// cgroupfsDoubleKillRestore is part (3) of scenarioCgroupfsOOMAbsent:
+// escrad and its guard SIGKILLed together leave the brake on; `escrad
+// restore-oom` with the same configuration releases it, from the state
+// file, or, with that file gone, from the configured cgroups.
+func cgroupfsDoubleKillRestore(cg *cgroup, limit int64, keepState bool) error {
+	state := "/tmp/escrad-cf-absent.oom-armed"
+	defer os.Remove(state)
+	p, err := startEscrad("127.0.0.1:1", [][3]string{{"cf-absent", "cfabsent", "/cf-absent"}}, "--oom-state", state)
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	if err := waitBrake(cg, brakeFor(limit), 10*time.Second); err != nil {
+		return err
+	}
+	l, ok := p.logged(5*time.Second, "escrad starting", "oom_guard_pid=")
+	if !ok {
+		return errors.New("escrad did not log its oom_guard_pid")
+	}
+	guard, _ := strconv.Atoi(guardPidRe.FindStringSubmatch(l)[1])
+	// Both stopped first, so neither acts on the other's death.
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		_ = syscall.Kill(guard, sig)
+		_ = p.cmd.Process.Signal(sig)
+	}
+	_, _ = waitTimeout(p.cmd, 5*time.Second)
+	<-p.done
+	time.Sleep(300 * time.Millisecond)
+	if got, _ := cg.get("memory.high"); got != brakeFor(limit) {
+		return fmt.Errorf("memory.high %s after escrad and its guard were SIGKILLed, want the brake %s still on: the test no longer shows the window", got, brakeFor(limit))
+	}
+	if !keepState {
+		if err := os.Remove(state); err != nil {
+			return fmt.Errorf("state file: %w", err)
+		}
+	}
+	out, err := exec.Command(escradBin, "restore-oom", "--config", "/tmp/escrad-cf-absent.yaml", "--oom-state", state).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("escrad restore-oom: %v\n%s", err, out)
+	}
+	if err := waitBrake(cg, "max", time.Second); err != nil {
+		return fmt.Errorf("after escrad restore-oom (state file kept: %v): %w\n%s", keepState, err, out)
+	}
+	if !strings.Contains(string(out), "memory.high brake released") {
+		return fmt.Errorf("escrad restore-oom did not say what it released:\n%s", out)
+	}
+	fmt.Printf("    escrad and its guard SIGKILLed: brake kept; escrad restore-oom (state file kept: %v) set memory.high back to max\n", keepState)
+	return nil
 }
 
 // cgroupfsSilentController is part (2) of scenarioCgroupfsOOMAbsent.

@@ -36,10 +36,11 @@ type restoreSources struct {
 	Cgroups    []containers.CgroupSpec
 }
 
-// restoreOOM re-enables the kernel OOM killer (oom_kill_disable 0) on every
-// memory.oom_control listed in the state file and of every labelled
-// container and configured cgroup: after escrad and its guard died
-// together, a task at its limit waits until this runs. With settle > 0 it
+// restoreOOM clears every trap listed in the state file and of every
+// labelled container and configured cgroup (v1: oom_kill_disable 0, the
+// kernel OOM killer back; v2: memory.high max, the brake released): after
+// escrad and its guard died together, a task at its limit waits (v1) or
+// crawls (v2) until this runs. With settle > 0 it
 // then waits up to settle for the groups that had a waiting task to leave
 // the OOM state (the kernel OOM killer acts, or memory was freed), so a
 // restarting escrad does not trap again a task that has already waited
@@ -47,10 +48,10 @@ type restoreSources struct {
 // restore.
 func restoreOOM(log *slog.Logger, src restoreSources, settle time.Duration) int {
 	t0 := time.Now()
-	extra := configuredOOMControls(log, src.Cgroups)
+	extra := configuredTrapFiles(log, src.Cgroups)
 	if src.Docker {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		ps, err := labelledOOMControls(ctx, src.DockerHost, src.Apps)
+		ps, err := labelledTrapFiles(ctx, src.DockerHost, src.Apps)
 		cancel()
 		if err != nil {
 			// The state file still covers what this escrad armed.
@@ -62,7 +63,7 @@ func restoreOOM(log *slog.Logger, src restoreSources, settle time.Duration) int 
 	if err != nil {
 		log.Error("oom restore: state file unreadable; labelled containers only", "state", src.State, "err", err)
 	}
-	failed, waiting := 0, []string{}
+	failed, armed, waiting := 0, 0, []string{}
 	for _, r := range res {
 		// v1 groups get their OOM killer back; v2 groups lose the brake.
 		what := "OOM killer re-enabled"
@@ -77,6 +78,11 @@ func restoreOOM(log *slog.Logger, src restoreSources, settle time.Duration) int 
 		if r.UnderOOM {
 			waiting = append(waiting, r.Path)
 		}
+		if !r.Armed { // already clear: every labelled container is listed
+			log.Debug("oom restore: already clear", "path", r.Path)
+			continue
+		}
+		armed++
 		log.Info("oom restore: "+what, "path", r.Path, "task_waiting", r.UnderOOM)
 	}
 	left := 0
@@ -95,14 +101,14 @@ func restoreOOM(log *slog.Logger, src restoreSources, settle time.Duration) int 
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	log.Info("oom restore done", "state", src.State, "groups", len(res), "tasks_were_waiting", len(waiting),
+	log.Info("oom restore done", "state", src.State, "groups", len(res), "were_armed", armed, "tasks_were_waiting", len(waiting),
 		"still_waiting", left, "failed", failed, "took", time.Since(t0).Round(time.Microsecond))
 	return failed
 }
 
-// labelledOOMControls lists the v1 memory.oom_control of every running or
+// labelledTrapFiles lists the trap file (oom.TrapFile) of every running or
 // paused container labelled escra.app (of apps, when given).
-func labelledOOMControls(ctx context.Context, host string, apps []string) ([]string, error) {
+func labelledTrapFiles(ctx context.Context, host string, apps []string) ([]string, error) {
 	cli, err := containers.NewDockerClient(host)
 	if err != nil {
 		return nil, err
@@ -123,16 +129,18 @@ func labelledOOMControls(ctx context.Context, host string, apps []string) ([]str
 			continue // gone meanwhile
 		}
 		p, err := cgroups.PathsForPID(j.State.Pid)
-		if err != nil || p.Version != cgroups.V1 || p.Memory == "" {
-			continue // v2 never disables the killer
+		if err != nil {
+			continue
 		}
-		out = append(out, filepath.Join(p.Memory, "memory.oom_control"))
+		if f, ok := oom.TrapFile(p); ok {
+			out = append(out, f)
+		}
 	}
 	return out, nil
 }
 
-// configuredOOMControls are the config file's cgroups (--no-docker hosts).
-func configuredOOMControls(log *slog.Logger, specs []containers.CgroupSpec) []string {
+// configuredTrapFiles are the config file's cgroups (--no-docker hosts).
+func configuredTrapFiles(log *slog.Logger, specs []containers.CgroupSpec) []string {
 	var out []string
 	for _, c := range specs {
 		p, err := cgroups.PathsForCgroup(c.Path)
@@ -140,8 +148,8 @@ func configuredOOMControls(log *slog.Logger, specs []containers.CgroupSpec) []st
 			log.Debug("oom restore: configured cgroup not found", "path", c.Path, "err", err)
 			continue
 		}
-		if p.Version == cgroups.V1 && p.Memory != "" {
-			out = append(out, filepath.Join(p.Memory, "memory.oom_control"))
+		if f, ok := oom.TrapFile(p); ok {
+			out = append(out, f)
 		}
 	}
 	return out
