@@ -46,6 +46,7 @@ func Parse(file string, data []byte) (*App, error) {
 			Upsilon: DefaultUpsilon, Window: DefaultWindow, Period: DefaultPeriod,
 			ReclaimMarginBytes: DefaultReclaimMargin,
 			CPUFloor:           DefaultCPUFloor, OOMStepBytes: DefaultOOMStep,
+			Headroom: DefaultHeadroom,
 		},
 	}
 	top := d.mapping(doc.Content[0], "", map[string]func(v *yaml.Node, f string){
@@ -344,6 +345,12 @@ func (d *decoder) allocator(n *yaml.Node, field string, a *Allocator) {
 			a.CPUFloor = d.cpu(v, f)
 			if d.ok() && (a.CPUFloor < 0.01 || a.CPUFloor > 1) {
 				d.err(v, f, fmt.Sprintf("%g must be between 10m and 1 core (CFS's smallest quota is 1 ms per period)", a.CPUFloor))
+			}
+		},
+		"headroom": func(v *yaml.Node, f string) {
+			a.Headroom = d.float(v, f)
+			if d.ok() && (a.Headroom < 0 || a.Headroom > 10) {
+				d.err(v, f, fmt.Sprintf("%g must be between 0 and 10 (a share of the peak usage a scale-down keeps above it)", a.Headroom))
 			}
 		},
 		"oom_step": func(v *yaml.Node, f string) {

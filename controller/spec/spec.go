@@ -31,6 +31,7 @@ const (
 	DefaultReclaimMargin = 50 << 20
 	DefaultCPUFloor      = 0.05     // cores: 5 ms of a 100 ms period
 	DefaultOOMStep       = 64 << 20 // bytes granted per OOM request
+	DefaultHeadroom      = 0.1      // scale-down floor above the window's peak (docs/allocator.md)
 	DefaultReplicas      = 1
 	DefaultNetwork       = "none"
 )
@@ -60,6 +61,7 @@ type Allocator struct {
 	ReclaimMarginBytes int64         // δ: reclaim safe margin
 	CPUFloor           float64       // smallest CPU limit, cores
 	OOMStepBytes       int64         // memory granted per OOM request (§IV-D-2)
+	Headroom           float64       // ours: a scale-down keeps (1+h) × the window's peak usage
 }
 
 // Container is one container template, run Replicas times.

@@ -70,7 +70,7 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Allocator{Policy: "escra", Kappa: 0.8, Gamma: 0.2, Upsilon: 20, Window: 10,
 		Period: 100 * time.Millisecond, ReclaimMarginBytes: 50 << 20,
-		CPUFloor: 0.05, OOMStepBytes: 64 << 20}
+		CPUFloor: 0.05, OOMStepBytes: 64 << 20, Headroom: 0.1}
 	if a.Allocator != want {
 		t.Fatalf("allocator defaults %+v, want %+v", a.Allocator, want)
 	}
@@ -125,6 +125,7 @@ func TestErrors(t *testing.T) {
 		{"sigma range", good + "sigma: 1\n", "app.yaml:10: sigma: 1 must be in [0, 1)"},
 		{"sigma text", good + "sigma: \"0.1\"\n", "app.yaml:10: sigma: \"0.1\" is not a number"},
 		{"kappa range", good + "allocator:\n  kappa: 2\n", "app.yaml:11: allocator.kappa: 2 must be above 0 and at most 1"},
+		{"headroom range", good + "allocator:\n  headroom: -0.1\n", "app.yaml:11: allocator.headroom: -0.1 must be between 0 and 10"},
 		{"allocator unknown", good + "allocator:\n  kapa: 0.5\n", "app.yaml:11: allocator.kapa: unknown field"},
 		{"policy", good + "allocator:\n  policy: pema\n", "app.yaml:11: allocator.policy: \"pema\" is not a known policy"},
 		{"gamma one", good + "allocator:\n  gamma: 1\n", "app.yaml:11: allocator.gamma: 1 must be in [0, 1)"},

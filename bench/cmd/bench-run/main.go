@@ -72,6 +72,7 @@ func run() error {
 	// MiB (scaled down like the request rates), and with δ = 50 MiB reclaim
 	// would never take anything back from them.
 	safeMargin := flag.String("safe-margin", "8MiB", "reclaim margin δ given to escra-controller")
+	ctlFlags := flag.String("controller-flags", "", "extra escra-controller flags, space-separated (allocator A/B runs, e.g. \"-no-lend -headroom 0\")")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flag.Arg(0))
@@ -144,8 +145,12 @@ func run() error {
 	}
 
 	if contains(cfg.Policies, "escra") && !*noEscra {
-		stopEscra, e, err := startEscra(ctx, cfg, peaks, *bin, *out, *safeMargin)
+		extra := strings.Fields(*ctlFlags)
+		stopEscra, e, err := startEscra(ctx, cfg, peaks, *bin, *out, *safeMargin, extra)
 		res.Notes = append(res.Notes, fmt.Sprintf("Escra: app budgets = Σ 1.5 × profiled peaks (what static15 provisions); reclaim margin δ = %s (seed 000: 50 MiB for containers of GiBs; these are tens of MiB), other parameters the controller's defaults (docs/allocator.md).", *safeMargin))
+		if len(extra) > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("escra-controller run with the extra flags %q.", *ctlFlags))
+		}
 		if err != nil {
 			say("Escra not started: %v", err)
 			res.Notes = append(res.Notes, "Escra not started: "+err.Error())
@@ -211,7 +216,7 @@ func machine(ctx context.Context, cli *client.Client) report.Machine {
 // startEscra starts escra-controller with one app per workload (budget:
 // Σ over replicas of 1.5 × the largest profiled peak, the same total the
 // static15 baseline provisions) and one escrad on the default engine.
-func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]matrix.Peak, bin, out, safeMargin string) (func(), *matrix.Escra, error) {
+func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]matrix.Peak, bin, out, safeMargin string, ctlFlags []string) (func(), *matrix.Escra, error) {
 	ctlBin, dBin := filepath.Join(bin, "escra-controller"), filepath.Join(bin, "escrad")
 	for _, p := range []string{ctlBin, dBin} {
 		if _, err := os.Stat(p); err != nil {
@@ -276,7 +281,7 @@ func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]
 			}
 		}
 	}
-	ctl, err := start(ctlBin, "-insecure", "-apps", appsFile, "-safe-margin", safeMargin)
+	ctl, err := start(ctlBin, append([]string{"-insecure", "-apps", appsFile, "-safe-margin", safeMargin}, ctlFlags...)...)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -90,11 +90,14 @@ func Budget(a *spec.App) adminclient.AppBudget {
 	b := adminclient.AppBudget{Name: a.Name, CPUCores: a.CPU, MemoryBytes: a.MemoryBytes, Sigma: a.Sigma}
 	if a.AllocatorSet {
 		al := a.Allocator
-		b.Params = &allocator.Params{
-			Window: al.Window, Upsilon: al.Upsilon, Gamma: al.Gamma, Kappa: al.Kappa, Period: al.Period,
-			CPUFloorUs:   int64(math.Round(al.CPUFloor * float64(al.Period.Microseconds()))),
-			OOMStepBytes: al.OOMStepBytes, SafeMarginBytes: al.ReclaimMarginBytes,
-		}
+		// From the defaults: parameters the spec has no field for (the
+		// minimum step) keep theirs rather than becoming 0.
+		p := allocator.DefaultParams()
+		p.Window, p.Upsilon, p.Gamma, p.Kappa, p.Period = al.Window, al.Upsilon, al.Gamma, al.Kappa, al.Period
+		p.CPUFloorUs = int64(math.Round(al.CPUFloor * float64(al.Period.Microseconds())))
+		p.OOMStepBytes, p.SafeMarginBytes = al.OOMStepBytes, al.ReclaimMarginBytes
+		p.Headroom = al.Headroom
+		b.Params = &p
 	}
 	return b
 }
