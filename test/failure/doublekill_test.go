@@ -210,19 +210,7 @@ var guardRestartRe = regexp.MustCompile(`oom guard died alone.*old_pid=(\d+) oom
 // set, so escrad's own SIGKILL afterwards still re-enables the kernel OOM
 // killer of the trapped container at once.
 func TestGuardKilledAloneIsReplaced(t *testing.T) {
-	cli := dockertest.Client(t, "")
-	img := dockertest.WorkloadImage(t, cli)
-	c := newCluster(t, "0.5", "512MiB")
-	c.startController()
-	c.startDaemon()
-	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("fail-g"), Image: img,
-		Cmd: []string{"-idle"}, Labels: c.labels(),
-		Resources: container.Resources{Memory: 64 << 20, MemorySwap: 64 << 20}})
-	p := cgroupFor(t, cli, id)
-	within(t, "registered and OOM trap armed", 10*time.Second, func() bool {
-		ms, _ := c.members()
-		return len(ms) == 1 && oomKillDisabled(t, p)
-	})
+	cli, c, id, p := armedIdle(t, "fail-g")
 	m := guardPidRe.FindStringSubmatch(c.d.logText())
 	if m == nil {
 		t.Fatal("escrad did not log its oom_guard_pid")
@@ -255,4 +243,24 @@ func TestGuardKilledAloneIsReplaced(t *testing.T) {
 	if !running(t, cli, id) {
 		t.Fatal("container stopped with its daemon")
 	}
+}
+
+// armedIdle starts a controller, escrad and one idle labelled container
+// (0.5 core, 64 MiB) and waits until it is registered and its OOM trap armed.
+func armedIdle(t *testing.T, name string) (*client.Client, *cluster, string, cgroups.Paths) {
+	t.Helper()
+	cli := dockertest.Client(t, "")
+	img := dockertest.WorkloadImage(t, cli)
+	c := newCluster(t, "0.5", "512MiB")
+	c.startController()
+	c.startDaemon()
+	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName(name), Image: img,
+		Cmd: []string{"-idle"}, Labels: c.labels(),
+		Resources: container.Resources{CPUQuota: 50000, CPUPeriod: 100000, Memory: 64 << 20, MemorySwap: 64 << 20}})
+	p := cgroupFor(t, cli, id)
+	within(t, "registered and OOM trap armed", 10*time.Second, func() bool {
+		ms, _ := c.members()
+		return len(ms) == 1 && oomKillDisabled(t, p)
+	})
+	return cli, c, id, p
 }

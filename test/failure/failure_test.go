@@ -98,19 +98,7 @@ func TestControllerKilledAndRestarted(t *testing.T) {
 // trapped container at once; the container keeps running; a restarted
 // escrad rediscovers it, registers it once and re-arms the trap.
 func TestDaemonKilledAndRestarted(t *testing.T) {
-	cli := dockertest.Client(t, "")
-	img := dockertest.WorkloadImage(t, cli)
-	c := newCluster(t, "0.5", "512MiB")
-	c.startController()
-	c.startDaemon()
-	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("fail-d"), Image: img,
-		Cmd: []string{"-idle"}, Labels: c.labels(),
-		Resources: container.Resources{CPUQuota: 50000, CPUPeriod: 100000, Memory: 64 << 20, MemorySwap: 64 << 20}})
-	p := cgroupFor(t, cli, id)
-	within(t, "registered and OOM trap armed", 10*time.Second, func() bool {
-		ms, _ := c.members()
-		return len(ms) == 1 && oomKillDisabled(t, p)
-	})
+	cli, c, id, p := armedIdle(t, "fail-d")
 
 	c.d.sigkill(t)
 	took := within(t, "OOM killer re-enabled after escrad's SIGKILL", time.Second, func() bool { return !oomKillDisabled(t, p) })
