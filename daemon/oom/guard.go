@@ -47,8 +47,7 @@ type Guard struct {
 	w      *os.File // pipe to the guard process; nil: none
 	cmd    *exec.Cmd
 	closed bool
-	every  time.Duration // least time between guard starts
-	state  string        // state file; "": none
+	state  string // state file; "": none
 	armed  map[string]bool
 	// stateErr sees a failed state-file write; restarted each replacement
 	// of a guard that died alone (see Report).
@@ -73,7 +72,7 @@ const guardRestartEvery = time.Second
 // SIGTERM (a service stop signals the whole group; escrad clears its groups
 // itself then) and leaves when escrad's end of the pipe closes.
 func StartGuard(exe string) (*Guard, error) {
-	g := &Guard{exe: exe, every: guardRestartEvery, armed: map[string]bool{}}
+	g := &Guard{exe: exe, armed: map[string]bool{}}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if err := g.spawnLocked(); err != nil {
@@ -101,15 +100,15 @@ func (g *Guard) spawnLocked() error {
 		fmt.Fprintf(w, "+%s\n", p)
 	}
 	g.w, g.cmd = w, cmd
-	go g.watch(cmd, time.Now(), g.every)
+	go g.watch(cmd, time.Now())
 	return nil
 }
 
 // watch reaps a guard process and, unless escrad closed the guard,
 // replaces it.
-func (g *Guard) watch(cmd *exec.Cmd, started time.Time, every time.Duration) {
+func (g *Guard) watch(cmd *exec.Cmd, started time.Time) {
 	_ = cmd.Wait()
-	if d := every - time.Since(started); d > 0 {
+	if d := guardRestartEvery - time.Since(started); d > 0 {
 		time.Sleep(d)
 	}
 	for {
@@ -133,7 +132,7 @@ func (g *Guard) watch(cmd *exec.Cmd, started time.Time, every time.Duration) {
 		if err == nil {
 			return
 		}
-		time.Sleep(every)
+		time.Sleep(guardRestartEvery)
 	}
 }
 
