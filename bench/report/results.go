@@ -25,6 +25,26 @@ type Results struct {
 	// Overheads are flat figures from the component benchmarks (limit apply
 	// latency, OOM rescue round trip, containers per core, ...), keys with units.
 	Overheads map[string]float64 `json:"overheads,omitempty"`
+	// Budgets are the per-cell provisioning figures the fairness rules
+	// compare: Escra's app budget must equal Σ static15 limits of that cell.
+	Budgets []CellBudget `json:"budgets,omitempty"`
+	// Pinning says which CPUs the client and the app under test ran on.
+	Pinning Pinning `json:"pinning"`
+}
+
+// CellBudget is the CPU provisioned for one (workload, load) by each side.
+type CellBudget struct {
+	Workload           string  `json:"workload"`
+	Load               string  `json:"load"`
+	Static15LimitCores float64 `json:"static15_limit_cores"` // Σ over replicas of 1.5 × peak (capped at the app's CPUs)
+	EscraBudgetCores   float64 `json:"escra_budget_cores"`   // Ω of the cell's Escra apps
+}
+
+// Pinning is the CPU placement of the benchmark's parts (cpuset lists).
+type Pinning struct {
+	ClientCPUs string `json:"client_cpus"` // bench-run, vegeta, wrk, redis-benchmark
+	AppCPUs    string `json:"app_cpus"`    // the containers under test and the batch container
+	EscraCPUs  string `json:"escra_cpus"`  // escrad and escra-controller
 }
 
 type Machine struct {
@@ -60,6 +80,23 @@ type Run struct {
 	// CPU time of the policy's processes over the run (controller/recommender and daemon).
 	ControllerCPUSeconds float64 `json:"controller_cpu_s"`
 	DaemonCPUSeconds     float64 `json:"daemon_cpu_s"`
+
+	// Order is the run's position in its repetition (policies run in a
+	// random order per repetition and cell).
+	Order int `json:"order"`
+	// ReservedCores is the mean over the run of the CPU the app holds:
+	// Σ container limits for the baselines, the app budget Ω for Escra
+	// (its unassigned pool is reserved for the app, not free).
+	ReservedCores float64 `json:"reserved_cores"`
+	// BatchCores is the mean CPU a co-located best-effort batch container
+	// got; its quota is the app CPUs minus Σ the app's container limits,
+	// updated every 100 ms: what the capacity a policy frees buys.
+	BatchCores float64 `json:"batch_cores"`
+	// ClientCPUCores is the mean CPU the client's CPUs were busy (all
+	// processes on them) during the run; ClientSelfCores what the client
+	// processes themselves used.
+	ClientCPUCores  float64 `json:"client_cpu_cores"`
+	ClientSelfCores float64 `json:"client_self_cores"`
 }
 
 type SlackSample struct {
