@@ -22,6 +22,9 @@ type AppSpec struct {
 	// OOM grants, 0 <= σ < 1.
 	Sigma  float64           `json:"sigma" yaml:"sigma"`
 	Params *allocator.Params `json:"params,omitempty" yaml:"params,omitempty"`
+	// Policy is the allocator policy (allocator.PolicyNames; "" = the
+	// controller's default).
+	Policy string `json:"policy,omitempty" yaml:"policy,omitempty"`
 }
 
 var appName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
@@ -40,6 +43,11 @@ func (s AppSpec) Validate() error {
 	if s.Params != nil {
 		if err := s.Params.Validate(); err != nil {
 			return fmt.Errorf("app %s: %w", s.Name, err)
+		}
+	}
+	if s.Policy != "" {
+		if _, err := allocator.PolicyByName(s.Policy); err != nil {
+			return fmt.Errorf("app %s: policy: %w", s.Name, err)
 		}
 	}
 	return nil

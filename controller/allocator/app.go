@@ -34,12 +34,13 @@ func (b Budget) Validate() error {
 type Reason string
 
 const (
-	ReasonBootstrap  Reason = "bootstrap"   // eq. (2) on join
-	ReasonRebalance  Reason = "rebalance"   // a join or a smaller budget took runtime back
-	ReasonThrottled  Reason = "throttled"   // §IV-D-1 scale up
-	ReasonUnused     Reason = "unused"      // §IV-D-1 scale down
-	ReasonOOMGrant   Reason = "oom-grant"   // §IV-D-2
-	ReasonPoolFilled Reason = "pool-filled" // memory assigned after reclaim refilled the pool
+	ReasonBootstrap     Reason = "bootstrap"      // eq. (2) on join
+	ReasonRebalance     Reason = "rebalance"      // a join or a smaller budget took runtime back
+	ReasonThrottled     Reason = "throttled"      // §IV-D-1 scale up
+	ReasonUnused        Reason = "unused"         // §IV-D-1 scale down
+	ReasonThrottleEvent Reason = "throttle-event" // raised inside a period (escra policy)
+	ReasonOOMGrant      Reason = "oom-grant"      // §IV-D-2
+	ReasonPoolFilled    Reason = "pool-filled"    // memory assigned after reclaim refilled the pool
 )
 
 // Decision is one container's new limits; zero fields stay unchanged.
@@ -78,10 +79,11 @@ type Member struct {
 	unusedSum int64
 	lastSeq   uint64
 	seen      bool
+	decayPeak float64 // µs per period, halved every PeakHalfLife
 
-	Periods, Throttles                uint64
-	OOMRequests, OOMGrants, OOMDenies uint64
-	LastUsageUs                       int64
+	Periods, Throttles, ThrottleEvents uint64
+	OOMRequests, OOMGrants, OOMDenies  uint64
+	LastUsageUs                        int64
 }
 
 // AvgThrottle is Σ th / n over the window (divided by n as in the paper,

@@ -1,6 +1,9 @@
 package allocator
 
-import "errors"
+import (
+	"errors"
+	"math"
+)
 
 // Stat is one container's CFS period (seed 000 §IV-B), already validated
 // by the ingest.
@@ -47,10 +50,12 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 		unused = min(unused, s.QuotaUs*pUs/s.PeriodUs)
 	}
 	unused = min(unused, m.QuotaUs) // measured against the quota we assigned
+	decay := a.peakDecay()
 	if m.seen {
 		gap := min(s.Seq-m.lastSeq-1, uint64(len(m.th)), maxGapFill)
 		for range gap {
 			m.push(false, m.QuotaUs, 0)
+			m.decayPeak *= decay
 		}
 	}
 	used := s.UsageUs
@@ -58,6 +63,7 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 		used = used * pUs / s.PeriodUs
 	}
 	used = min(used, m.HostMaxUs)
+	m.decayPeak = max(float64(used), m.decayPeak*decay)
 	m.seen, m.lastSeq = true, s.Seq
 	m.push(s.Throttled, unused, used)
 	m.Periods++
@@ -70,13 +76,52 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 	}
 	in := CPUInput{P: a.P, QuotaUs: m.QuotaUs, UnusedUs: unused, Throttled: s.Throttled,
 		AvgThrottle: m.AvgThrottle(), AvgUnusedUs: m.AvgUnusedUs(), PeakUsedUs: m.PeakUsedUs(),
-		UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order)}
+		DecayedPeakUs: int64(m.decayPeak), UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order)}
 	q, r := a.Policy.NextQuota(in)
 	q = a.clampQuota(m, q)
 	if d := q - m.QuotaUs; d < a.P.MinStepUs && -d < a.P.MinStepUs && m.QuotaUs >= a.floorUs(len(a.order)) {
 		return Decision{}, nil
 	}
 	return a.decide(m, q, 0, r), nil
+}
+
+// Throttle handles a throttle event: member k ran out of quota in the
+// middle of period seq (the period its next statistic will report). The
+// policy may raise the quota at once; a scale-down is never taken here.
+// An event for a period whose statistic already arrived is stale.
+func (a *App) Throttle(k Key, seq uint64) (Decision, error) {
+	m := a.members[k]
+	if m == nil {
+		return Decision{}, ErrUnknown
+	}
+	if m.seen && seq <= m.lastSeq {
+		return Decision{}, ErrStale
+	}
+	m.ThrottleEvents++
+	if m.QuotaUs <= 0 {
+		return Decision{}, nil
+	}
+	in := CPUInput{P: a.P, QuotaUs: m.QuotaUs, Throttled: true,
+		AvgThrottle: m.AvgThrottle(), AvgUnusedUs: m.AvgUnusedUs(), PeakUsedUs: m.PeakUsedUs(),
+		DecayedPeakUs: int64(m.decayPeak), UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order)}
+	q, r := a.Policy.OnThrottle(in)
+	if q <= m.QuotaUs {
+		return Decision{}, nil
+	}
+	q = a.clampQuota(m, q)
+	if q-m.QuotaUs < a.P.MinStepUs {
+		return Decision{}, nil
+	}
+	return a.decide(m, q, 0, r), nil
+}
+
+// peakDecay is the per-period factor 2^(−P/half-life) of the decaying
+// peak (0 when the half-life is 0: only the window's peak counts).
+func (a *App) peakDecay() float64 {
+	if a.P.PeakHalfLife <= 0 {
+		return 0
+	}
+	return math.Exp2(-float64(a.P.Period) / float64(a.P.PeakHalfLife))
 }
 
 // clampQuota enforces floor ≤ q ≤ host max and Σ ≤ Ω (a raise comes only

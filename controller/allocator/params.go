@@ -32,6 +32,10 @@ type Params struct {
 	// the member used in one period of the window. Ours, not the paper's;
 	// 0 turns the floor off: seed 000's rule exactly.
 	Headroom float64 `json:"headroom" yaml:"headroom"`
+	// PeakHalfLife: the escra policy's scale-down keeps the quota above a
+	// peak usage that decays with this half-life (0: the window's peak
+	// only). Ours.
+	PeakHalfLife time.Duration `json:"peak_half_life" yaml:"peak_half_life"`
 	// MinStepUs: a telemetry-driven quota change smaller than this is not
 	// sent (a cgroup write and an RPC for a few µs buy nothing).
 	MinStepUs int64 `json:"min_step_us" yaml:"min_step_us"`
@@ -82,6 +86,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("cpu floor %dus: want 1000us..period (CFS minimum quota is 1ms)", p.CPUFloorUs)
 	case !(p.Headroom >= 0) || p.Headroom > 10:
 		return fmt.Errorf("headroom %v: want 0..10 (a fraction of the peak usage)", p.Headroom)
+	case p.PeakHalfLife < 0 || p.PeakHalfLife > time.Hour:
+		return fmt.Errorf("peak half-life %v: want 0..1h", p.PeakHalfLife)
 	case p.MinStepUs < 0 || p.MinStepUs > p.PeriodUs():
 		return fmt.Errorf("min step %dus: want 0..period", p.MinStepUs)
 	case p.OOMStepBytes < 4096:

@@ -295,13 +295,17 @@ func (s *Server) DefineApp(spec AppSpec) error {
 	if spec.Params != nil {
 		p = *spec.Params
 	}
+	pol := s.policy(spec.Name)
+	if spec.Policy != "" {
+		pol, _ = allocator.PolicyByName(spec.Policy) // checked by Validate
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a := s.apps[spec.Name]; a != nil {
 		st := a.Snapshot()
-		if st.Params != p {
+		if st.Params != p || (pol != nil && st.Policy != pol.Name()) {
 			if len(st.Members) > 0 {
-				return fmt.Errorf("app %s: parameters can change only while it has no members", spec.Name)
+				return fmt.Errorf("app %s: parameters and policy can change only while it has no members", spec.Name)
 			}
 			a.Stop()
 			delete(s.apps, spec.Name)
@@ -309,7 +313,7 @@ func (s *Server) DefineApp(spec AppSpec) error {
 			return a.Define(b)
 		}
 	}
-	a, err := app.New(spec.Name, b, p, s.policy(spec.Name), false, s.log, &s.hub, s.met)
+	a, err := app.New(spec.Name, b, p, pol, false, s.log, &s.hub, s.met)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/escra-dev/escra/controller/allocator"
 )
 
 // maxSpecBytes bounds what Parse reads: a spec is a few kilobytes.
@@ -316,8 +318,10 @@ func (d *decoder) allocator(n *yaml.Node, field string, a *Allocator) {
 	d.mapping(n, field, map[string]func(v *yaml.Node, f string){
 		"policy": func(v *yaml.Node, f string) {
 			a.Policy = d.str(v, f)
-			if d.ok() && a.Policy != "escra" {
-				d.err(v, f, fmt.Sprintf("%q is not a known policy (known: escra)", a.Policy))
+			if d.ok() {
+				if _, err := allocator.PolicyByName(a.Policy); err != nil {
+					d.err(v, f, err.Error())
+				}
 			}
 		},
 		"kappa": rangeF(&a.Kappa, 0, 1, "κ, the scale-down rate"),

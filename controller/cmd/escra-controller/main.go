@@ -49,6 +49,7 @@ type appEntry struct {
 	CPU    string  `yaml:"cpu"`    // cores: "2", "1.5", "500m"
 	Memory string  `yaml:"memory"` // "2GiB"
 	Sigma  float64 `yaml:"sigma"`
+	Policy string  `yaml:"policy"` // allocator policy; "" = --policy
 }
 
 func loadApps(path string) ([]server.AppSpec, error) {
@@ -79,7 +80,7 @@ func parseApps(path string, data []byte) ([]server.AppSpec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: app %d (%s): memory: %w", path, i+1, e.Name, err)
 		}
-		a := server.AppSpec{Name: e.Name, CPUCores: cpu, MemoryBytes: mem, Sigma: e.Sigma}
+		a := server.AppSpec{Name: e.Name, CPUCores: cpu, MemoryBytes: mem, Sigma: e.Sigma, Policy: e.Policy}
 		if err := a.Validate(); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
@@ -107,6 +108,8 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&p.Period, "period", p.Period, "CFS period the allocator decides for")
 	floor := time.Duration(p.CPUFloorUs) * time.Microsecond
 	fs.DurationVar(&floor, "cpu-floor", floor, "smallest quota per period a container is cut to")
+	policyName := fs.String("policy", allocator.PolicyEscra, "default allocator policy of apps that do not name one ("+strings.Join(allocator.PolicyNames(), ", ")+")")
+	fs.DurationVar(&p.PeakHalfLife, "peak-half-life", p.PeakHalfLife, "escra policy: a scale-down keeps the quota above a peak usage decaying with this half-life (0: the window's peak only)")
 	fs.Float64Var(&p.Headroom, "headroom", p.Headroom, "a CPU scale-down keeps the quota at least this fraction above the window's peak usage (0: seed 000's rule exactly)")
 	minStep := time.Duration(p.MinStepUs) * time.Microsecond
 	fs.DurationVar(&minStep, "min-step", minStep, "smallest quota change worth sending")
@@ -162,6 +165,13 @@ func run(args []string, stderr io.Writer) int {
 		return fail("--rpc-timeout must be > 0")
 	}
 	cfg.Params = p
+	if _, err := allocator.PolicyByName(*policyName); err != nil {
+		return fail("--policy: %v", err)
+	}
+	if *policyName != allocator.PolicyEscra {
+		name := *policyName
+		cfg.Policy = func(string) allocator.Policy { pol, _ := allocator.PolicyByName(name); return pol }
+	}
 	if *appsFile != "" {
 		apps, err := loadApps(*appsFile)
 		if err != nil {

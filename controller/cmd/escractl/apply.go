@@ -98,6 +98,7 @@ func Budget(a *spec.App) adminclient.AppBudget {
 		p.OOMStepBytes, p.SafeMarginBytes = al.OOMStepBytes, al.ReclaimMarginBytes
 		p.Headroom = al.Headroom
 		b.Params = &p
+		b.Policy = al.Policy
 	}
 	return b
 }

@@ -1,0 +1,112 @@
+package allocator
+
+import (
+	"testing"
+	"time"
+)
+
+func TestPolicyByName(t *testing.T) {
+	for name, want := range map[string]string{"": "escra", "escra": "escra", "escra-paper": "escra-paper"} {
+		p, err := PolicyByName(name)
+		if err != nil || p.Name() != want {
+			t.Fatalf("PolicyByName(%q) = %v, %v; want %s", name, p, err, want)
+		}
+	}
+	if _, err := PolicyByName("pema2"); err == nil {
+		t.Fatal("unknown policy accepted")
+	}
+}
+
+// The paper's policy ignores the headroom floor and throttle events; the
+// escra policy keeps the quota over its recent peak and raises at once.
+func TestPaperAndEscraPolicies(t *testing.T) {
+	in := CPUInput{P: DefaultParams(), QuotaUs: 50000, UnusedUs: 40000, AvgUnusedUs: 40000,
+		PeakUsedUs: 30000, UnallocatedUs: 50000, Members: 1}
+	q, _ := EscraPaper{}.NextQuota(in)
+	if want := int64(50000 - 0.8*40000); q != want {
+		t.Fatalf("paper scale-down %d, want %d", q, want)
+	}
+	q, _ = Escra{}.NextQuota(in)
+	if want := int64(33000); q != want { // 1.1 × the window's peak of 30000
+		t.Fatalf("escra scale-down %d, want %d", q, want)
+	}
+	in.DecayedPeakUs = 40000
+	if q, _ = (Escra{}).NextQuota(in); q != 44000 {
+		t.Fatalf("escra scale-down with a decaying peak of 40000: %d, want 44000", q)
+	}
+	if q, r := (EscraPaper{}).OnThrottle(in); q != in.QuotaUs || r != "" {
+		t.Fatalf("paper reacted inside a period: %d %q", q, r)
+	}
+	if q, r := (Escra{}).OnThrottle(in); q != 50000+20*50000 || r != ReasonThrottleEvent {
+		t.Fatalf("escra throttle event: %d %q, want the quota plus Υ·U", q, r)
+	}
+}
+
+// A throttle event raises at once, never beyond the pool, and an event
+// for a period whose statistic already arrived is stale.
+func TestThrottleEvent(t *testing.T) {
+	a, err := NewApp("a", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), Escra{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	join(t, a, 1, 2)
+	join(t, a, 2, 2) // two members, 50000 each
+	// Member 1 idles down to its floor.
+	for seq := range uint64(30) {
+		q := a.Member(1).QuotaUs
+		if _, err := a.CPU(1, Stat{Seq: seq, QuotaUs: q, PeriodUs: 100000, UnusedUs: q - 1000, UsageUs: 1000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q0 := a.Member(1).QuotaUs
+	if q0 > 10000 {
+		t.Fatalf("idle member kept %d µs", q0)
+	}
+	d, err := a.Throttle(1, 30)
+	if err != nil || d.QuotaUs <= q0 || d.Reason != ReasonThrottleEvent {
+		t.Fatalf("throttle event: %+v, %v (quota was %d)", d, err, q0)
+	}
+	if got := a.CPUAllocatedUs(); got > a.OmegaUs() {
+		t.Fatalf("Σ quotas %d > Ω %d", got, a.OmegaUs())
+	}
+	if a.Member(1).QuotaUs != 100000-a.Member(2).QuotaUs {
+		t.Fatalf("raise %d did not take the whole pool (other member %d)", a.Member(1).QuotaUs, a.Member(2).QuotaUs)
+	}
+	if _, err := a.Throttle(1, 29); err != ErrStale {
+		t.Fatalf("event for a reported period: %v, want ErrStale", err)
+	}
+	if d, err := a.Throttle(1, 30); err != nil || d.QuotaUs != 0 {
+		t.Fatalf("event with an empty pool: %+v, %v; want no decision", d, err)
+	}
+	paper, _ := NewApp("p", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), EscraPaper{})
+	join(t, paper, 1, 2)
+	if d, err := paper.Throttle(1, 0); err != nil || d.QuotaUs != 0 {
+		t.Fatalf("escra-paper reacted to a throttle event: %+v %v", d, err)
+	}
+}
+
+func TestDecayingPeak(t *testing.T) {
+	p := DefaultParams()
+	p.PeakHalfLife = time.Second // 10 periods
+	a, err := NewApp("a", Budget{CPUCores: 2, MemoryBytes: gib}, p, Escra{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	join(t, a, 1, 2)
+	feed := func(seq uint64, used int64) {
+		q := a.Member(1).QuotaUs
+		u := min(used, q)
+		if _, err := a.CPU(1, Stat{Seq: seq, QuotaUs: q, PeriodUs: 100000, UnusedUs: q - u, UsageUs: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	feed(0, 80000)
+	for seq := uint64(1); seq <= 20; seq++ {
+		feed(seq, 5000)
+	}
+	// After 20 periods (two half-lives) the peak is 20000: the quota stays
+	// at or above 1.1 × 20000 although the window's peak is 5000.
+	if q := a.Member(1).QuotaUs; q < 22000 || q > 40000 {
+		t.Fatalf("quota %d after two half-lives, want ≈ 1.1 × 20000", q)
+	}
+}
