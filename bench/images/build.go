@@ -49,7 +49,13 @@ var (
 			`ENTRYPOINT ["/usr/bin/redis-server", "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no", "--dir", "/tmp"]`,
 			`CMD ["--port", "6380"]`},
 	}
-	All = []Spec{DemoHTTP, Memwave, Nginx, Redis}
+	// Spin is the best-effort batch container co-located with the app.
+	Spin = Spec{
+		Name:    "escra-bench/spin",
+		Fill:    goFill("workloads/spin", "/spin"),
+		Changes: []string{`ENTRYPOINT ["/spin"]`},
+	}
+	All = []Spec{DemoHTTP, Memwave, Nginx, Redis, Spin}
 )
 
 // Text files nginx serves, gzipped at level 9 on every request.

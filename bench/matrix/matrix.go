@@ -3,8 +3,8 @@ package matrix
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,22 +31,59 @@ type Config struct {
 	Reps      int
 	Seed      int64
 	BasePort  int
-	// Escra, when set, names the app a workload's containers join
-	// (label escra.app) and the controller and daemon PIDs to account CPU
-	// to; escrad and escra-controller must be running. Nil skips Escra.
+	// AppCPUs is the cpuset of the containers under test and the batch
+	// container ("" = not pinned); AppCores the number of CPUs in it: the
+	// most a container can use, so the cap of every limit.
+	AppCPUs  string
+	AppCores float64
+	// ClientCPUs are the CPUs the client runs on (bench-run is started
+	// pinned there); their busy time is reported per run.
+	ClientCPUs []int
+	// BurstCycle is the Burst shape's cycle (calm, then a burst, half each;
+	// 0: seed 000's 20 s).
+	BurstCycle time.Duration
+	// Batch runs a best-effort CPU spinner beside the app, its quota the
+	// app CPUs minus Σ the app's limits, updated every 100 ms.
+	Batch bool
+	// AutopilotCPU are Autopilot's CPU weights (nil: the defaults); see
+	// SweepAutopilot.
+	AutopilotCPU *recommender.AutopilotConfig
+	// Escra, when set, names the app a cell's containers join (label
+	// escra.app) and the controller and daemon PIDs to account CPU to;
+	// escrad and escra-controller must be running. Nil skips Escra.
 	Escra    *Escra
 	Progress func(string)
 }
 
 type Escra struct {
-	App           func(workload string) string
+	// App names the app of a cell's containers under an Escra policy.
+	App func(c Cell, policy string) string
+	// Budget is the cell's app budget Ω in cores.
+	Budget        func(c Cell) float64
 	ControllerPID int
 	DaemonPID     int
 }
 
-// Warmup is how long Autopilot and VPA keep the initial (Static 1.5×)
-// limits before their first recommendation is applied.
-const Warmup = 5 * time.Second
+// IsEscra tells Escra's policies (escra, escra-paper) from the baselines.
+func IsEscra(policy string) bool { return strings.HasPrefix(policy, "escra") }
+
+// Static15Cores is what static15 provisions for a cell: Σ over replicas
+// of 1.5 × the peak, each capped at the app's CPUs (the engine refuses
+// more). Escra's budget for the cell is exactly this (issue 11).
+func (c Config) Static15Cores(peaks []Peak) float64 {
+	sum := 0.0
+	for _, p := range peaks {
+		sum += c.capCores(1.5 * p.CPU)
+	}
+	return sum
+}
+
+func (c Config) capCores(x float64) float64 {
+	if c.AppCores > 0 {
+		return min(x, c.AppCores)
+	}
+	return x
+}
 
 // Cell is one (workload, load).
 type Cell struct{ Workload, Load string }
@@ -96,7 +133,7 @@ func (c Config) Validate() error {
 		}
 	}
 	for _, p := range c.Policies {
-		if _, err := newRecommender(p, Peak{1, 1}); err != nil && p != "escra" {
+		if _, err := c.newRecommender(p, Peak{1, 1}); err != nil && !IsEscra(p) {
 			return err
 		}
 	}
@@ -107,7 +144,7 @@ func (c Config) Validate() error {
 }
 
 // newRecommender makes a baseline policy for a replica with the given peak.
-func newRecommender(name string, pk Peak) (recommender.Recommender, error) {
+func (c Config) newRecommender(name string, pk Peak) (recommender.Recommender, error) {
 	switch name {
 	case "static15":
 		return &recommender.Static{K: 1.5, PeakCPU: pk.CPU, PeakMem: pk.Mem}, nil
@@ -116,13 +153,17 @@ func newRecommender(name string, pk Peak) (recommender.Recommender, error) {
 	case "static075":
 		return &recommender.Static{K: 0.75, PeakCPU: pk.CPU, PeakMem: pk.Mem}, nil
 	case "autopilot":
-		return recommender.NewAutopilot(recommender.DefaultAutopilotCPU(), recommender.DefaultAutopilotMem(), time.Second), nil
+		cpu := recommender.DefaultAutopilotCPU()
+		if c.AutopilotCPU != nil {
+			cpu = *c.AutopilotCPU
+		}
+		return recommender.NewAutopilot(cpu, recommender.DefaultAutopilotMem(), time.Second), nil
 	case "vpa10":
 		return recommender.NewVPA(recommender.DefaultVPA(10 * time.Second)), nil
 	case "vpa60":
 		return recommender.NewVPA(recommender.DefaultVPA(60 * time.Second)), nil
 	}
-	return nil, fmt.Errorf("unknown policy %q (want static15, static10, static075, autopilot, vpa10, vpa60 or escra)", name)
+	return nil, fmt.Errorf("unknown policy %q (want static15, static10, static075, autopilot, vpa10, vpa60, escra or escra-paper)", name)
 }
 
 func (c Config) ports(w Workload) []int {
@@ -140,7 +181,7 @@ func containerName(w Workload, i int) string { return fmt.Sprintf("escra-bench-%
 // limits as the starting point of Autopilot, VPA and Escra, which then
 // take over). Swap is not limited (the host has none; memsw would
 // otherwise cap what the policies may write).
-func (c Config) start(ctx context.Context, w Workload, policyName string, peaks []Peak) ([]string, error) {
+func (c Config) start(ctx context.Context, w Workload, cell Cell, policyName string, peaks []Peak) ([]string, error) {
 	var ids []string
 	for i := 0; i < w.Replicas; i++ {
 		name := containerName(w, i)
@@ -155,15 +196,18 @@ func (c Config) start(ctx context.Context, w Workload, policyName string, peaks 
 			k = 1
 		case "static075":
 			k = 0.75
-		case "escra":
-			// Same starting point as Autopilot and VPA; escrad takes over.
-			labels["escra.app"] = c.Escra.App(w.Name)
-			k = 1.5
+		default:
+			if IsEscra(policyName) {
+				// Same starting point as Autopilot and VPA; escrad takes over.
+				labels["escra.app"] = c.Escra.App(cell, policyName)
+				k = 1.5
+			}
 		}
+		res.CpusetCpus = c.AppCPUs
 		if k > 0 && i < len(peaks) {
-			// Capped at the host's cores: the engine refuses more (a
-			// closed-loop client such as wrk can profile at ~2 cores here).
-			res.NanoCPUs = int64(min(k*peaks[i].CPU, float64(runtime.NumCPU())) * 1e9)
+			// Capped at the app's CPUs: more cannot be used (a closed-loop
+			// client such as wrk can saturate them).
+			res.NanoCPUs = int64(c.capCores(k*peaks[i].CPU) * 1e9)
 			res.Memory = int64(k * peaks[i].Mem)
 			res.MemorySwap = -1
 		}
@@ -217,13 +261,14 @@ func procCPU(pid int) float64 {
 	return (ut + st) / 100 // USER_HZ is 100 on Linux
 }
 
-// Profile runs every cell once without limits and returns each replica's peak.
-func (c Config) Profile(ctx context.Context) (map[Cell][]Peak, error) {
-	out := map[Cell][]Peak{}
+// Profile runs every cell once without limits and returns each replica's
+// peak and usage series.
+func (c Config) Profile(ctx context.Context) (map[Cell]Profile, error) {
+	out := map[Cell]Profile{}
 	for i, cell := range c.Cells() {
 		c.progress("profile %d/%d: %s/%s without limits", i+1, len(c.Cells()), cell.Workload, cell.Load)
 		w, _ := WorkloadByName(cell.Workload)
-		ids, err := c.start(ctx, w, "profile", nil)
+		ids, err := c.start(ctx, w, cell, "profile", nil)
 		if err != nil {
 			return nil, err
 		}
@@ -234,6 +279,7 @@ func (c Config) Profile(ctx context.Context) (map[Cell][]Peak, error) {
 		}
 		var mu sync.Mutex
 		cpu := make([][]float64, len(ids))
+		memS := make([][]float64, len(ids))
 		mem := make([]float64, len(ids))
 		sctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
@@ -245,12 +291,13 @@ func (c Config) Profile(ctx context.Context) (map[Cell][]Peak, error) {
 				for j, cs := range snap.Per {
 					if cs.Valid {
 						cpu[j] = append(cpu[j], cs.CPUUsage)
+						memS[j] = append(memS[j], cs.MemUsage)
 						mem[j] = max(mem[j], cs.MemUsage)
 					}
 				}
 			})
 		}()
-		_, err = w.Client(ctx, cell.Load, c.ports(w), c.Duration, c.Seed, nil)
+		_, err = w.Client(ctx, c.clientRun(w, cell, c.Seed, nil))
 		stop()
 		<-done
 		s.Close()
@@ -270,7 +317,7 @@ func (c Config) Profile(ctx context.Context) (map[Cell][]Peak, error) {
 			}
 			peaks = append(peaks, pk)
 		}
-		out[cell] = peaks
+		out[cell] = Profile{Peaks: peaks, CPU: cpu, Mem: memS}
 		c.progress("profile %s/%s: peaks %s", cell.Workload, cell.Load, fmtPeaks(peaks))
 	}
 	return out, nil
@@ -285,20 +332,27 @@ func fmtPeaks(ps []Peak) string {
 }
 
 // Run runs the matrix: every selected cell × policy × repetition.
-func (c Config) Run(ctx context.Context, peaks map[Cell][]Peak) ([]report.Run, []string) {
+// Policies run in a random order per repetition and cell (seeded, so a
+// run can be repeated), so no policy always runs first on a cold machine
+// or right after a particular neighbour.
+func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Run, []string) {
 	var runs []report.Run
 	var notes []string
 	total := len(c.Cells()) * len(c.Policies) * max(1, c.Reps)
 	n := 0
 	for rep := 0; rep < max(1, c.Reps); rep++ {
-		for _, cell := range c.Cells() {
-			for _, p := range c.Policies {
+		for ci, cell := range c.Cells() {
+			order := append([]string(nil), c.Policies...)
+			rng := rand.New(rand.NewSource(c.Seed*1_000_003 + int64(rep)*1009 + int64(ci)))
+			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			for pos, p := range order {
 				n++
-				if p == "escra" && c.Escra == nil {
+				if IsEscra(p) && c.Escra == nil {
 					continue
 				}
 				c.progress("[%d/%d] %s/%s/%s rep %d", n, total, cell.Workload, cell.Load, p, rep+1)
-				run, err := c.runOne(ctx, cell, p, rep, peaks[cell])
+				run, err := c.runOne(ctx, cell, p, rep, profiles[cell])
+				run.Order = pos
 				if err != nil {
 					notes = append(notes, fmt.Sprintf("run %s/%s/%s rep %d failed: %v", cell.Workload, cell.Load, p, rep+1, err))
 					c.progress("  failed: %v", err)
@@ -307,22 +361,24 @@ func (c Config) Run(ctx context.Context, peaks map[Cell][]Peak) ([]report.Run, [
 					}
 					continue
 				}
-				c.progress("  p50 %.2f ms, p99.9 %.2f ms, %.1f req/s ok, %d throttled periods, %d OOM kills, %d limit changes",
-					run.Client.P50Us/1000, run.Client.P999Us/1000, run.Client.ThroughputRPS, run.ThrottledPeriods, run.OOMKills, run.LimitChanges)
+				c.progress("  p50 %.2f ms, p99.9 %.2f ms, %.1f req/s ok, %d throttled periods, %d OOM kills, %d limit changes, reserved %.2f cores, batch %.2f cores, client CPUs %.2f busy",
+					run.Client.P50Us/1000, run.Client.P999Us/1000, run.Client.ThroughputRPS, run.ThrottledPeriods, run.OOMKills, run.LimitChanges,
+					run.ReservedCores, run.BatchCores, run.ClientCPUCores)
 				runs = append(runs, run)
 			}
 		}
 	}
-	if c.Escra == nil && contains(c.Policies, "escra") {
+	if c.Escra == nil && (contains(c.Policies, "escra") || contains(c.Policies, "escra-paper")) {
 		notes = append(notes, "Escra runs skipped: escrad and escra-controller were not running")
 	}
 	return runs, notes
 }
 
-func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep int, peaks []Peak) (report.Run, error) {
+func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep int, prof Profile) (report.Run, error) {
 	w, _ := WorkloadByName(cell.Workload)
+	peaks := prof.Peaks
 	run := report.Run{Workload: cell.Workload, Load: cell.Load, Policy: policyName, Rep: rep}
-	ids, err := c.start(ctx, w, policyName, peaks)
+	ids, err := c.start(ctx, w, cell, policyName, peaks)
 	if err != nil {
 		return run, err
 	}
@@ -332,19 +388,34 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 		return run, err
 	}
 	defer s.Close()
+	var batch *batchRun
+	if c.Batch {
+		if batch, err = c.startBatch(ctx); err != nil {
+			return run, err
+		}
+		defer batch.close()
+	}
 
 	// Static limits were set by `docker create`, as a user would; the
-	// recommenders take over from there through the runner.
+	// recommenders take over from there through the runner, warmed up with
+	// the profiled history of the same load (not measured).
 	var runner *policy.Runner
-	if policyName != "escra" && !strings.HasPrefix(policyName, "static") {
-		peakOf := map[string]Peak{}
+	if !IsEscra(policyName) && !strings.HasPrefix(policyName, "static") {
+		idx := map[string]int{}
 		for i, id := range ids {
-			if i < len(peaks) {
-				peakOf[id] = peaks[i]
-			}
+			idx[id] = i
 		}
-		runner = &policy.Runner{Applier: policy.CgroupApplier{Groups: s.Group}, Warmup: Warmup, New: func(id string) recommender.Recommender {
-			r, _ := newRecommender(policyName, peakOf[id])
+		now := time.Now()
+		runner = &policy.Runner{Applier: policy.CgroupApplier{Groups: s.Group}, New: func(id string) recommender.Recommender {
+			i := idx[id]
+			var pk Peak
+			if i < len(peaks) {
+				pk = peaks[i]
+			}
+			r, _ := c.newRecommender(policyName, pk)
+			if i < len(prof.CPU) && i < len(prof.Mem) {
+				warm(r, prof.CPU[i], prof.Mem[i], now)
+			}
 			return r
 		}}
 	}
@@ -353,8 +424,14 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 	for _, id := range ids {
 		mine[id] = true
 	}
+	budget := 0.0
+	if IsEscra(policyName) && c.Escra != nil && c.Escra.Budget != nil {
+		budget = c.Escra.Budget(cell)
+	}
 	var mu sync.Mutex
 	var policyCPU time.Duration
+	var reserved float64
+	var nReserved int
 	sctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -383,15 +460,32 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 				mu.Unlock()
 			}
 			rec.Add(snap)
+			limits, ok := 0.0, true
+			for _, cs := range snap.Per {
+				ok = ok && cs.Valid
+				limits += c.capCores(cs.CPULimit)
+			}
+			if !ok {
+				return
+			}
+			mu.Lock()
+			reserved += max(limits, budget)
+			nReserved++
+			mu.Unlock()
+			if batch != nil {
+				batch.follow(ctx, c.AppCores-limits)
+			}
 		})
 	}()
 	var ctl0, dmn0 float64
-	if c.Escra != nil && policyName == "escra" {
+	if c.Escra != nil && IsEscra(policyName) {
 		ctl0, dmn0 = procCPU(c.Escra.ControllerPID), procCPU(c.Escra.DaemonPID)
 	}
+	busy0, self0 := cpuBusy(c.ClientCPUs), selfCPU()
 	start := time.Now()
-	res, cerr := w.Client(ctx, cell.Load, c.ports(w), c.Duration, c.Seed+int64(rep), func(s string) { c.progress("  %s", s) })
+	res, cerr := w.Client(ctx, c.clientRun(w, cell, c.Seed+int64(rep), func(s string) { c.progress("  %s", s) }))
 	run.DurationS = time.Since(start).Seconds()
+	busy1, self1 := cpuBusy(c.ClientCPUs), selfCPU()
 	time.Sleep(300 * time.Millisecond) // let the last samples and events in
 	stop()
 	wg.Wait()
@@ -405,7 +499,17 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 	rec.Fill(&run)
 	mu.Lock()
 	defer mu.Unlock()
-	if c.Escra != nil && policyName == "escra" {
+	if nReserved > 0 {
+		run.ReservedCores = reserved / float64(nReserved)
+	}
+	if run.DurationS > 0 {
+		run.ClientCPUCores = (busy1 - busy0) / run.DurationS
+		run.ClientSelfCores = (self1 - self0) / run.DurationS
+	}
+	if batch != nil {
+		run.BatchCores = batch.cores()
+	}
+	if c.Escra != nil && IsEscra(policyName) {
 		run.ControllerCPUSeconds = procCPU(c.Escra.ControllerPID) - ctl0
 		run.DaemonCPUSeconds = procCPU(c.Escra.DaemonPID) - dmn0
 	} else {

@@ -9,6 +9,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/escra-dev/escra/bench/images"
+	"github.com/escra-dev/escra/controller/recommender"
 )
 
 func TestCellsAndValidate(t *testing.T) {
@@ -36,7 +37,7 @@ func TestCellsAndValidate(t *testing.T) {
 			t.Errorf("%+v accepted", bad)
 		}
 	}
-	r, _ := newRecommender("static075", Peak{CPU: 2, Mem: 100})
+	r, _ := c.newRecommender("static075", Peak{CPU: 2, Mem: 100})
 	if l, _ := r.Recommend(time.Now()); l.CPU != 1.5 || l.MemBytes != 75 {
 		t.Errorf("static075 of (2, 100) = %+v", l)
 	}
@@ -57,25 +58,35 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	tag, err := (&images.Builder{Docker: cli, RepoRoot: root}).Build(ctx, images.Memwave)
+	b := &images.Builder{Docker: cli, RepoRoot: root}
+	tag, err := b.Build(ctx, images.Memwave)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Config{Docker: cli, Images: map[string]string{images.Memwave.Name: tag}, Workloads: []string{"memwave"},
-		Loads: []string{"wave"}, Policies: []string{"static10", "escra"}, Duration: 4 * time.Second, Reps: 1, BasePort: 19900}
+	spin, err := b.Build(ctx, images.Spin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Docker: cli, Images: map[string]string{images.Memwave.Name: tag, images.Spin.Name: spin}, Workloads: []string{"memwave"},
+		Loads: []string{"wave"}, Policies: []string{"static10", "escra"}, Duration: 4 * time.Second, Reps: 1, BasePort: 19900,
+		AppCPUs: "0", AppCores: 1, Batch: true}
 	t.Cleanup(func() {
 		cli.ContainerRemove(context.Background(), "escra-bench-memwave-0", container.RemoveOptions{Force: true})
+		cli.ContainerRemove(context.Background(), "escra-bench-batch", container.RemoveOptions{Force: true})
 	})
-	peaks, err := c.Profile(ctx)
+	profiles, err := c.Profile(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pk := peaks[Cell{"memwave", "wave"}]
+	pk := profiles[Cell{"memwave", "wave"}].Peaks
+	if n := len(profiles[Cell{"memwave", "wave"}].CPU[0]); n < 20 {
+		t.Fatalf("profile kept %d CPU samples, want the whole series", n)
+	}
 	// 4 s of a 20 s wave from 32 MiB: the working set passes ~50 MiB.
 	if len(pk) != 1 || pk[0].Mem < 40<<20 || pk[0].CPU <= 0 {
 		t.Fatalf("peaks %+v", pk)
 	}
-	runs, notes := c.Run(ctx, peaks)
+	runs, notes := c.Run(ctx, profiles)
 	if len(runs) != 1 || runs[0].Policy != "static10" {
 		t.Fatalf("runs %+v notes %v", runs, notes)
 	}
@@ -86,8 +97,47 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 	if len(r.Slack) < 20 || len(r.Series) < 20 {
 		t.Fatalf("%d slack, %d series samples", len(r.Slack), len(r.Series))
 	}
+	// memwave needs little CPU: the batch container gets most of what
+	// static10's reservation leaves of the one app CPU, and the reserved
+	// figure is that limit.
+	if lim := min(1, pk[0].CPU); r.ReservedCores < 0.9*lim || r.ReservedCores > 1.1*lim+0.01 {
+		t.Errorf("reserved %.3f cores, want static10's limit %.3f", r.ReservedCores, lim)
+	}
+	if free := 1 - min(1, pk[0].CPU); r.BatchCores < 0.5*free || r.BatchCores > free+0.05 {
+		t.Errorf("batch got %.3f cores, want most of the %.3f the limit leaves", r.BatchCores, free)
+	}
 	last := r.Series[len(r.Series)-1]
 	if d := last.MemLimitMiB - pk[0].Mem/(1<<20); d < -0.01 || d > 0.01 {
 		t.Errorf("memory limit %v MiB, want the profiled peak %v MiB", last.MemLimitMiB, pk[0].Mem/(1<<20))
+	}
+}
+
+// The sweep keeps the weights with the least demand above the limit on a
+// bursty profile, and a warm recommender decides from the profile at once.
+func TestSweepAutopilotAndWarm(t *testing.T) {
+	var cpu, mem []float64
+	for i := range 600 { // 60 s: 0.1 core, bursts of 0.6 core for 3 s every 10 s
+		u := 0.1
+		if i%100 >= 70 {
+			u = 0.6
+		}
+		cpu, mem = append(cpu, u), append(mem, 50<<20)
+	}
+	profiles := map[Cell]Profile{{"x", "burst"}: {Peaks: []Peak{{CPU: 0.6, Mem: 50 << 20}}, CPU: [][]float64{cpu}, Mem: [][]float64{mem}}}
+	ch := SweepAutopilot(profiles)
+	if ch.Tried != 27 {
+		t.Fatalf("tried %d weight sets", ch.Tried)
+	}
+	dflt, _ := scoreAutopilot(recommender.DefaultAutopilotCPU(), profiles)
+	if ch.OverrunCoreS > dflt {
+		t.Fatalf("chosen weights overrun %.3f core·s, defaults %.3f", ch.OverrunCoreS, dflt)
+	}
+	c := Config{AutopilotCPU: &ch.CPU}
+	r, _ := c.newRecommender("autopilot", Peak{})
+	now := time.Now()
+	warm(r, cpu, mem, now)
+	l, ok := r.Recommend(now)
+	if !ok || l.CPU < 0.6 {
+		t.Fatalf("warm autopilot recommends %+v (ok %v), want at least the profiled burst of 0.6 core", l, ok)
 	}
 }

@@ -28,7 +28,17 @@ type Workload struct {
 	// Ready waits until every replica answers.
 	Ready func(ctx context.Context, ports []int) error
 	// Client drives the load and reports what the client measured.
-	Client func(ctx context.Context, loadName string, ports []int, d time.Duration, seed int64, progress func(string)) (load.Result, error)
+	Client func(ctx context.Context, r ClientRun) (load.Result, error)
+}
+
+// ClientRun is one drive of a workload's client.
+type ClientRun struct {
+	Load       string // the shape or tool name (fixed, exp, burst, trace, wrk, ...)
+	Ports      []int
+	Duration   time.Duration
+	Seed       int64
+	BurstCycle time.Duration // 0: seed 000's 20 s
+	Progress   func(string)
 }
 
 func waitTCP(ctx context.Context, ports []int) error {
@@ -73,14 +83,18 @@ func waitHTTP(path string) func(context.Context, []int) error {
 }
 
 // httpClient drives vegeta with one of the seed shapes at scale over urls.
-func httpClient(scale float64, urls func(ports []int) []string, header http.Header) func(context.Context, string, []int, time.Duration, int64, func(string)) (load.Result, error) {
-	return func(ctx context.Context, name string, ports []int, d time.Duration, seed int64, progress func(string)) (load.Result, error) {
-		shape, err := load.ShapeByName(name, scale, seed)
+func httpClient(scale float64, urls func(ports []int) []string, header http.Header) func(context.Context, ClientRun) (load.Result, error) {
+	return func(ctx context.Context, r ClientRun) (load.Result, error) {
+		shape, err := load.ShapeByName(r.Load, scale, r.Seed)
 		if err != nil {
 			return load.Result{}, err
 		}
-		return load.RunHTTP(ctx, load.HTTPRun{URLs: urls(ports), Shape: shape, Duration: d, Timeout: 5 * time.Second,
-			Header: header, Progress: progress})
+		if b, ok := shape.(load.Burst); ok && r.BurstCycle > 0 {
+			b.Every, b.BurstLen = r.BurstCycle, r.BurstCycle/2
+			shape = b
+		}
+		return load.RunHTTP(ctx, load.HTTPRun{URLs: urls(r.Ports), Shape: shape, Duration: r.Duration, Timeout: 5 * time.Second,
+			Header: header, Progress: r.Progress})
 	}
 }
 
@@ -133,12 +147,12 @@ var Workloads = []Workload{
 		Cmd:   func(_, port int) []string { return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)} },
 		Loads: []string{"fixed", "exp", "burst", "trace", "wrk"},
 		Ready: waitHTTP("/healthz"),
-		Client: func(ctx context.Context, name string, ports []int, d time.Duration, seed int64, progress func(string)) (load.Result, error) {
-			url := fmt.Sprintf("http://127.0.0.1:%d/64k.txt", ports[0])
-			if name == "wrk" {
-				return load.RunWrk(ctx, load.WrkRun{URL: url, Threads: 1, Conns: 4, Duration: d, Header: []string{"Accept-Encoding: gzip"}, Timeout: 5 * time.Second})
+		Client: func(ctx context.Context, r ClientRun) (load.Result, error) {
+			url := fmt.Sprintf("http://127.0.0.1:%d/64k.txt", r.Ports[0])
+			if r.Load == "wrk" {
+				return load.RunWrk(ctx, load.WrkRun{URL: url, Threads: 1, Conns: 4, Duration: r.Duration, Header: []string{"Accept-Encoding: gzip"}, Timeout: 5 * time.Second})
 			}
-			return httpClient(0.1, func([]int) []string { return []string{url} }, http.Header{"Accept-Encoding": {"gzip"}})(ctx, name, ports, d, seed, progress)
+			return httpClient(0.1, func([]int) []string { return []string{url} }, http.Header{"Accept-Encoding": {"gzip"}})(ctx, r)
 		},
 	},
 	{
@@ -154,13 +168,13 @@ var Workloads = []Workload{
 		Cmd:   func(_, _ int) []string { return []string{"-min", "32", "-max", "192", "-period", "20s"} },
 		Loads: []string{"wave"},
 		Ready: func(context.Context, []int) error { return nil },
-		Client: func(ctx context.Context, _ string, _ []int, d time.Duration, _ int64, _ func(string)) (load.Result, error) {
+		Client: func(ctx context.Context, r ClientRun) (load.Result, error) {
 			select {
 			case <-ctx.Done():
 				return load.Result{}, ctx.Err()
-			case <-time.After(d):
+			case <-time.After(r.Duration):
 			}
-			return load.Result{Tool: "none", Shape: "wave", DurationS: d.Seconds()}, nil
+			return load.Result{Tool: "none", Shape: "wave", DurationS: r.Duration.Seconds()}, nil
 		},
 	},
 }
@@ -169,7 +183,8 @@ var Workloads = []Workload{
 // in chunks of 20000 requests until d has passed. Chunks are combined as
 // total requests over total time; p50 is the chunks' mean, p99, p99.9 and
 // max are their maxima (conservative).
-func redisClient(ctx context.Context, _ string, ports []int, d time.Duration, _ int64, progress func(string)) (load.Result, error) {
+func redisClient(ctx context.Context, r ClientRun) (load.Result, error) {
+	ports, d := r.Ports, r.Duration
 	start := time.Now()
 	out := load.Result{Tool: "redis-benchmark", Shape: "closed", Test: "SET+GET"}
 	var p50 float64

@@ -350,3 +350,17 @@ func (r *Recorder) Fill(run *report.Run) {
 		run.ThrottledPeriods += int64(a[1])
 	}
 }
+
+// UsageNs reads a group's cumulative CPU time in ns (v1 cpuacct.usage, v2
+// cpu.stat usage_usec).
+func UsageNs(g *cgroups.Group) (uint64, error) {
+	var st cgroups.CPUStat
+	b, err := g.Read(cgroups.CPUStatFile, make([]byte, 512))
+	if err != nil {
+		return 0, err
+	}
+	if err := cgroups.ParseCPUStat(b, &st); err != nil {
+		return 0, err
+	}
+	return usageNs(g, &st)
+}

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -58,6 +59,7 @@ func list(s string) []string {
 }
 
 func run() error {
+	var err error
 	full := flag.Bool("full", false, "full matrix: every load and policy, 60 s runs, 3 repetitions")
 	out := flag.String("out", "results/bench", "output directory")
 	bin := flag.String("bin", "bin", "directory holding escrad and escra-controller")
@@ -72,22 +74,44 @@ func run() error {
 	// MiB (scaled down like the request rates), and with δ = 50 MiB reclaim
 	// would never take anything back from them.
 	safeMargin := flag.String("safe-margin", "8MiB", "reclaim margin δ given to escra-controller")
-	ctlFlags := flag.String("controller-flags", "", "extra escra-controller flags, space-separated (allocator A/B runs, e.g. \"-no-lend -headroom 0\")")
+	ctlFlags := flag.String("controller-flags", "", "extra escra-controller flags, space-separated (allocator A/B runs, e.g. \"-headroom 0\")")
+	clientCPUs := flag.String("client-cpus", "0", "CPUs the client (this process, vegeta, wrk, redis-benchmark) is pinned to (\"\": not pinned)")
+	appCPUs := flag.String("app-cpus", "1", "CPUs of the containers under test, the batch container, escrad and escra-controller (\"\": not pinned)")
+	burstCycle := flag.Duration("burst-cycle", 0, "cycle of the Burst load, calm then burst, half each (default 6 s quick: three cycles per run; 20 s full, seed 000's)")
+	noBatch := flag.Bool("no-batch", false, "do not co-locate the best-effort batch container")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flag.Arg(0))
 	}
+	if err := pin(*clientCPUs); err != nil {
+		return err
+	}
 
 	cfg := matrix.Config{Workloads: list("demo-http,chain,nginx,redis,memwave"), Seed: 1, BasePort: *port,
 		Loads:    list("demo-http/burst,chain/burst,nginx/burst,wrk,redis-benchmark,wave"),
-		Policies: list("static15,static10,autopilot,vpa10,escra"), Duration: 20 * time.Second, Reps: 1,
+		Policies: list("static15,autopilot,escra-paper,escra"), Duration: 18 * time.Second, Reps: 3,
+		BurstCycle: 6 * time.Second, Batch: !*noBatch,
 		Progress: func(s string) { say("%s", s) }}
 	mode := "quick"
 	if *full {
 		mode = "full"
 		cfg.Loads = list("fixed,exp,burst,trace,wrk,redis-benchmark,wave")
-		cfg.Policies = list("static15,static10,static075,autopilot,vpa10,vpa60,escra")
-		cfg.Duration, cfg.Reps = 60*time.Second, 3
+		cfg.Policies = list("static15,static10,static075,autopilot,vpa10,vpa60,escra-paper,escra")
+		cfg.Duration, cfg.Reps, cfg.BurstCycle = 60*time.Second, 3, 0
+	}
+	if *burstCycle > 0 {
+		cfg.BurstCycle = *burstCycle
+	}
+	if cfg.ClientCPUs, err = cpuList(*clientCPUs); err != nil {
+		return fmt.Errorf("-client-cpus: %w", err)
+	}
+	appSet, err := cpuList(*appCPUs)
+	if err != nil {
+		return fmt.Errorf("-app-cpus: %w", err)
+	}
+	cfg.AppCPUs, cfg.AppCores = *appCPUs, float64(len(appSet))
+	if len(appSet) == 0 {
+		cfg.AppCores = float64(runtime.NumCPU())
 	}
 	if *workloads != "" {
 		cfg.Workloads = list(*workloads)
@@ -130,24 +154,41 @@ func run() error {
 	cells := cfg.Cells()
 	say("%s run: %d cells × %d policies × %d reps of %s, plus %d profiling runs",
 		mode, len(cells), len(cfg.Policies), cfg.Reps, cfg.Duration, len(cells))
-	peaks, err := cfg.Profile(ctx)
+	profiles, err := cfg.Profile(ctx)
 	if err != nil {
 		return err
 	}
+	if contains(cfg.Policies, "autopilot") {
+		choice := matrix.SweepAutopilot(profiles)
+		cfg.AutopilotCPU = &choice.CPU
+		say("autopilot weights: %s", choice)
+		defer func() { autopilotNote = "Autopilot's CPU weights were swept once on the profiles and the best kept: " + choice.String() + "." }()
+	}
 
-	res := &report.Results{Mode: mode, Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(ctx, cli)}
+	res := &report.Results{Mode: mode, Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(ctx, cli),
+		Pinning: report.Pinning{ClientCPUs: *clientCPUs, AppCPUs: *appCPUs, EscraCPUs: *appCPUs}}
 	if c, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output(); err == nil {
 		res.Commit = strings.TrimSpace(string(c))
 	}
-	res.Notes = append(res.Notes, fmt.Sprintf("Each run lasts %s; Static limits are k × the peak of a profiling run of the same workload and load without limits (CPU: largest 1 s mean; memory: largest 100 ms sample).", cfg.Duration))
+	res.Notes = append(res.Notes, fmt.Sprintf("Each run lasts %s; Static limits are k × the peak of a profiling run of the same workload and load without limits (CPU: largest 1 s mean; memory: largest 100 ms sample), capped at the app's %g CPUs.", cfg.Duration, cfg.AppCores))
+	if cfg.BurstCycle > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("The Burst load cycles every %s (calm, then a burst, half each; seed 000: 20 s), so every run holds %.1f cycles.", cfg.BurstCycle, cfg.Duration.Seconds()/cfg.BurstCycle.Seconds()))
+	}
+	res.Notes = append(res.Notes, fmt.Sprintf("Pinning: the client (bench-run with vegeta, the sampler and the baseline recommenders; wrk and redis-benchmark) on CPUs %q; the containers under test, the batch container, escrad and escra-controller on CPUs %q.", *clientCPUs, *appCPUs))
+	res.Notes = append(res.Notes, "Policies run in a random order (seeded) per repetition and cell; Autopilot and VPA start warm: their recommenders are fed the profiling run of the same load as history (not measured) and their first recommendation applies at the first sample.")
+	if cfg.Batch {
+		res.Notes = append(res.Notes, "A best-effort batch container (a CPU spinner, cpu.shares 2) runs beside every run's app on the app CPUs; its quota is the app CPUs minus Σ the app's container limits, moved every 100 ms: its CPU is what the capacity a policy leaves unreserved buys.")
+	}
 	for _, cell := range cells {
-		res.Notes = append(res.Notes, fmt.Sprintf("Profiled peak of %s/%s: %s.", cell.Workload, cell.Load, describe(peaks[cell])))
+		res.Notes = append(res.Notes, fmt.Sprintf("Profiled peak of %s/%s: %s.", cell.Workload, cell.Load, describe(profiles[cell].Peaks)))
+		st := cfg.Static15Cores(profiles[cell].Peaks)
+		res.Budgets = append(res.Budgets, report.CellBudget{Workload: cell.Workload, Load: cell.Load, Static15LimitCores: st, EscraBudgetCores: st})
 	}
 
-	if contains(cfg.Policies, "escra") && !*noEscra {
+	if (contains(cfg.Policies, "escra") || contains(cfg.Policies, "escra-paper")) && !*noEscra {
 		extra := strings.Fields(*ctlFlags)
-		stopEscra, e, err := startEscra(ctx, cfg, peaks, *bin, *out, *safeMargin, extra)
-		res.Notes = append(res.Notes, fmt.Sprintf("Escra: app budgets = Σ 1.5 × profiled peaks (what static15 provisions); reclaim margin δ = %s (seed 000: 50 MiB for containers of GiBs; these are tens of MiB), other parameters the controller's defaults (docs/allocator.md).", *safeMargin))
+		stopEscra, e, err := startEscra(ctx, cfg, profiles, *bin, *out, *safeMargin, *appCPUs, extra)
+		res.Notes = append(res.Notes, fmt.Sprintf("Escra: one app per cell and Escra policy, its budget exactly Σ static15 limits of that cell; reclaim margin δ = %s (seed 000: 50 MiB for containers of GiBs; these are tens of MiB), other parameters the controller's defaults (docs/allocator.md).", *safeMargin))
 		if len(extra) > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("escra-controller run with the extra flags %q.", *ctlFlags))
 		}
@@ -159,8 +200,11 @@ func run() error {
 			cfg.Escra = e
 		}
 	}
-	runs, notes := cfg.Run(ctx, peaks)
+	runs, notes := cfg.Run(ctx, profiles)
 	res.Runs, res.Notes = runs, append(res.Notes, notes...)
+	if autopilotNote != "" {
+		res.Notes = append(res.Notes, autopilotNote)
+	}
 	res.Overheads = overheads(filepath.Dir(filepath.Clean(*out)), filepath.Base(filepath.Clean(*out)))
 	if err := measureOverheads(ctx, cfg, res.Overheads); err != nil {
 		res.Notes = append(res.Notes, "overhead measurement failed: "+err.Error())
@@ -177,6 +221,59 @@ func run() error {
 	}
 	say("wrote %s, %s/report.md, %s/summary.json and %s/plots", path, *out, *out, *out)
 	return ctx.Err()
+}
+
+// autopilotNote is set once the sweep is known (for the report's notes).
+var autopilotNote string
+
+// pin re-executes this command under taskset on cpus unless it already
+// runs there, so every thread (vegeta's workers, the sampler) and every
+// child (wrk, redis-benchmark) stays on the client's CPUs.
+func pin(cpus string) error {
+	if cpus == "" || os.Getenv("ESCRA_BENCH_PINNED") == cpus {
+		return nil
+	}
+	set, err := cpuList(cpus)
+	if err != nil {
+		return fmt.Errorf("-client-cpus: %w", err)
+	}
+	for _, c := range set {
+		if c >= runtime.NumCPU() {
+			return fmt.Errorf("-client-cpus %q: this machine has CPUs 0-%d", cpus, runtime.NumCPU()-1)
+		}
+	}
+	ts, err := exec.LookPath("taskset")
+	if err != nil {
+		return fmt.Errorf("pinning the client needs taskset (util-linux): %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	os.Setenv("ESCRA_BENCH_PINNED", cpus)
+	return syscall.Exec(ts, append([]string{"taskset", "-c", cpus, self}, os.Args[1:]...), os.Environ())
+}
+
+// cpuList parses "0", "1-3", "0,2" into CPU numbers.
+func cpuList(s string) ([]int, error) {
+	var out []int
+	for _, part := range list(s) {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("%q is not a CPU list (e.g. 0 or 1-3 or 0,2)", s)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("%q is not a CPU list (e.g. 0 or 1-3 or 0,2)", s)
+			}
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
 
 func contains(xs []string, x string) bool {
@@ -213,37 +310,32 @@ func machine(ctx context.Context, cli *client.Client) report.Machine {
 	return m
 }
 
-// startEscra starts escra-controller with one app per workload (budget:
-// Σ over replicas of 1.5 × the largest profiled peak, the same total the
-// static15 baseline provisions) and one escrad on the default engine.
-func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]matrix.Peak, bin, out, safeMargin string, ctlFlags []string) (func(), *matrix.Escra, error) {
+// startEscra starts escra-controller with one app per cell and Escra
+// policy (budget: exactly what static15 provisions for that cell) and one
+// escrad on the default engine, both pinned to the app CPUs.
+func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell]matrix.Profile, bin, out, safeMargin, appCPUs string, ctlFlags []string) (func(), *matrix.Escra, error) {
 	ctlBin, dBin := filepath.Join(bin, "escra-controller"), filepath.Join(bin, "escrad")
 	for _, p := range []string{ctlBin, dBin} {
 		if _, err := os.Stat(p); err != nil {
 			return nil, nil, fmt.Errorf("%s missing (make build)", p)
 		}
 	}
-	app := func(w string) string { return "bench-" + w }
+	app := func(c matrix.Cell, policy string) string { return "b-" + c.Workload + "-" + c.Load + "-" + policy }
+	budget := func(c matrix.Cell) float64 { return cfg.Static15Cores(profiles[c].Peaks) }
 	var apps strings.Builder
 	var names []string
-	for _, w := range cfg.Workloads {
-		var cpu, mem float64
-		for cell, ps := range peaks {
-			if cell.Workload != w {
+	for _, c := range cfg.Cells() {
+		mem := 0.0
+		for _, p := range profiles[c].Peaks {
+			mem += 1.5 * p.Mem
+		}
+		for _, pol := range cfg.Policies {
+			if !matrix.IsEscra(pol) {
 				continue
 			}
-			var c, m float64
-			for _, p := range ps {
-				c += 1.5 * p.CPU
-				m += 1.5 * p.Mem
-			}
-			cpu, mem = max(cpu, c), max(mem, m)
+			fmt.Fprintf(&apps, "- name: %s\n  cpu: \"%.3f\"\n  memory: \"%d\"\n  sigma: 0.1\n  policy: %s\n", app(c, pol), budget(c), int64(mem), pol)
+			names = append(names, app(c, pol))
 		}
-		if cpu == 0 {
-			continue
-		}
-		fmt.Fprintf(&apps, "- name: %s\n  cpu: \"%.3f\"\n  memory: \"%d\"\n  sigma: 0.1\n", app(w), cpu, int64(mem))
-		names = append(names, app(w))
 	}
 	appsFile := filepath.Join(out, "escra-apps.yaml")
 	if err := os.WriteFile(appsFile, []byte(apps.String()), 0o644); err != nil {
@@ -258,7 +350,11 @@ func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]
 		if err != nil {
 			return nil, err
 		}
-		p := &proc{cmd: exec.Command(name, args...), done: make(chan struct{})}
+		cmd := exec.Command(name, args...)
+		if appCPUs != "" { // taskset execs the binary: same PID
+			cmd = exec.Command("taskset", append([]string{"-c", appCPUs, name}, args...)...)
+		}
+		p := &proc{cmd: cmd, done: make(chan struct{})}
 		p.cmd.Stdout, p.cmd.Stderr = logf, logf
 		if err := p.cmd.Start(); err != nil {
 			logf.Close()
@@ -305,7 +401,7 @@ func startEscra(ctx context.Context, cfg matrix.Config, peaks map[matrix.Cell][]
 	}
 	say("started escra-controller (pid %d) and escrad (pid %d); apps in %s", ctl.cmd.Process.Pid, d.cmd.Process.Pid, appsFile)
 	stop := func() { stopAll(d, ctl) }
-	return stop, &matrix.Escra{App: app, ControllerPID: ctl.cmd.Process.Pid, DaemonPID: d.cmd.Process.Pid}, nil
+	return stop, &matrix.Escra{App: app, Budget: budget, ControllerPID: ctl.cmd.Process.Pid, DaemonPID: d.cmd.Process.Pid}, nil
 }
 
 // measureOverheads measures, on one demo-http container, the limit apply

@@ -1,0 +1,160 @@
+package matrix
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/escra-dev/escra/bench/images"
+	"github.com/escra-dev/escra/bench/policy"
+	"github.com/escra-dev/escra/bench/sampler"
+	"github.com/escra-dev/escra/daemon/cgroups"
+)
+
+// batchRun is a best-effort CPU spinner co-located with the app under
+// test (issue 11: show what the capacity a policy frees buys). It gets the
+// smallest CPU weight (cpu.shares 2) and a quota equal to the app CPUs
+// minus Σ the app's container limits, moved every 100 ms: under Static
+// that is what the static reservation leaves; under Escra the unassigned
+// pool goes to the batch until Escra raises a quota again.
+type batchRun struct {
+	c     Config
+	id    string
+	g     *cgroups.Group
+	mu    sync.Mutex
+	quota int64
+	t0    time.Time
+	u0    uint64
+}
+
+func (c Config) startBatch(ctx context.Context) (*batchRun, error) {
+	name := "escra-bench-batch"
+	c.Docker.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+	cr, err := c.Docker.ContainerCreate(ctx, &container.Config{Image: c.Images[images.Spin.Name],
+		Cmd: []string{"-threads", strconv.Itoa(max(1, int(math.Ceil(c.AppCores))))}, Labels: map[string]string{"escra.bench": "1"}},
+		&container.HostConfig{NetworkMode: "none", Resources: container.Resources{CPUShares: 2, CpusetCpus: c.AppCPUs,
+			NanoCPUs: int64(0.01 * 1e9)}}, nil, nil, name)
+	if err != nil {
+		return nil, fmt.Errorf("create batch container: %w", err)
+	}
+	b := &batchRun{c: c, id: cr.ID}
+	if err := c.Docker.ContainerStart(ctx, cr.ID, container.StartOptions{}); err != nil {
+		b.close()
+		return nil, fmt.Errorf("start batch container: %w", err)
+	}
+	in, err := c.Docker.ContainerInspect(ctx, cr.ID)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	paths, err := cgroups.PathsForPID(in.State.Pid)
+	if err != nil {
+		b.close()
+		return nil, err
+	}
+	if b.g, err = cgroups.Open(paths); err != nil {
+		b.close()
+		return nil, err
+	}
+	b.t0, b.u0 = time.Now(), b.usageNs()
+	return b, nil
+}
+
+func (b *batchRun) usageNs() uint64 {
+	ns, _ := sampler.UsageNs(b.g)
+	return ns
+}
+
+// follow gives the batch what the app's limits leave of the app CPUs.
+func (b *batchRun) follow(_ context.Context, freeCores float64) {
+	q := max(int64(policy.MinQuotaUs), int64(math.Round(freeCores*policy.CPUPeriodUs)))
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if q == b.quota {
+		return
+	}
+	if b.g.SetCPULimit(q, policy.CPUPeriodUs) == nil {
+		b.quota = q
+	}
+}
+
+// cores is the batch's mean CPU since it started.
+func (b *batchRun) cores() float64 {
+	d := time.Since(b.t0).Seconds()
+	if d <= 0 {
+		return 0
+	}
+	return float64(b.usageNs()-b.u0) / 1e9 / d
+}
+
+func (b *batchRun) close() {
+	if b.g != nil {
+		b.g.Close()
+	}
+	b.c.Docker.ContainerRemove(context.Background(), b.id, container.RemoveOptions{Force: true})
+}
+
+// cpuBusy is the busy time (all but idle and iowait) of cpus, in seconds,
+// from /proc/stat; 0 when none are given.
+func cpuBusy(cpus []int) float64 {
+	if len(cpus) == 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	want := map[string]bool{}
+	for _, c := range cpus {
+		want["cpu"+strconv.Itoa(c)] = true
+	}
+	total := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !want[f[0]] {
+			continue
+		}
+		for i, v := range f[1:] {
+			if i == 3 || i == 4 { // idle, iowait
+				continue
+			}
+			x, _ := strconv.ParseFloat(v, 64)
+			total += x
+		}
+	}
+	return total / 100 // USER_HZ
+}
+
+// selfCPU is this process's CPU plus that of its waited-for children
+// (wrk, redis-benchmark), in seconds.
+func selfCPU() float64 {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+2:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 15 {
+		return 0
+	}
+	sum := 0.0
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		x, _ := strconv.ParseFloat(f[i], 64)
+		sum += x
+	}
+	return sum / 100
+}
+
+func (c Config) clientRun(w Workload, cell Cell, seed int64, progress func(string)) ClientRun {
+	return ClientRun{Load: cell.Load, Ports: c.ports(w), Duration: c.Duration, Seed: seed, BurstCycle: c.BurstCycle, Progress: progress}
+}
