@@ -85,10 +85,14 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 			}
 			w("\n")
 		}
-		w("\nA column's mean leaves out the cells where the baseline's figure is below a noise floor (%v µs, %v cores of slack, %v MiB of slack) or zero: there a percentage means nothing.", floorLatencyUs, floorCPUSlack, floorMemSlack)
+		w("\nEvery cell counts; a percentage is undefined only where the baseline's figure is zero.")
 		for _, row := range rows {
-			if row.Left > 0 {
-				w(" Against %s, %d left out.", row.Baseline, row.Left)
+			n := 0
+			for _, u := range row.Undefined {
+				n += u
+			}
+			if n > 0 {
+				w(" Against %s, %d figures undefined.", row.Baseline, n)
 			}
 		}
 		w("\n")

@@ -64,11 +64,23 @@ func Summary(r *Results) map[string]any {
 	for p, n := range oom {
 		s[KeyName(p)+"_oom_kills_total"] = n
 	}
+	// putDelta writes a Delta's percentages, CIs and differences; NaN
+	// (undefined, and not JSON) is left out. Cells without a client have
+	// no latency or throughput figures.
 	putDelta := func(prefix string, d Delta) {
-		for i, name := range []string{"p999_latency", "p99_latency", "throughput", "cpu_slack_p50", "cpu_slack_p99", "mem_slack_p50", "mem_slack_p99"} {
-			if v := d.values()[i]; !math.IsNaN(v) { // NaN: below the noise floor (and not JSON)
-				s[prefix+name+"_delta_pct"] = v
+		for i, m := range Metrics {
+			if m.Client && !d.HasClient {
+				continue
 			}
+			put := func(k string, v float64) {
+				if !math.IsNaN(v) {
+					s[prefix+m.Name+k] = v
+				}
+			}
+			put("_delta_pct", d.values()[i])
+			put("_delta_pct_ci95_lo", d.Lo[i])
+			put("_delta_pct_ci95_hi", d.Hi[i])
+			put("_diff_"+m.Unit, d.Diff[i])
 		}
 	}
 	ds := Deltas(aggs)
@@ -76,8 +88,20 @@ func Summary(r *Results) map[string]any {
 		putDelta(KeyName(d.Workload)+"_"+KeyName(d.Load)+"_"+KeyName(d.Escra)+"_vs_"+KeyName(d.Baseline)+"_", d)
 	}
 	for _, row := range TableI(ds) {
-		putDelta(KeyName(row.Escra)+"_vs_"+KeyName(row.Baseline)+"_", row.Avg)
-		s[KeyName(row.Escra)+"_vs_"+KeyName(row.Baseline)+"_cells"] = row.Cells
+		p := KeyName(row.Escra) + "_vs_" + KeyName(row.Baseline) + "_"
+		row.Avg.HasClient = row.ClientCells > 0
+		putDelta(p, row.Avg)
+		s[p+"cells"] = row.Cells
+		for i, m := range Metrics {
+			if m.Client && row.ClientCells == 0 {
+				continue
+			}
+			if !math.IsNaN(row.GeoMean[i]) {
+				s[p+m.Name+"_geomean_ratio"] = row.GeoMean[i]
+			}
+			s[p+m.Name+"_geomean_excluded"] = row.GeoExcluded[i]
+			s[p+m.Name+"_delta_pct_undefined"] = row.Undefined[i]
+		}
 	}
 	for k, v := range r.Overheads {
 		s["overhead_"+KeyName(k)] = v
