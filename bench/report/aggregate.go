@@ -150,6 +150,20 @@ func Aggregate(r *Results) map[Key]*Agg {
 	return out
 }
 
+// BatchCoresMean is, per policy, the mean over cells of the batch
+// container's mean cores: what the capacity a policy leaves free buys.
+func BatchCoresMean(aggs map[Key]*Agg) map[string]float64 {
+	sum, n := map[string]float64{}, map[string]int{}
+	for k, a := range aggs {
+		sum[k.Policy] += a.BatchCores.Mean
+		n[k.Policy]++
+	}
+	for p := range sum {
+		sum[p] /= float64(n[p])
+	}
+	return sum
+}
+
 // IsEscra tells Escra's policies (escra, escra-kernel, ...) from the baselines.
 func IsEscra(policy string) bool { return strings.HasPrefix(policy, "escra") }
 

@@ -18,7 +18,11 @@ import (
 func synthetic() *Results {
 	r := &Results{Machine: Machine{Hostname: "h", CPUs: 2, MemBytes: 24 << 30, Kernel: "6.1.0-test"},
 		Commit: "abc1234", Date: "2026-11-23T05:00:00Z", Mode: "quick",
-		Overheads: map[string]float64{"apply_latency_direct_us": 35, "apply_latency_docker_update_us": 21000}}
+		Overheads: map[string]float64{"apply_latency_direct_us": 35, "apply_latency_docker_update_us": 21000},
+		Pinning:   Pinning{ClientCPUs: "0", AppCPUs: "1", EscraCPUs: "0"},
+		// burst is deliberately unfair: Escra got 0.1 core more.
+		Budgets: []CellBudget{{"demo-http", "fixed", 1.5, 1.5}, {"demo-http", "burst", 1.5, 1.6}}}
+	batch := map[string]float64{"escra": 0.6, "static15": 0.2, "autopilot": 0.4}
 	type pol struct {
 		name           string
 		p999, tput     [2]float64
@@ -37,7 +41,8 @@ func synthetic() *Results {
 				run := Run{Workload: "demo-http", Load: ld, Policy: p.name, Rep: rep, DurationS: 10,
 					Client:           load.Result{Tool: "vegeta", Shape: ld, Requests: 1000, Successes: 990, P50Us: 1000, P99Us: p.p999[rep] / 2, P999Us: p.p999[rep], ThroughputRPS: p.tput[rep]},
 					ThrottledPeriods: 5, Periods: 100, OOMKills: p.oom, LimitChanges: p.changes,
-					ControllerCPUSeconds: 0.2, DaemonCPUSeconds: 0.1, SeriesContainer: "demo-http-0"}
+					ControllerCPUSeconds: 0.2, DaemonCPUSeconds: 0.1, SeriesContainer: "demo-http-0",
+					ReservedCores: 1.5, BatchCores: batch[p.name] + 0.1*float64(rep), ClientCPUCores: 0.3, ClientSelfCores: 0.25}
 				for i := 0; i < 100; i++ {
 					// Slack varies ±20 % around its level so CDFs have a shape.
 					f := 0.8 + 0.4*float64(i)/99
@@ -52,7 +57,7 @@ func synthetic() *Results {
 	}
 	// A workload without a client: slack counts, latency does not.
 	for _, p := range pols[:2] {
-		run := Run{Workload: "memwave", Load: "wave", Policy: p.name, DurationS: 10, Client: load.Result{Tool: "none"}}
+		run := Run{Workload: "memwave", Load: "wave", Policy: p.name, DurationS: 10, Client: load.Result{Tool: "none"}, BatchCores: 2 * batch[p.name]}
 		for i := 0; i < 50; i++ {
 			run.Slack = append(run.Slack, SlackSample{TMs: int64(i * 100), CPUCores: p.cpuSlack, MemMiB: p.mem})
 		}
@@ -138,11 +143,28 @@ func TestGenerate(t *testing.T) {
 		"autopilot_oom_kills_total":                                12, // 3 per run × 2 reps × 2 loads
 		"escra_oom_kills_total":                                    0,
 		"overhead_apply_latency_direct_us":                         35,
+		"reps":                                                     1, // memwave ran once
+		"demo_http_burst_escra_reps":                               2,
+		"demo_http_fixed_escra_budget_cores":                       1.5,
+		"demo_http_burst_escra_budget_cores":                       1.6,
+		"demo_http_burst_static15_limit_cores":                     1.5,
+		"demo_http_fixed_escra_batch_cores":                        0.65, // 0.6 and 0.7
+		"demo_http_fixed_escra_reserved_cores":                     1.5,
+		"demo_http_fixed_escra_client_cpu_cores":                   0.3,
+		"demo_http_fixed_escra_client_self_cores":                  0.25,
+		"escra_batch_cores_mean":                                   (0.65 + 0.65 + 1.2) / 3,
+		"static15_batch_cores_mean":                                (0.25 + 0.25 + 0.4) / 3, // 0.2 and 0.3 per demo-http cell
 	} {
 		got, ok := sum[k].(float64)
 		if !ok || math.Abs(got-want) > 1e-9 {
 			t.Errorf("summary %s = %v, want %v", k, sum[k], want)
 		}
+	}
+	if sum["pinning_client_cpus"] != "0" || sum["pinning_app_cpus"] != "1" || sum["pinning_escra_cpus"] != "0" {
+		t.Errorf("pinning: %v %v %v", sum["pinning_client_cpus"], sum["pinning_app_cpus"], sum["pinning_escra_cpus"])
+	}
+	if _, ok := sum["memwave_wave_escra_budget_cores"]; ok {
+		t.Errorf("budget key for a cell without a budget")
 	}
 	if sum["commit"] != "abc1234" || sum["kernel"] != "6.1.0-test" {
 		t.Errorf("metadata: commit %v kernel %v", sum["commit"], sum["kernel"])
@@ -278,6 +300,9 @@ func TestNoCellDroppedForSmallBaseline(t *testing.T) {
 	}
 	if _, ok := s["b_y_escra_vs_static15_mem_slack_p50_delta_pct"]; ok {
 		t.Errorf("undefined percentage written")
+	}
+	if s["reps"] != 3 {
+		t.Errorf("reps %v, want 3", s["reps"])
 	}
 	if s["escra_vs_static15_mem_slack_p50_delta_pct_undefined"] != 1 || s["escra_vs_static15_mem_slack_p50_geomean_excluded"] != 1 {
 		t.Errorf("tallies: undefined %v, geomean excluded %v", s["escra_vs_static15_mem_slack_p50_delta_pct_undefined"], s["escra_vs_static15_mem_slack_p50_geomean_excluded"])

@@ -24,22 +24,36 @@ func KeyName(s string) string {
 // deltas increases, slack deltas reductions: positive means Escra better.
 func Summary(r *Results) map[string]any {
 	s := map[string]any{
-		"machine_hostname":  r.Machine.Hostname,
-		"machine_cpus":      r.Machine.CPUs,
-		"machine_mem_bytes": r.Machine.MemBytes,
-		"kernel":            r.Machine.Kernel,
-		"go_version":        r.Machine.Go,
-		"docker_version":    r.Machine.Docker,
-		"commit":            r.Commit,
-		"date":              r.Date,
-		"mode":              r.Mode,
-		"runs":              len(r.Runs),
+		"machine_hostname":    r.Machine.Hostname,
+		"machine_cpus":        r.Machine.CPUs,
+		"machine_mem_bytes":   r.Machine.MemBytes,
+		"kernel":              r.Machine.Kernel,
+		"go_version":          r.Machine.Go,
+		"docker_version":      r.Machine.Docker,
+		"commit":              r.Commit,
+		"date":                r.Date,
+		"mode":                r.Mode,
+		"runs":                len(r.Runs),
+		"pinning_client_cpus": r.Pinning.ClientCPUs,
+		"pinning_app_cpus":    r.Pinning.AppCPUs,
+		"pinning_escra_cpus":  r.Pinning.EscraCPUs,
+	}
+	for _, cb := range r.Budgets {
+		c := KeyName(cb.Workload) + "_" + KeyName(cb.Load) + "_"
+		s[c+"escra_budget_cores"] = cb.EscraBudgetCores
+		s[c+"static15_limit_cores"] = cb.Static15LimitCores
 	}
 	aggs := Aggregate(r)
 	oom := map[string]float64{}
+	// reps is the fewest repetitions of any (cell, policy): the figure the
+	// issue's "at least 3 repetitions" is checked against.
+	reps := 0
 	for k, a := range aggs {
+		if reps == 0 || a.Runs < reps {
+			reps = a.Runs
+		}
 		p := KeyName(k.Workload) + "_" + KeyName(k.Load) + "_" + KeyName(k.Policy) + "_"
-		s[p+"reps"] = a.P999Us.N
+		s[p+"reps"] = a.Runs
 		s[p+"p50_latency_us"] = a.P50Us.Mean
 		s[p+"p99_latency_us"] = a.P99Us.Mean
 		s[p+"p999_latency_us"] = a.P999Us.Mean
@@ -59,7 +73,15 @@ func Summary(r *Results) map[string]any {
 		s[p+"limit_changes_per_s"] = a.LimitChangesPerS.Mean
 		s[p+"controller_cpu_pct"] = a.ControllerCPUPct.Mean
 		s[p+"daemon_cpu_pct"] = a.DaemonCPUPct.Mean
+		s[p+"reserved_cores"] = a.ReservedCores.Mean
+		s[p+"batch_cores"] = a.BatchCores.Mean
+		s[p+"client_cpu_cores"] = a.ClientCPUCores.Mean
+		s[p+"client_self_cores"] = a.ClientSelfCores.Mean
 		oom[k.Policy] += a.OOMKills.Mean * float64(a.OOMKills.N)
+	}
+	s["reps"] = reps
+	for p, v := range BatchCoresMean(aggs) {
+		s[KeyName(p)+"_batch_cores_mean"] = v
 	}
 	for p, n := range oom {
 		s[KeyName(p)+"_oom_kills_total"] = n
