@@ -22,6 +22,9 @@ func KeyName(s string) string {
 // workload, load and policy, with units in the names; plus the machine,
 // kernel, commit and date. Latency deltas are reductions, throughput
 // deltas increases, slack deltas reductions: positive means Escra better.
+// Each delta has its bootstrap interval (_ci95_lo/_hi) and the absolute
+// difference escra − baseline (_diff_<unit>); Table I rows add the
+// geometric mean of escra/baseline ratios and the cells it leaves out.
 func Summary(r *Results) map[string]any {
 	s := map[string]any{
 		"machine_hostname":    r.Machine.Hostname,
@@ -45,13 +48,7 @@ func Summary(r *Results) map[string]any {
 	}
 	aggs := Aggregate(r)
 	oom := map[string]float64{}
-	// reps is the fewest repetitions of any (cell, policy): the figure the
-	// issue's "at least 3 repetitions" is checked against.
-	reps := 0
 	for k, a := range aggs {
-		if reps == 0 || a.Runs < reps {
-			reps = a.Runs
-		}
 		p := KeyName(k.Workload) + "_" + KeyName(k.Load) + "_" + KeyName(k.Policy) + "_"
 		s[p+"reps"] = a.Runs
 		s[p+"p50_latency_us"] = a.P50Us.Mean
@@ -79,7 +76,9 @@ func Summary(r *Results) map[string]any {
 		s[p+"client_self_cores"] = a.ClientSelfCores.Mean
 		oom[k.Policy] += a.OOMKills.Mean * float64(a.OOMKills.N)
 	}
-	s["reps"] = reps
+	// The fewest repetitions of any (cell, policy): what the issue's "at
+	// least 3 repetitions" is checked against.
+	s["reps"] = minReps(aggs)
 	for p, v := range BatchCoresMean(aggs) {
 		s[KeyName(p)+"_batch_cores_mean"] = v
 	}
