@@ -27,11 +27,18 @@ type Agg struct {
 	ThrottledPeriods, ThrottledFrac, OOMKills          Stat
 	LimitChangesPerS, ControllerCPUPct, DaemonCPUPct   Stat
 	Errors                                             Stat // failed requests (errors, timeouts, non-2xx/3xx)
+	// Fairness figures (see Run): CPU held for the app, CPU the batch
+	// container got, and how busy the client's CPUs were.
+	ReservedCores, BatchCores, ClientCPUCores, ClientSelfCores Stat
+	// Runs is the number of repetitions of this key.
+	Runs int
 	// HasClient is false for workloads without a client (memwave): their
 	// latency and throughput are not figures.
 	HasClient bool
 	// Pooled slack samples of every repetition, for the CDFs.
 	CPUSlack, MemSlack []float64
+	// samples holds each figure's per-repetition values, for the bootstrap.
+	samples map[string][]float64
 }
 
 // Percentile of unsorted xs (nearest rank); 0 for none.
@@ -93,6 +100,7 @@ func Aggregate(r *Results) map[Key]*Agg {
 			cpu = append(cpu, s.CPUCores)
 			mem = append(mem, s.MemMiB)
 		}
+		out[k].Runs++
 		out[k].HasClient = out[k].HasClient || run.Client.Requests > 0
 		out[k].CPUSlack = append(out[k].CPUSlack, cpu...)
 		out[k].MemSlack = append(out[k].MemSlack, mem...)
@@ -113,6 +121,10 @@ func Aggregate(r *Results) map[Key]*Agg {
 		}
 		add("thrfrac", frac)
 		add("oom", float64(run.OOMKills))
+		add("reserved", run.ReservedCores)
+		add("batch", run.BatchCores)
+		add("clientcpu", run.ClientCPUCores)
+		add("clientself", run.ClientSelfCores)
 		d := run.DurationS
 		if d <= 0 {
 			d = run.Client.DurationS
@@ -131,8 +143,25 @@ func Aggregate(r *Results) map[Key]*Agg {
 		g.ThrottledPeriods, g.ThrottledFrac, g.OOMKills = stat(a.m["thr"]), stat(a.m["thrfrac"]), stat(a.m["oom"])
 		g.LimitChangesPerS, g.ControllerCPUPct, g.DaemonCPUPct = stat(a.m["lcps"]), stat(a.m["ctl"]), stat(a.m["dmn"])
 		g.Errors = stat(a.m["err"])
+		g.ReservedCores, g.BatchCores = stat(a.m["reserved"]), stat(a.m["batch"])
+		g.ClientCPUCores, g.ClientSelfCores = stat(a.m["clientcpu"]), stat(a.m["clientself"])
+		g.samples = a.m
 	}
 	return out
+}
+
+// BatchCoresMean is, per policy, the mean over cells of the batch
+// container's mean cores: what the capacity a policy leaves free buys.
+func BatchCoresMean(aggs map[Key]*Agg) map[string]float64 {
+	sum, n := map[string]float64{}, map[string]int{}
+	for k, a := range aggs {
+		sum[k.Policy] += a.BatchCores.Mean
+		n[k.Policy]++
+	}
+	for p := range sum {
+		sum[p] /= float64(n[p])
+	}
+	return sum
 }
 
 // IsEscra tells Escra's policies (escra, escra-kernel, ...) from the baselines.
@@ -144,6 +173,9 @@ func IsEscra(policy string) bool { return strings.HasPrefix(policy, "escra") }
 //	latency:    (base − escra)/base · 100   (latency reduction)
 //	throughput: (escra − base)/base · 100   (throughput increase)
 //	slack:      (base − escra)/base · 100   (slack reduction)
+//
+// A percentage is NaN only where the baseline's figure is zero (|base| <
+// pctEpsilon); Diff is defined everywhere.
 type Delta struct {
 	Cell
 	Escra, Baseline                     string
@@ -151,24 +183,64 @@ type Delta struct {
 	P999Latency, P99Latency, Throughput float64
 	CPUSlackP50, CPUSlackP99            float64
 	MemSlackP50, MemSlackP99            float64
+	// Diff is escra − baseline per figure (table order) in the figure's
+	// unit: where a baseline is ~0 the percentage says nothing, this does.
+	Diff [NumMetrics]float64
+	// Lo and Hi bound the 95 % percentile-bootstrap interval of each
+	// percentage; NaN without one (see bootstrapCell).
+	Lo, Hi [NumMetrics]float64
+	// The two sides' aggregates, for Table I's bootstrap.
+	e, b *Agg
 }
 
-// Noise floors of the baselines' figures: below them a percentage says
-// nothing (a 0.002-core slack turns a 0.2-core one into −10,000 %), so that
-// cell has no delta (NaN) and is left out of the Table I means.
-const (
-	floorLatencyUs  = 1
-	floorThroughput = 1e-9
-	floorCPUSlack   = 0.01 // cores
-	floorMemSlack   = 1    // MiB
-)
+// Metric is one compared figure, in table order.
+type Metric struct {
+	Name   string // summary key part
+	Unit   string // of Diff, as in summary keys
+	Label  string // for the report
+	raw    string // Agg.samples key
+	Higher bool   // higher is better (throughput)
+	Client bool   // only meaningful with a client
+}
 
-// reduction is (base − escra)/|base| · 100, NaN when |base| < floor.
-func reduction(base, escra, floor float64) float64 {
-	if math.Abs(base) < floor || math.IsNaN(base) {
+const NumMetrics = 7
+
+var Metrics = [NumMetrics]Metric{
+	{"p999_latency", "us", "p99.9 latency", "p999", false, true},
+	{"p99_latency", "us", "p99 latency", "p99", false, true},
+	{"throughput", "rps", "throughput", "tput", true, true},
+	{"cpu_slack_p50", "cores", "p50 CPU slack", "cpu50", false, false},
+	{"cpu_slack_p99", "cores", "p99 CPU slack", "cpu99", false, false},
+	{"mem_slack_p50", "mib", "p50 mem slack", "mem50", false, false},
+	{"mem_slack_p99", "mib", "p99 mem slack", "mem99", false, false},
+}
+
+// pctEpsilon: a baseline figure this close to zero has no percentage
+// (division by ~0), only an absolute difference. No other floor: small
+// baselines give large percentages, and the geometric mean of ratios
+// beside the arithmetic mean shows how much they weigh.
+const pctEpsilon = 1e-12
+
+// pct is the signed percentage change, positive = Escra better.
+func (m Metric) pct(base, escra float64) float64 {
+	if math.IsNaN(base) || math.Abs(base) < pctEpsilon {
 		return math.NaN()
 	}
+	if m.Higher {
+		return (escra - base) / math.Abs(base) * 100
+	}
 	return (base - escra) / math.Abs(base) * 100
+}
+
+func mean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
 }
 
 // Deltas compares every Escra policy with every baseline in every cell
@@ -186,41 +258,48 @@ func Deltas(aggs map[Key]*Agg) []Delta {
 				if IsEscra(b) || ba == nil {
 					continue
 				}
-				out = append(out, Delta{Cell: c, Escra: e, Baseline: b, HasClient: ea.HasClient && ba.HasClient,
-					P999Latency: reduction(ba.P999Us.Mean, ea.P999Us.Mean, floorLatencyUs),
-					P99Latency:  reduction(ba.P99Us.Mean, ea.P99Us.Mean, floorLatencyUs),
-					Throughput:  -reduction(ba.ThroughputRPS.Mean, ea.ThroughputRPS.Mean, floorThroughput),
-					CPUSlackP50: reduction(ba.CPUSlackP50.Mean, ea.CPUSlackP50.Mean, floorCPUSlack),
-					CPUSlackP99: reduction(ba.CPUSlackP99.Mean, ea.CPUSlackP99.Mean, floorCPUSlack),
-					MemSlackP50: reduction(ba.MemSlackP50.Mean, ea.MemSlackP50.Mean, floorMemSlack),
-					MemSlackP99: reduction(ba.MemSlackP99.Mean, ea.MemSlackP99.Mean, floorMemSlack),
-				})
+				d := Delta{Cell: c, Escra: e, Baseline: b, HasClient: ea.HasClient && ba.HasClient, e: ea, b: ba}
+				var v [NumMetrics]float64
+				for i, m := range Metrics {
+					es, bs := ea.samples[m.raw], ba.samples[m.raw]
+					em, bm := mean(es), mean(bs)
+					v[i] = m.pct(bm, em)
+					d.Diff[i] = em - bm
+					d.Lo[i], d.Hi[i] = bootstrapCell(m, es, bs, seedFor(c.Workload, c.Load, e, b, m.Name))
+				}
+				d.setValues(v)
+				out = append(out, d)
 			}
 		}
 	}
 	return out
 }
 
-// TableRow is one row of the Table I analogue: per column, the mean of
-// the Deltas over the cells that have that figure (latency and throughput
-// only where there is a client; none below the baseline's noise floor).
+// TableRow is one row of the Table I analogue. Per figure: Avg holds the
+// arithmetic mean over cells of the percentages (every cell whose baseline
+// is not zero), its bootstrap CI (Avg.Lo, Avg.Hi) and the mean Diff over
+// every cell; latency and throughput only count cells with a client.
 type TableRow struct {
 	Escra, Baseline string
 	Cells           int
 	ClientCells     int
 	Avg             Delta
-	// Left counts the (cell, column) figures left out for the noise floor.
-	Left int
+	// N counts the cells in each percentage mean; Undefined those with a
+	// zero baseline (no percentage, their Diff still counts).
+	N, Undefined [NumMetrics]int
+	// GeoMean is the geometric mean over cells of escra/baseline (< 1
+	// better for latency and slack, > 1 for throughput); GeoExcluded
+	// counts cells where the ratio is undefined or not positive, left out
+	// of the geometric mean only.
+	GeoMean     [NumMetrics]float64
+	GeoExcluded [NumMetrics]int
 }
 
+// TableI averages the Deltas per (Escra policy, baseline).
 func TableI(ds []Delta) []TableRow {
-	type acc struct {
-		sum [7]float64
-		n   [7]int
-	}
 	idx := map[[2]string]int{}
 	var rows []TableRow
-	var accs []acc
+	var members [][]Delta
 	for _, d := range ds {
 		k := [2]string{d.Escra, d.Baseline}
 		i, ok := idx[k]
@@ -228,43 +307,74 @@ func TableI(ds []Delta) []TableRow {
 			i = len(rows)
 			idx[k] = i
 			rows = append(rows, TableRow{Escra: d.Escra, Baseline: d.Baseline})
-			accs = append(accs, acc{})
+			members = append(members, nil)
 		}
-		r, a := &rows[i], &accs[i]
-		r.Cells++
+		rows[i].Cells++
 		if d.HasClient {
-			r.ClientCells++
+			rows[i].ClientCells++
 		}
-		for j, v := range d.values() {
-			if j < 3 && !d.HasClient {
-				continue
-			}
-			if math.IsNaN(v) {
-				r.Left++
-				continue
-			}
-			a.sum[j] += v
-			a.n[j]++
-		}
+		members[i] = append(members[i], d)
 	}
 	for i := range rows {
-		var m [7]float64
-		for j := range m {
-			m[j] = math.NaN()
-			if accs[i].n[j] > 0 {
-				m[j] = accs[i].sum[j] / float64(accs[i].n[j])
+		r := &rows[i]
+		var avg [NumMetrics]float64
+		for j, m := range Metrics {
+			var cells []Delta
+			for _, d := range members[i] {
+				if !m.Client || d.HasClient {
+					cells = append(cells, d)
+				}
 			}
+			sum, diff, logs := 0.0, 0.0, 0.0
+			var geoN int
+			for _, d := range cells {
+				diff += d.Diff[j]
+				if v := d.values()[j]; math.IsNaN(v) {
+					r.Undefined[j]++
+				} else {
+					sum += v
+					r.N[j]++
+				}
+				if e, b := d.means(j); e > 0 && b > 0 {
+					logs += math.Log(e / b)
+					geoN++
+				} else {
+					r.GeoExcluded[j]++
+				}
+			}
+			avg[j], r.Avg.Diff[j], r.GeoMean[j] = math.NaN(), math.NaN(), math.NaN()
+			if r.N[j] > 0 {
+				avg[j] = sum / float64(r.N[j])
+			}
+			if len(cells) > 0 {
+				r.Avg.Diff[j] = diff / float64(len(cells))
+			}
+			if geoN > 0 {
+				r.GeoMean[j] = math.Exp(logs / float64(geoN))
+			}
+			r.Avg.Lo[j], r.Avg.Hi[j] = bootstrapMean(m, j, cells, seedFor(r.Escra, r.Baseline, m.Name))
 		}
-		a := &rows[i].Avg
-		a.P999Latency, a.P99Latency, a.Throughput = m[0], m[1], m[2]
-		a.CPUSlackP50, a.CPUSlackP99, a.MemSlackP50, a.MemSlackP99 = m[3], m[4], m[5], m[6]
+		r.Avg.setValues(avg)
 	}
 	return rows
 }
 
+// means are the escra and baseline means of figure j (NaN without aggregates).
+func (d Delta) means(j int) (escra, base float64) {
+	if d.e == nil || d.b == nil {
+		return math.NaN(), math.NaN()
+	}
+	return mean(d.e.samples[Metrics[j].raw]), mean(d.b.samples[Metrics[j].raw])
+}
+
 // values lists the seven figures in table order.
-func (d Delta) values() [7]float64 {
-	return [7]float64{d.P999Latency, d.P99Latency, d.Throughput, d.CPUSlackP50, d.CPUSlackP99, d.MemSlackP50, d.MemSlackP99}
+func (d Delta) values() [NumMetrics]float64 {
+	return [NumMetrics]float64{d.P999Latency, d.P99Latency, d.Throughput, d.CPUSlackP50, d.CPUSlackP99, d.MemSlackP50, d.MemSlackP99}
+}
+
+func (d *Delta) setValues(v [NumMetrics]float64) {
+	d.P999Latency, d.P99Latency, d.Throughput = v[0], v[1], v[2]
+	d.CPUSlackP50, d.CPUSlackP99, d.MemSlackP50, d.MemSlackP99 = v[3], v[4], v[5], v[6]
 }
 
 // policyOrder puts Escra first, then Static from most to least generous,

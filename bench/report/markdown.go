@@ -37,15 +37,45 @@ func ci(s Stat, format string) string {
 	return v
 }
 
-// Markdown renders the report text.
-// pctCell formats a delta, "—" when it has none (noise floor).
+// pctCell formats a percentage, "undefined" where the baseline is zero.
 func pctCell(v float64) string {
 	if math.IsNaN(v) {
-		return "—"
+		return "undefined"
 	}
 	return fmt.Sprintf("%.1f %%", v)
 }
 
+// pctCI formats "x % [lo, hi]", the interval left off where there is none.
+func pctCI(v, lo, hi float64) string {
+	if math.IsNaN(v) || math.IsNaN(lo) || math.IsNaN(hi) {
+		return pctCell(v)
+	}
+	return fmt.Sprintf("%.1f %% [%.1f, %.1f]", v, lo, hi)
+}
+
+// diffCell formats escra − baseline in the report's units (latency in ms).
+func diffCell(m Metric, v float64) string {
+	switch m.Unit {
+	case "us":
+		return fmt.Sprintf("%+.2f ms", v/1000)
+	case "rps":
+		return fmt.Sprintf("%+.1f req/s", v)
+	case "cores":
+		return fmt.Sprintf("%+.3f cores", v)
+	case "mib":
+		return fmt.Sprintf("%+.1f MiB", v)
+	}
+	return fmt.Sprintf("%+.4g %s", v, m.Unit)
+}
+
+func rowName(escra, baseline string) string {
+	if escra != "escra" {
+		return baseline + " (" + escra + ")"
+	}
+	return baseline
+}
+
+// Markdown renders the report text.
 func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
@@ -56,9 +86,23 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	w("Seed 000 §VI ran on three 20-core workers with the load generator elsewhere; here the load generator, ")
 	w("the workloads, the daemon and the controller share %d cores, so client latency includes contention with the ", r.Machine.CPUs)
 	w("client itself, and rates are scaled down accordingly. Latency deltas are reductions, throughput deltas increases ")
-	w("and slack deltas reductions, all in %% of the baseline: **positive means Escra did better**. ")
-	w("With several repetitions, figures are means ± the 95 %% confidence half-width (Student t). ")
-	w("Latency percentiles count every request, failed ones with the time until they failed: a timeout counts 5 s, ")
+	w("and slack deltas reductions, all in %% of the baseline: **positive means Escra did better**.\n\n")
+	w("How the figures are made:\n\n")
+	w("- Within each repetition the policies of a cell run one after another in a random order, so drift of the machine spreads over all of them")
+	ordered := false
+	for _, run := range r.Runs {
+		ordered = ordered || run.Order != 0
+	}
+	if !ordered {
+		w(" (this results.json records no run order)")
+	}
+	w(".\n")
+	w("- Per-cell figures are means over repetitions ± the 95 %% half-width (Student t). Fewest repetitions of any cell and policy: %d.\n", minReps(aggs))
+	w("- Every delta comes with its 95 %% interval, `x %% [lo, hi]`: percentile bootstrap over repetitions (%d resamples, Escra's and the baseline's repetitions resampled independently, fixed seed, so the report is reproducible). ", BootstrapResamples)
+	w("A cell with fewer than two repetitions on a side has no interval.\n")
+	w("- No cell is dropped. A small baseline figure gives a large percentage and it counts; only where the baseline's figure is zero is the percentage undefined, and there the absolute difference (Escra − baseline) is reported instead and the cell is tallied as undefined.\n")
+	w("- Beside the arithmetic mean of the percentages, Table I gives the geometric mean over cells of the ratio Escra/baseline, which a few huge percentages cannot dominate.\n")
+	w("- Latency percentiles count every request, failed ones with the time until they failed: a timeout counts 5 s, ")
 	w("but a refused connection (a server restarting after an OOM kill) fails fast, so read latency together with ")
 	w("throughput and failed requests.\n\n")
 	for _, n := range r.Notes {
@@ -68,31 +112,73 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 		w("\n")
 	}
 
+	writeFairness(w, r, aggs)
+
 	rows := TableI(ds)
 	if len(rows) > 0 {
 		w("## Table I analogue: average over workloads and loads\n\n")
-		w("| Escra vs | cells (with a client) | Δ p99.9 latency | Δ p99 latency | Δ throughput | Δ p50 CPU slack | Δ p99 CPU slack | Δ p50 mem slack | Δ p99 mem slack |\n")
-		w("|---|---|---|---|---|---|---|---|---|\n")
+		w("Arithmetic mean over cells of the per-cell percentages, with its 95 %% bootstrap interval (each resample resamples the repetitions of both sides in every cell and recomputes the mean over cells).\n\n")
+		w("| Escra vs | cells (with a client) |")
+		for _, m := range Metrics {
+			w(" Δ %s |", m.Label)
+		}
+		w("\n|---|---|%s\n", strings.Repeat("---|", NumMetrics))
 		for _, row := range rows {
-			a := row.Avg
-			name := row.Baseline
-			if row.Escra != "escra" {
-				name += " (" + row.Escra + ")"
-			}
-			w("| %s | %d (%d) |", name, row.Cells, row.ClientCells)
-			for _, v := range a.values() {
-				w(" %s |", pctCell(v))
+			w("| %s | %d (%d) |", rowName(row.Escra, row.Baseline), row.Cells, row.ClientCells)
+			v := row.Avg.values()
+			for j, m := range Metrics {
+				if m.Client && row.ClientCells == 0 {
+					w(" — |")
+					continue
+				}
+				w(" %s |", pctCI(v[j], row.Avg.Lo[j], row.Avg.Hi[j]))
 			}
 			w("\n")
 		}
-		w("\nA column's mean leaves out the cells where the baseline's figure is below a noise floor (%v µs, %v cores of slack, %v MiB of slack) or zero: there a percentage means nothing.", floorLatencyUs, floorCPUSlack, floorMemSlack)
+		w("\nGeometric mean over cells of Escra/baseline (below 1 is better for latency and slack, above 1 for throughput); in brackets the cells left out of it:\n\n")
+		w("| Escra vs |")
+		for _, m := range Metrics {
+			w(" %s |", m.Label)
+		}
+		w("\n|---|%s\n", strings.Repeat("---|", NumMetrics))
+		excluded := false
 		for _, row := range rows {
-			if row.Left > 0 {
-				w(" Against %s, %d left out.", row.Baseline, row.Left)
+			w("| %s |", rowName(row.Escra, row.Baseline))
+			for j, m := range Metrics {
+				switch {
+				case m.Client && row.ClientCells == 0:
+					w(" — |")
+				case math.IsNaN(row.GeoMean[j]):
+					w(" none (%d) |", row.GeoExcluded[j])
+				default:
+					w(" %.3f (%d) |", row.GeoMean[j], row.GeoExcluded[j])
+				}
+				excluded = excluded || row.GeoExcluded[j] > 0
 			}
+			w("\n")
 		}
 		w("\n")
-		w("\nSeed 000 Table I for comparison (Static 1.5× vs Escra: 38.0 %% latency, 25.4 %% throughput, 81.3/74.2 %% CPU slack, 55.0/95.9 %% memory slack; Autopilot vs Escra: 36.1 %%, 54.5 %%, 78.3/78.6 %%, 26.7/68.9 %%).\n\n")
+		w("A cell is left out of a geometric mean where its ratio is undefined or not positive (a figure of zero or below on either side, e.g. a slack of exactly 0)")
+		if !excluded {
+			w("; here none is")
+		}
+		w(". That exclusion is for the geometric mean only: the arithmetic mean of percentages includes every cell, except where the baseline's figure is zero and the percentage undefined.")
+		var undef []string
+		for _, row := range rows {
+			for j, m := range Metrics {
+				if row.Undefined[j] > 0 {
+					undef = append(undef, fmt.Sprintf("%s vs %s, %s: %d (mean difference over all cells %s)",
+						row.Escra, row.Baseline, m.Label, row.Undefined[j], diffCell(m, row.Avg.Diff[j])))
+				}
+			}
+		}
+		if len(undef) > 0 {
+			w(" Cells with an undefined percentage (baseline figure zero), counted in the mean differences in summary.json: %s.", strings.Join(undef, "; "))
+		} else {
+			w(" No percentage is undefined.")
+		}
+		w("\n\nSeed 000 Table I for comparison (Static 1.5× vs Escra: 38.0 %% latency, 25.4 %% throughput, 81.3/74.2 %% CPU slack, 55.0/95.9 %% memory slack; Autopilot vs Escra: 36.1 %%, 54.5 %%, 78.3/78.6 %%, 26.7/68.9 %%).\n\n")
+		writeLosses(w, ds)
 	}
 
 	w("## OOM kills per policy\n\n| policy | OOM kills (all runs) |\n|---|---|\n")
@@ -120,21 +206,23 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	pols := Policies(aggs)
 	for _, c := range Cells(aggs) {
 		w("## %s, %s load\n\n", c.Workload, c.Load)
-		w("| policy | reps | p50 latency (ms) | p99 (ms) | p99.9 (ms) | throughput (req/s) | failed requests | CPU slack p50/p99 (cores) | mem slack p50/p99 (MiB) | throttled periods (%%) | OOM kills | limit changes/s | controller CPU %% | daemon CPU %% |\n")
-		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		w("| policy | reps | p50 latency (ms) | p99 (ms) | p99.9 (ms) | throughput (req/s) | failed requests | CPU slack p50/p99 (cores) | mem slack p50/p99 (MiB) | throttled periods (%%) | OOM kills | limit changes/s | controller CPU %% | daemon CPU %% | reserved (cores) | batch (cores) | client CPUs busy / client itself (cores) |\n")
+		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, p := range pols {
 			a := aggs[Key{c, p}]
 			if a == nil {
 				continue
 			}
 			ms := func(s Stat) Stat { return Stat{Mean: s.Mean / 1000, CI95: s.CI95 / 1000, N: s.N} }
-			w("| %s | %d | %s | %s | %s | %s | %.0f | %.3f / %.3f | %.1f / %.1f | %.0f (%.1f %%) | %.1f | %.2f | %.1f | %.1f |\n",
-				p, a.P999Us.N, ci(ms(a.P50Us), "%.2f"), ci(ms(a.P99Us), "%.2f"), ci(ms(a.P999Us), "%.2f"),
+			w("| %s | %d | %s | %s | %s | %s | %.0f | %.3f / %.3f | %.1f / %.1f | %.0f (%.1f %%) | %.1f | %.2f | %.1f | %.1f | %s | %s | %.2f / %.2f |\n",
+				p, a.Runs, ci(ms(a.P50Us), "%.2f"), ci(ms(a.P99Us), "%.2f"), ci(ms(a.P999Us), "%.2f"),
 				ci(a.ThroughputRPS, "%.1f"), a.Errors.Mean, a.CPUSlackP50.Mean, a.CPUSlackP99.Mean, a.MemSlackP50.Mean, a.MemSlackP99.Mean,
 				a.ThrottledPeriods.Mean, 100*a.ThrottledFrac.Mean, a.OOMKills.Mean, a.LimitChangesPerS.Mean,
-				a.ControllerCPUPct.Mean, a.DaemonCPUPct.Mean)
+				a.ControllerCPUPct.Mean, a.DaemonCPUPct.Mean, ci(a.ReservedCores, "%.2f"), ci(a.BatchCores, "%.2f"),
+				a.ClientCPUCores.Mean, a.ClientSelfCores.Mean)
 		}
 		w("\n")
+		writeCellDeltas(w, c, ds)
 		if f := pf.CPUCDF[c]; f != "" {
 			w("![CPU slack CDF](%s) ", f)
 		}

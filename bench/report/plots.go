@@ -52,7 +52,7 @@ func PlotDeltas(ds []Delta, baseline, path string) error {
 			l += " (" + d.Escra + ")"
 		}
 		labels = append(labels, l)
-		// No bar where there is no delta (baseline below its noise floor).
+		// No bar where the percentage is undefined (baseline figure zero).
 		lat = append(lat, zeroIfNaN(d.P999Latency))
 		tput = append(tput, zeroIfNaN(d.Throughput))
 	}

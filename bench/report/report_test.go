@@ -18,7 +18,11 @@ import (
 func synthetic() *Results {
 	r := &Results{Machine: Machine{Hostname: "h", CPUs: 2, MemBytes: 24 << 30, Kernel: "6.1.0-test"},
 		Commit: "abc1234", Date: "2026-11-23T05:00:00Z", Mode: "quick",
-		Overheads: map[string]float64{"apply_latency_direct_us": 35, "apply_latency_docker_update_us": 21000}}
+		Overheads: map[string]float64{"apply_latency_direct_us": 35, "apply_latency_docker_update_us": 21000},
+		Pinning:   Pinning{ClientCPUs: "0", AppCPUs: "1", EscraCPUs: "0"},
+		// burst is deliberately unfair: Escra got 0.1 core more.
+		Budgets: []CellBudget{{"demo-http", "fixed", 1.5, 1.5}, {"demo-http", "burst", 1.5, 1.6}}}
+	batch := map[string]float64{"escra": 0.6, "static15": 0.2, "autopilot": 0.4}
 	type pol struct {
 		name           string
 		p999, tput     [2]float64
@@ -37,7 +41,8 @@ func synthetic() *Results {
 				run := Run{Workload: "demo-http", Load: ld, Policy: p.name, Rep: rep, DurationS: 10,
 					Client:           load.Result{Tool: "vegeta", Shape: ld, Requests: 1000, Successes: 990, P50Us: 1000, P99Us: p.p999[rep] / 2, P999Us: p.p999[rep], ThroughputRPS: p.tput[rep]},
 					ThrottledPeriods: 5, Periods: 100, OOMKills: p.oom, LimitChanges: p.changes,
-					ControllerCPUSeconds: 0.2, DaemonCPUSeconds: 0.1, SeriesContainer: "demo-http-0"}
+					ControllerCPUSeconds: 0.2, DaemonCPUSeconds: 0.1, SeriesContainer: "demo-http-0",
+					ReservedCores: 1.5, BatchCores: batch[p.name] + 0.1*float64(rep), ClientCPUCores: 0.3, ClientSelfCores: 0.25}
 				for i := 0; i < 100; i++ {
 					// Slack varies ±20 % around its level so CDFs have a shape.
 					f := 0.8 + 0.4*float64(i)/99
@@ -52,7 +57,7 @@ func synthetic() *Results {
 	}
 	// A workload without a client: slack counts, latency does not.
 	for _, p := range pols[:2] {
-		run := Run{Workload: "memwave", Load: "wave", Policy: p.name, DurationS: 10, Client: load.Result{Tool: "none"}}
+		run := Run{Workload: "memwave", Load: "wave", Policy: p.name, DurationS: 10, Client: load.Result{Tool: "none"}, BatchCores: 2 * batch[p.name]}
 		for i := 0; i < 50; i++ {
 			run.Slack = append(run.Slack, SlackSample{TMs: int64(i * 100), CPUCores: p.cpuSlack, MemMiB: p.mem})
 		}
@@ -100,6 +105,11 @@ func TestAggregateAndDeltas(t *testing.T) {
 		math.Abs(rows[0].Avg.P999Latency-45) > 1e-9 || math.Abs(rows[0].Avg.CPUSlackP50-90) > 1e-9 || math.Abs(rows[1].Avg.Throughput-100) > 1e-9 {
 		t.Errorf("table rows %+v", rows)
 	}
+	// Escra's p99.9 resamples to 10, 11 or 12 ms per cell: 50, 45 or 40 %,
+	// so the Table I interval holds 45 and stays within [40, 50].
+	if a := rows[0].Avg; !(40 <= a.Lo[0] && a.Lo[0] < 45 && 45 < a.Hi[0] && a.Hi[0] <= 50) {
+		t.Errorf("Table I p99.9 CI [%v, %v]", a.Lo[0], a.Hi[0])
+	}
 }
 
 func TestGenerate(t *testing.T) {
@@ -133,11 +143,28 @@ func TestGenerate(t *testing.T) {
 		"autopilot_oom_kills_total":                                12, // 3 per run × 2 reps × 2 loads
 		"escra_oom_kills_total":                                    0,
 		"overhead_apply_latency_direct_us":                         35,
+		"reps":                                                     1, // memwave ran once
+		"demo_http_burst_escra_reps":                               2,
+		"demo_http_fixed_escra_budget_cores":                       1.5,
+		"demo_http_burst_escra_budget_cores":                       1.6,
+		"demo_http_burst_static15_limit_cores":                     1.5,
+		"demo_http_fixed_escra_batch_cores":                        0.65, // 0.6 and 0.7
+		"demo_http_fixed_escra_reserved_cores":                     1.5,
+		"demo_http_fixed_escra_client_cpu_cores":                   0.3,
+		"demo_http_fixed_escra_client_self_cores":                  0.25,
+		"escra_batch_cores_mean":                                   (0.65 + 0.65 + 1.2) / 3,
+		"static15_batch_cores_mean":                                (0.25 + 0.25 + 0.4) / 3, // 0.2 and 0.3 per demo-http cell
 	} {
 		got, ok := sum[k].(float64)
 		if !ok || math.Abs(got-want) > 1e-9 {
 			t.Errorf("summary %s = %v, want %v", k, sum[k], want)
 		}
+	}
+	if sum["pinning_client_cpus"] != "0" || sum["pinning_app_cpus"] != "1" || sum["pinning_escra_cpus"] != "0" {
+		t.Errorf("pinning: %v %v %v", sum["pinning_client_cpus"], sum["pinning_app_cpus"], sum["pinning_escra_cpus"])
+	}
+	if _, ok := sum["memwave_wave_escra_budget_cores"]; ok {
+		t.Errorf("budget key for a cell without a budget")
 	}
 	if sum["commit"] != "abc1234" || sum["kernel"] != "6.1.0-test" {
 		t.Errorf("metadata: commit %v kernel %v", sum["commit"], sum["kernel"])
@@ -146,7 +173,12 @@ func TestGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range []string{"Table I analogue", "| static15 | 3 (2) | 45.0 % |", "share 2 cores", "plots/fig4_vs_static15.png",
+	for _, s := range []string{"Table I analogue", "| static15 | 3 (2) | 45.0 % [40.0, 50.0] |", "| static15 | 0.550 (0) |",
+		"UNFAIR: demo-http/burst: Escra's budget 1.600 cores ≠ Σ static15 limits 1.500 cores (+0.100).",
+		"No budget recorded for: memwave/wave.", `client (bench-run and the load tools) on CPUs "0"`,
+		"| escra | 3 | 1.000 | 0.833 |", "| 1.50 ± 0.00 | 0.65 ± 0.64 | 0.30 / 0.25 |",
+		"| static15 | 45.0 % [40.0, 50.0]; -9.00 ms |", "- escra vs static15: worse in no cell.",
+		"random order", "percentile bootstrap", "No cell is dropped", "for the geometric mean only", "share 2 cores", "plots/fig4_vs_static15.png",
 		"plots/fig5_cpu_slack_cdf_demo_http_burst.png", "plots/fig2_series_demo_http_fixed_autopilot.png", "apply_latency_docker_update_us"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("report lacks %q", s)
@@ -212,24 +244,158 @@ func TestKeyName(t *testing.T) {
 	}
 }
 
-// A baseline figure below its noise floor gives that cell no delta, and the
-// Table I mean of that column is taken over the other cells only.
-func TestNoiseFloorLeavesCellOut(t *testing.T) {
-	ds := []Delta{
-		{Cell: Cell{"a", "x"}, Escra: "escra", Baseline: "static15", HasClient: true, P999Latency: 10, Throughput: 5,
-			CPUSlackP50: reduction(0.2, 0.1, floorCPUSlack), MemSlackP50: 40},
-		{Cell: Cell{"b", "y"}, Escra: "escra", Baseline: "static15", HasClient: true, P999Latency: 30, Throughput: 15,
-			CPUSlackP50: reduction(-0.002, 0.2, floorCPUSlack), MemSlackP50: reduction(0, 3, floorMemSlack)},
+// cellRuns adds one run per value of p999 (µs) for (w, l, policy), with a
+// constant CPU slack and memory slack so their percentiles are exact.
+func cellRuns(r *Results, w, l, policy string, p999 []float64, cpuSlack, memSlack float64) {
+	for rep, v := range p999 {
+		run := Run{Workload: w, Load: l, Policy: policy, Rep: rep, DurationS: 10,
+			Client: load.Result{Requests: 100, Successes: 100, P50Us: v / 4, P99Us: v / 2, P999Us: v, ThroughputRPS: 100}}
+		for i := 0; i < 10; i++ {
+			run.Slack = append(run.Slack, SlackSample{TMs: int64(i * 100), CPUCores: cpuSlack, MemMiB: memSlack})
+		}
+		r.Runs = append(r.Runs, run)
 	}
-	if !math.IsNaN(ds[1].CPUSlackP50) || !math.IsNaN(ds[1].MemSlackP50) || ds[0].CPUSlackP50 != 50 {
-		t.Fatalf("deltas %+v", ds)
+}
+
+// A tiny baseline slack no longer drops the cell: its percentage is huge
+// but counts in the Table I mean, and the absolute difference is reported.
+// A zero baseline has no percentage, only the difference, and is tallied.
+func TestNoCellDroppedForSmallBaseline(t *testing.T) {
+	r := &Results{}
+	cellRuns(r, "a", "x", "escra", []float64{10, 10, 10}, 0.1, 5)
+	cellRuns(r, "a", "x", "static15", []float64{20, 20, 20}, 0.2, 10)
+	cellRuns(r, "b", "y", "escra", []float64{10, 10, 10}, 0.2, 3)
+	cellRuns(r, "b", "y", "static15", []float64{20, 20, 20}, 0.002, 0)
+	ds := Deltas(Aggregate(r))
+	if len(ds) != 2 {
+		t.Fatalf("%d deltas", len(ds))
 	}
-	rows := TableI(ds)
-	a := rows[0].Avg
-	if a.P999Latency != 20 || a.Throughput != 10 || a.CPUSlackP50 != 50 || a.MemSlackP50 != 40 || rows[0].Left != 2 {
-		t.Fatalf("row %+v left %d", a, rows[0].Left)
+	// (0.002 − 0.2)/0.002 = −9900 %; the old floor (0.01 cores) dropped it.
+	if math.Abs(ds[1].CPUSlackP50+9900) > 1e-6 || math.Abs(ds[1].Diff[3]-0.198) > 1e-12 {
+		t.Errorf("small baseline: %v %%, diff %v cores", ds[1].CPUSlackP50, ds[1].Diff[3])
 	}
-	if got := pctCell(math.NaN()); got != "—" {
-		t.Fatalf("NaN cell %q", got)
+	if !math.IsNaN(ds[1].MemSlackP50) || ds[1].Diff[5] != 3 {
+		t.Errorf("zero baseline: %v %%, diff %v MiB", ds[1].MemSlackP50, ds[1].Diff[5])
+	}
+	row := TableI(ds)[0]
+	if row.N[3] != 2 || math.Abs(row.Avg.CPUSlackP50-(50-9900)/2.0) > 1e-6 {
+		t.Errorf("cpu slack mean %v over %d cells", row.Avg.CPUSlackP50, row.N[3])
+	}
+	if row.N[5] != 1 || row.Undefined[5] != 1 || row.Avg.MemSlackP50 != 50 || row.Avg.Diff[5] != (-5+3)/2.0 {
+		t.Errorf("mem slack mean %v over %d cells, %d undefined, diff %v", row.Avg.MemSlackP50, row.N[5], row.Undefined[5], row.Avg.Diff[5])
+	}
+	// Identical repetitions: every interval collapses to its point.
+	if row.Avg.Lo[3] != row.Avg.CPUSlackP50 || row.Avg.Hi[3] != row.Avg.CPUSlackP50 || ds[0].Lo[0] != 50 || ds[0].Hi[0] != 50 {
+		t.Errorf("collapsed CIs: table [%v, %v], cell [%v, %v]", row.Avg.Lo[3], row.Avg.Hi[3], ds[0].Lo[0], ds[0].Hi[0])
+	}
+	s := Summary(r)
+	for k, want := range map[string]float64{
+		"b_y_escra_vs_static15_cpu_slack_p50_delta_pct":  -9900,
+		"b_y_escra_vs_static15_cpu_slack_p50_diff_cores": 0.198,
+		"b_y_escra_vs_static15_mem_slack_p50_diff_mib":   3,
+		"b_y_escra_vs_static15_p999_latency_diff_us":     -10,
+		"b_y_escra_vs_static15_throughput_diff_rps":      0,
+		"escra_vs_static15_cpu_slack_p50_delta_pct":      -4925,
+		"escra_vs_static15_mem_slack_p50_delta_pct":      50,
+		"escra_vs_static15_mem_slack_p50_diff_mib":       -1,
+	} {
+		if got, ok := s[k].(float64); !ok || math.Abs(got-want) > 1e-6 {
+			t.Errorf("summary %s = %v, want %v", k, s[k], want)
+		}
+	}
+	if _, ok := s["b_y_escra_vs_static15_mem_slack_p50_delta_pct"]; ok {
+		t.Errorf("undefined percentage written")
+	}
+	if s["reps"] != 3 {
+		t.Errorf("reps %v, want 3", s["reps"])
+	}
+	if s["escra_vs_static15_mem_slack_p50_delta_pct_undefined"] != 1 || s["escra_vs_static15_mem_slack_p50_geomean_excluded"] != 1 {
+		t.Errorf("tallies: undefined %v, geomean excluded %v", s["escra_vs_static15_mem_slack_p50_delta_pct_undefined"], s["escra_vs_static15_mem_slack_p50_geomean_excluded"])
+	}
+}
+
+func TestBootstrapCell(t *testing.T) {
+	lat := Metrics[0]
+	e, b := []float64{10, 12, 11, 13, 9}, []float64{20, 22, 19, 21, 18}
+	point := lat.pct(mean(b), mean(e))
+	lo, hi := bootstrapCell(lat, e, b, 42)
+	if !(lo < point && point < hi) {
+		t.Errorf("CI [%v, %v] misses point %v", lo, hi, point)
+	}
+	// Resampled means stay within the data's range: 9..13 vs 18..22.
+	if lo < (18-13)/18.0*100 || hi > (22-9)/22.0*100 {
+		t.Errorf("CI [%v, %v] beyond what any resample can give", lo, hi)
+	}
+	if lo2, hi2 := bootstrapCell(lat, e, b, 42); lo2 != lo || hi2 != hi {
+		t.Errorf("same seed, different CI: [%v, %v] vs [%v, %v]", lo, hi, lo2, hi2)
+	}
+	if lo3, hi3 := bootstrapCell(lat, e, b, 43); lo3 == lo && hi3 == hi {
+		t.Errorf("seed ignored: [%v, %v]", lo3, hi3)
+	}
+	if lo, hi := bootstrapCell(lat, []float64{7, 7, 7}, []float64{10, 10, 10}, 1); lo != 30 || hi != 30 {
+		t.Errorf("identical reps: CI [%v, %v], want [30, 30]", lo, hi)
+	}
+	if lo, _ := bootstrapCell(lat, []float64{7}, b, 1); !math.IsNaN(lo) {
+		t.Errorf("one repetition has a CI: %v", lo)
+	}
+	// The whole report is reproducible: two runs, identical summaries.
+	s1, _ := json.Marshal(Summary(synthetic()))
+	s2, _ := json.Marshal(Summary(synthetic()))
+	if string(s1) != string(s2) {
+		t.Errorf("summary differs between runs")
+	}
+}
+
+// Ratios 0.25 and 1 give a geometric mean of 0.5; a cell with zero Escra
+// slack has no positive ratio and is left out of the geometric mean only.
+func TestGeoMean(t *testing.T) {
+	r := &Results{}
+	cellRuns(r, "a", "x", "escra", []float64{10, 10}, 0.25, 1)
+	cellRuns(r, "a", "x", "static15", []float64{40, 40}, 1, 1)
+	cellRuns(r, "b", "x", "escra", []float64{10, 10}, 0.5, 1)
+	cellRuns(r, "b", "x", "static15", []float64{10, 10}, 0.5, 1)
+	cellRuns(r, "c", "x", "escra", []float64{10, 10}, 0, 1)
+	cellRuns(r, "c", "x", "static15", []float64{10, 10}, 0.5, 1)
+	row := TableI(Deltas(Aggregate(r)))[0]
+	if math.Abs(row.GeoMean[3]-0.5) > 1e-12 || row.GeoExcluded[3] != 1 {
+		t.Errorf("cpu slack geomean %v, %d excluded", row.GeoMean[3], row.GeoExcluded[3])
+	}
+	// Arithmetic mean of 75, 0 and 100 %: every cell.
+	if math.Abs(row.Avg.CPUSlackP50-175/3.0) > 1e-9 || row.N[3] != 3 {
+		t.Errorf("cpu slack mean %v over %d cells", row.Avg.CPUSlackP50, row.N[3])
+	}
+	// p99.9 ratios 0.25, 1, 1: (0.25)^(1/3).
+	if math.Abs(row.GeoMean[0]-math.Cbrt(0.25)) > 1e-12 || row.GeoExcluded[0] != 0 {
+		t.Errorf("latency geomean %v, %d excluded", row.GeoMean[0], row.GeoExcluded[0])
+	}
+}
+
+// The report names every cell where an Escra policy's p99.9 latency is
+// worse than static15's, with the numbers, and tallies undefined ones.
+func TestMarkdownNamesLosses(t *testing.T) {
+	r := &Results{}
+	cellRuns(r, "a", "x", "escra", []float64{10e3, 10e3, 10e3}, 0.1, 1)
+	cellRuns(r, "a", "x", "escra-paper", []float64{10e3, 10e3, 10e3}, 0.1, 1)
+	cellRuns(r, "a", "x", "static15", []float64{20e3, 20e3, 20e3}, 0.2, 1)
+	cellRuns(r, "b", "y", "escra", []float64{30e3, 30e3, 30e3}, 0.1, 1)
+	cellRuns(r, "b", "y", "escra-paper", []float64{15e3, 15e3, 15e3}, 0.1, 1)
+	cellRuns(r, "b", "y", "static15", []float64{20e3, 20e3, 20e3}, 0.2, 0)
+	aggs := Aggregate(r)
+	md := Markdown(r, aggs, Deltas(aggs), plotFiles{})
+	for _, s := range []string{
+		"- escra vs static15, b/y: 30.00 ms against 20.00 ms, -50.0 % [-50.0, -50.0] (+10.00 ms).",
+		"- escra-paper vs static15: worse in no cell.",
+		"escra vs static15, p50 mem slack: 1 (mean difference over all cells +0.5 MiB)",
+		"| static15 (escra-paper) |", "Pinning: not recorded.",
+	} {
+		if !strings.Contains(md, s) {
+			t.Errorf("report lacks %q", s)
+		}
+	}
+	if strings.Contains(md, "escra vs static15, a/x") {
+		t.Errorf("a win listed as a loss")
+	}
+	if t.Failed() {
+		t.Log(md)
 	}
 }

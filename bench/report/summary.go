@@ -22,24 +22,35 @@ func KeyName(s string) string {
 // workload, load and policy, with units in the names; plus the machine,
 // kernel, commit and date. Latency deltas are reductions, throughput
 // deltas increases, slack deltas reductions: positive means Escra better.
+// Each delta has its bootstrap interval (_ci95_lo/_hi) and the absolute
+// difference escra − baseline (_diff_<unit>); Table I rows add the
+// geometric mean of escra/baseline ratios and the cells it leaves out.
 func Summary(r *Results) map[string]any {
 	s := map[string]any{
-		"machine_hostname":  r.Machine.Hostname,
-		"machine_cpus":      r.Machine.CPUs,
-		"machine_mem_bytes": r.Machine.MemBytes,
-		"kernel":            r.Machine.Kernel,
-		"go_version":        r.Machine.Go,
-		"docker_version":    r.Machine.Docker,
-		"commit":            r.Commit,
-		"date":              r.Date,
-		"mode":              r.Mode,
-		"runs":              len(r.Runs),
+		"machine_hostname":    r.Machine.Hostname,
+		"machine_cpus":        r.Machine.CPUs,
+		"machine_mem_bytes":   r.Machine.MemBytes,
+		"kernel":              r.Machine.Kernel,
+		"go_version":          r.Machine.Go,
+		"docker_version":      r.Machine.Docker,
+		"commit":              r.Commit,
+		"date":                r.Date,
+		"mode":                r.Mode,
+		"runs":                len(r.Runs),
+		"pinning_client_cpus": r.Pinning.ClientCPUs,
+		"pinning_app_cpus":    r.Pinning.AppCPUs,
+		"pinning_escra_cpus":  r.Pinning.EscraCPUs,
+	}
+	for _, cb := range r.Budgets {
+		c := KeyName(cb.Workload) + "_" + KeyName(cb.Load) + "_"
+		s[c+"escra_budget_cores"] = cb.EscraBudgetCores
+		s[c+"static15_limit_cores"] = cb.Static15LimitCores
 	}
 	aggs := Aggregate(r)
 	oom := map[string]float64{}
 	for k, a := range aggs {
 		p := KeyName(k.Workload) + "_" + KeyName(k.Load) + "_" + KeyName(k.Policy) + "_"
-		s[p+"reps"] = a.P999Us.N
+		s[p+"reps"] = a.Runs
 		s[p+"p50_latency_us"] = a.P50Us.Mean
 		s[p+"p99_latency_us"] = a.P99Us.Mean
 		s[p+"p999_latency_us"] = a.P999Us.Mean
@@ -59,16 +70,38 @@ func Summary(r *Results) map[string]any {
 		s[p+"limit_changes_per_s"] = a.LimitChangesPerS.Mean
 		s[p+"controller_cpu_pct"] = a.ControllerCPUPct.Mean
 		s[p+"daemon_cpu_pct"] = a.DaemonCPUPct.Mean
+		s[p+"reserved_cores"] = a.ReservedCores.Mean
+		s[p+"batch_cores"] = a.BatchCores.Mean
+		s[p+"client_cpu_cores"] = a.ClientCPUCores.Mean
+		s[p+"client_self_cores"] = a.ClientSelfCores.Mean
 		oom[k.Policy] += a.OOMKills.Mean * float64(a.OOMKills.N)
+	}
+	// The fewest repetitions of any (cell, policy): what the issue's "at
+	// least 3 repetitions" is checked against.
+	s["reps"] = minReps(aggs)
+	for p, v := range BatchCoresMean(aggs) {
+		s[KeyName(p)+"_batch_cores_mean"] = v
 	}
 	for p, n := range oom {
 		s[KeyName(p)+"_oom_kills_total"] = n
 	}
+	// putDelta writes a Delta's percentages, CIs and differences; NaN
+	// (undefined, and not JSON) is left out. Cells without a client have
+	// no latency or throughput figures.
 	putDelta := func(prefix string, d Delta) {
-		for i, name := range []string{"p999_latency", "p99_latency", "throughput", "cpu_slack_p50", "cpu_slack_p99", "mem_slack_p50", "mem_slack_p99"} {
-			if v := d.values()[i]; !math.IsNaN(v) { // NaN: below the noise floor (and not JSON)
-				s[prefix+name+"_delta_pct"] = v
+		for i, m := range Metrics {
+			if m.Client && !d.HasClient {
+				continue
 			}
+			put := func(k string, v float64) {
+				if !math.IsNaN(v) {
+					s[prefix+m.Name+k] = v
+				}
+			}
+			put("_delta_pct", d.values()[i])
+			put("_delta_pct_ci95_lo", d.Lo[i])
+			put("_delta_pct_ci95_hi", d.Hi[i])
+			put("_diff_"+m.Unit, d.Diff[i])
 		}
 	}
 	ds := Deltas(aggs)
@@ -76,8 +109,20 @@ func Summary(r *Results) map[string]any {
 		putDelta(KeyName(d.Workload)+"_"+KeyName(d.Load)+"_"+KeyName(d.Escra)+"_vs_"+KeyName(d.Baseline)+"_", d)
 	}
 	for _, row := range TableI(ds) {
-		putDelta(KeyName(row.Escra)+"_vs_"+KeyName(row.Baseline)+"_", row.Avg)
-		s[KeyName(row.Escra)+"_vs_"+KeyName(row.Baseline)+"_cells"] = row.Cells
+		p := KeyName(row.Escra) + "_vs_" + KeyName(row.Baseline) + "_"
+		row.Avg.HasClient = row.ClientCells > 0
+		putDelta(p, row.Avg)
+		s[p+"cells"] = row.Cells
+		for i, m := range Metrics {
+			if m.Client && row.ClientCells == 0 {
+				continue
+			}
+			if !math.IsNaN(row.GeoMean[i]) {
+				s[p+m.Name+"_geomean_ratio"] = row.GeoMean[i]
+			}
+			s[p+m.Name+"_geomean_excluded"] = row.GeoExcluded[i]
+			s[p+m.Name+"_delta_pct_undefined"] = row.Undefined[i]
+		}
 	}
 	for k, v := range r.Overheads {
 		s["overhead_"+KeyName(k)] = v
