@@ -83,9 +83,13 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	w("Machine %s: %d CPUs, %.1f GiB, kernel %s, Docker %s, %s. Commit %s, %s.\n\n",
 		r.Machine.Hostname, r.Machine.CPUs, float64(r.Machine.MemBytes)/(1<<30), r.Machine.Kernel, r.Machine.Docker, r.Machine.Go, r.Commit, r.Date)
 	w("Every figure below comes from this run (`results.json` beside this file). ")
-	w("Seed 000 §VI ran on three 20-core workers with the load generator elsewhere; here the load generator, ")
-	w("the workloads, the daemon and the controller share %d cores, so client latency includes contention with the ", r.Machine.CPUs)
-	w("client itself, and rates are scaled down accordingly. Latency deltas are reductions, throughput deltas increases ")
+	w("Seed 000 §VI ran on three 20-core workers with the load generator elsewhere; here everything shares one %d-CPU machine, ", r.Machine.CPUs)
+	if r.Pinning.ClientCPUs != "" && r.Pinning.AppCPUs != "" {
+		w("the client pinned to CPUs %s and the app under test to CPUs %s (see Fairness), ", r.Pinning.ClientCPUs, r.Pinning.AppCPUs)
+	} else {
+		w("unpinned, so client latency includes contention with the client itself, ")
+	}
+	w("and rates are scaled down accordingly. Latency deltas are reductions, throughput deltas increases ")
 	w("and slack deltas reductions, all in %% of the baseline: **positive means Escra did better**.\n\n")
 	w("How the figures are made:\n\n")
 	w("- Within each repetition the policies of a cell run one after another in a random order, so drift of the machine spreads over all of them")

@@ -178,7 +178,7 @@ func TestGenerate(t *testing.T) {
 		"No budget recorded for: memwave/wave.", `client (bench-run and the load tools) on CPUs "0"`,
 		"| escra | 3 | 1.000 | 0.833 |", "| 1.50 ± 0.00 | 0.65 ± 0.64 | 0.30 / 0.25 |",
 		"| static15 | 45.0 % [40.0, 50.0]; -9.00 ms |", "- escra vs static15: worse in no cell.",
-		"random order", "percentile bootstrap", "No cell is dropped", "for the geometric mean only", "share 2 cores", "plots/fig4_vs_static15.png",
+		"random order", "percentile bootstrap", "No cell is dropped", "for the geometric mean only", "one 2-CPU machine", "plots/fig4_vs_static15.png",
 		"plots/fig5_cpu_slack_cdf_demo_http_burst.png", "plots/fig2_series_demo_http_fixed_autopilot.png", "apply_latency_docker_update_us"} {
 		if !strings.Contains(string(md), s) {
 			t.Errorf("report lacks %q", s)

@@ -111,7 +111,7 @@ func run() error {
 	}
 	cfg.AppCPUs, cfg.AppCores = *appCPUs, float64(len(appSet))
 	if len(appSet) == 0 {
-		cfg.AppCores = float64(runtime.NumCPU())
+		cfg.AppCores = float64(hostCPUs())
 	}
 	if *workloads != "" {
 		cfg.Workloads = list(*workloads)
@@ -238,8 +238,8 @@ func pin(cpus string) error {
 		return fmt.Errorf("-client-cpus: %w", err)
 	}
 	for _, c := range set {
-		if c >= runtime.NumCPU() {
-			return fmt.Errorf("-client-cpus %q: this machine has CPUs 0-%d", cpus, runtime.NumCPU()-1)
+		if c >= hostCPUs() {
+			return fmt.Errorf("-client-cpus %q: this machine has CPUs 0-%d", cpus, hostCPUs()-1)
 		}
 	}
 	ts, err := exec.LookPath("taskset")
@@ -252,6 +252,20 @@ func pin(cpus string) error {
 	}
 	os.Setenv("ESCRA_BENCH_PINNED", cpus)
 	return syscall.Exec(ts, append([]string{"taskset", "-c", cpus, self}, os.Args[1:]...), os.Environ())
+}
+
+// hostCPUs counts the online CPUs of the machine (runtime.NumCPU counts
+// only those this pinned process may use).
+func hostCPUs() int {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	cs, err := cpuList(strings.TrimSpace(string(b)))
+	if err != nil || len(cs) == 0 {
+		return runtime.NumCPU()
+	}
+	return len(cs)
 }
 
 // cpuList parses "0", "1-3", "0,2" into CPU numbers.
@@ -294,7 +308,7 @@ func describe(ps []matrix.Peak) string {
 }
 
 func machine(ctx context.Context, cli *client.Client) report.Machine {
-	m := report.Machine{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	m := report.Machine{CPUs: hostCPUs(), Go: runtime.Version()}
 	m.Hostname, _ = os.Hostname()
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
