@@ -80,6 +80,7 @@ type Member struct {
 	lastSeq   uint64
 	seen      bool
 	decayPeak float64 // µs per period, halved every PeakHalfLife
+	raisedSeq uint64  // 1 + the period a throttle event last raised the quota in (0: none)
 
 	Periods, Throttles, ThrottleEvents uint64
 	OOMRequests, OOMGrants, OOMDenies  uint64

@@ -76,7 +76,8 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 	}
 	in := CPUInput{P: a.P, QuotaUs: m.QuotaUs, UnusedUs: unused, Throttled: s.Throttled,
 		AvgThrottle: m.AvgThrottle(), AvgUnusedUs: m.AvgUnusedUs(), PeakUsedUs: m.PeakUsedUs(),
-		DecayedPeakUs: int64(m.decayPeak), UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order)}
+		DecayedPeakUs: int64(m.decayPeak), UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order),
+		RaisedInPeriod: m.raisedSeq == s.Seq+1}
 	q, r := a.Policy.NextQuota(in)
 	q = a.clampQuota(m, q)
 	if d := q - m.QuotaUs; d < a.P.MinStepUs && -d < a.P.MinStepUs && m.QuotaUs >= a.floorUs(len(a.order)) {
@@ -112,6 +113,7 @@ func (a *App) Throttle(k Key, seq uint64) (Decision, error) {
 	if q-m.QuotaUs < a.P.MinStepUs {
 		return Decision{}, nil
 	}
+	m.raisedSeq = seq + 1
 	return a.decide(m, q, 0, r), nil
 }
 

@@ -20,6 +20,9 @@ type CPUInput struct {
 	DecayedPeakUs int64   // the largest usage seen, halved every P.PeakHalfLife
 	UnallocatedUs int64   // Ω − Σ_λ quotas
 	Members       int     // λ
+	// RaisedInPeriod: a throttle event already raised the quota during
+	// the period this statistic reports.
+	RaisedInPeriod bool
 }
 
 // OOMInput is what a policy sees for an OOM request.
@@ -136,20 +139,28 @@ func paperOOMStep(in OOMInput) int64 { return max(in.P.OOMStepBytes, in.WantByte
 //     P.PeakHalfLife, so a container whose usage swings keeps its recent
 //     peak instead of sawing between the pool and the trough;
 //   - a throttle event in the middle of a period raises the quota at once
-//     (double it, or Υ fair shares of the pool if more), instead of
-//     leaving the container throttled for the rest of the period.
+//     (double it, or one fair share U/λ of the pool if more), instead of
+//     leaving the container throttled for the rest of the period; the
+//     period's own throttle flag then does not scale up a second time
+//     (the event already answered it; a throttle after the raise sends
+//     another event).
 type Escra struct{}
 
 func (Escra) Name() string { return PolicyEscra }
 
 func (Escra) NextQuota(in CPUInput) (int64, Reason) {
+	if in.Throttled && in.RaisedInPeriod {
+		return in.QuotaUs, ""
+	}
 	return paperStep(in, in.P.Headroom, max(in.PeakUsedUs, in.DecayedPeakUs))
 }
 
-// OnThrottle: q' = q + max(q, Υ·U/λ); the App caps the raise at U.
+// OnThrottle: q' = q + max(q, U/λ); the App caps the raise at U. One fair
+// share, not Υ of them: several members throttled at the start of the
+// same burst each get a share instead of the first taking the pool.
 func (Escra) OnThrottle(in CPUInput) (int64, Reason) {
 	lambda := max(in.Members, 1)
-	d := max(float64(in.QuotaUs), math.Ceil(in.P.Upsilon*float64(in.UnallocatedUs)/float64(lambda)))
+	d := max(float64(in.QuotaUs), math.Ceil(float64(in.UnallocatedUs)/float64(lambda)))
 	return in.QuotaUs + int64(d), ReasonThrottleEvent
 }
 

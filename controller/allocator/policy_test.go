@@ -37,8 +37,19 @@ func TestPaperAndEscraPolicies(t *testing.T) {
 	if q, r := (EscraPaper{}).OnThrottle(in); q != in.QuotaUs || r != "" {
 		t.Fatalf("paper reacted inside a period: %d %q", q, r)
 	}
-	if q, r := (Escra{}).OnThrottle(in); q != 50000+20*50000 || r != ReasonThrottleEvent {
-		t.Fatalf("escra throttle event: %d %q, want the quota plus Υ·U", q, r)
+	if q, r := (Escra{}).OnThrottle(in); q != 50000+50000 || r != ReasonThrottleEvent {
+		t.Fatalf("escra throttle event: %d %q, want the quota plus U/λ", q, r)
+	}
+	in.Members = 4
+	if q, _ := (Escra{}).OnThrottle(in); q != 100000 {
+		t.Fatalf("escra throttle event with 4 members: %d, want the quota doubled (more than U/λ)", q)
+	}
+	in.Throttled, in.RaisedInPeriod, in.AvgThrottle = true, true, 0.5
+	if q, _ := (Escra{}).NextQuota(in); q != in.QuotaUs {
+		t.Fatalf("escra scaled up again for a period a throttle event answered: %d", q)
+	}
+	if q, _ := (EscraPaper{}).NextQuota(in); q <= in.QuotaUs {
+		t.Fatalf("escra-paper did not scale up a throttled period: %d", q)
 	}
 }
 
@@ -69,8 +80,13 @@ func TestThrottleEvent(t *testing.T) {
 	if got := a.CPUAllocatedUs(); got > a.OmegaUs() {
 		t.Fatalf("Σ quotas %d > Ω %d", got, a.OmegaUs())
 	}
-	if a.Member(1).QuotaUs != 100000-a.Member(2).QuotaUs {
-		t.Fatalf("raise %d did not take the whole pool (other member %d)", a.Member(1).QuotaUs, a.Member(2).QuotaUs)
+	u0 := 100000 - 50000 - q0
+	if want := q0 + max(q0, u0/2); a.Member(1).QuotaUs != want {
+		t.Fatalf("raise to %d, want %d (one fair share of the pool %d)", a.Member(1).QuotaUs, want, u0)
+	}
+	// Throttled again in the same period: doubling is capped by the pool.
+	if _, err := a.Throttle(1, 30); err != nil || a.Member(1).QuotaUs != 100000-a.Member(2).QuotaUs {
+		t.Fatalf("second event: quota %d, want the rest of the pool (other member %d), %v", a.Member(1).QuotaUs, a.Member(2).QuotaUs, err)
 	}
 	if _, err := a.Throttle(1, 29); err != ErrStale {
 		t.Fatalf("event for a reported period: %v, want ErrStale", err)
