@@ -39,6 +39,7 @@ const (
 	ReasonThrottled     Reason = "throttled"      // §IV-D-1 scale up
 	ReasonUnused        Reason = "unused"         // §IV-D-1 scale down
 	ReasonThrottleEvent Reason = "throttle-event" // raised inside a period (escra policy)
+	ReasonLease         Reason = "lease"          // a daemon raised the quota from its host-local lease
 	ReasonOOMGrant      Reason = "oom-grant"      // §IV-D-2
 	ReasonPoolFilled    Reason = "pool-filled"    // memory assigned after reclaim refilled the pool
 )
@@ -138,6 +139,12 @@ type App struct {
 	order    []Key // sorted, for deterministic iteration
 	cpuAlloc int64 // Σ quotas
 	memAlloc int64 // Σ assigned memory limits
+
+	// Host-local CPU leases (lease.go); counted as allocated.
+	leases       map[HostID]*lease
+	leaseTotal   int64
+	leaseSeq     uint64
+	pendingLease []LeaseCmd
 }
 
 // NewApp makes an empty app; pol nil means the Escra policy.
@@ -151,7 +158,7 @@ func NewApp(name string, b Budget, p Params, pol Policy) (*App, error) {
 	if pol == nil {
 		pol = Escra{}
 	}
-	a := &App{Name: name, P: p, Policy: pol, members: map[Key]*Member{}}
+	a := &App{Name: name, P: p, Policy: pol, members: map[Key]*Member{}, leases: map[HostID]*lease{}}
 	a.setBudget(b)
 	return a, nil
 }
@@ -173,8 +180,8 @@ func (a *App) CPUAllocatedUs() int64 { return a.cpuAlloc }
 // MemAllocated is Σ assigned member memory limits.
 func (a *App) MemAllocated() int64 { return a.memAlloc }
 
-// CPUUnallocatedUs is Ω − Σ quotas.
-func (a *App) CPUUnallocatedUs() int64 { return max(0, a.omegaUs-a.cpuAlloc) }
+// CPUUnallocatedUs is Ω − Σ quotas − Σ leases.
+func (a *App) CPUUnallocatedUs() int64 { return max(0, a.omegaUs-a.cpuAlloc-a.leaseTotal) }
 
 // MemUnallocated is the global memory limit minus Σ limits.
 func (a *App) MemUnallocated() int64 { return max(0, a.budget.MemoryBytes-a.memAlloc) }
@@ -251,6 +258,9 @@ func (a *App) Join(j Join) ([]Decision, error) {
 	var out []Decision
 	if need := fair - a.CPUUnallocatedUs(); need > 0 {
 		out = a.takeCPU(need, a.omegaUs/int64(lambda))
+		if a.leaseTotal > 0 && fair > a.CPUUnallocatedUs() {
+			a.queueRevokeAll()
+		}
 	}
 	quota := min(fair, a.CPUUnallocatedUs())
 	a.members[j.Key] = m
@@ -333,7 +343,13 @@ func (a *App) ensureFloor() []Decision {
 	}
 	for _, k := range a.order {
 		if m := a.members[k]; m.QuotaUs < floor {
-			if d := a.decide(m, floor, 0, ReasonRebalance); d.Gen != 0 {
+			// From the pool only: with leases outstanding it may be short
+			// until they return (then ensureFloor runs again).
+			q := min(floor, m.QuotaUs+a.CPUUnallocatedUs())
+			if q < floor && a.leaseTotal > 0 {
+				a.queueRevokeAll()
+			}
+			if d := a.decide(m, q, 0, ReasonRebalance); d.Gen != 0 {
 				out = append(out, d)
 			}
 		}
@@ -350,6 +366,9 @@ func (a *App) SetBudget(b Budget) ([]Decision, error) {
 		return nil, err
 	}
 	a.setBudget(b)
+	if a.leaseTotal > 0 && a.cpuAlloc+a.leaseTotal > a.omegaUs {
+		a.queueRevokeAll()
+	}
 	return append(a.fitCPU(), a.ensureFloor()...), nil
 }
 

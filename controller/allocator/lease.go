@@ -1,0 +1,202 @@
+package allocator
+
+import "errors"
+
+// Host-local CPU leases (issue 11, "host-local leases"). The controller
+// lends each host a slice of an app's unallocated runtime that the host's
+// daemon may add to a throttled container on its own, without a round
+// trip; the daemon reports every use. A lease counts as allocated from the
+// moment it is granted until it is used (it becomes the container's quota)
+// or returned, so
+//
+//	Σ_λ q_i + Σ_hosts L_h ≤ Ω·P
+//
+// holds on the controller at all times, and what a daemon may apply never
+// exceeds it: a daemon applies at most its lease beyond the quotas the
+// controller assigned. Uses and returns travel on the same ordered TCP
+// session, so a return accounts for every use the daemon made before it.
+//
+// Shrinking is revoke-then-regrant: a revoked lease still counts until the
+// daemon's return arrives. Paths that need CPU at once (a join, the floor
+// after a leave, a smaller budget) revoke every lease of the app and take
+// what the pool has; what the revoked leases give back is handed out by
+// the next decisions (members below the floor first). During that one
+// round trip a newcomer may sit below its floor, and after a budget cut
+// Σ q + Σ L may exceed the new Ω until the returns arrive.
+
+// HostID names a daemon session (the high half of a Key).
+type HostID uint32
+
+// Host is the session a member's daemon is on.
+func (k Key) Host() HostID { return HostID(uint64(k) >> 32) }
+
+type lease struct {
+	id       uint64
+	us       int64
+	revoking bool
+}
+
+// LeaseCmd is what the controller tells one host about its lease.
+type LeaseCmd struct {
+	Host HostID
+	ID   uint64 // lease id; a revoke names the lease it revokes
+	// AddUs grows the lease (a grant); 0 with Revoke set asks for it back.
+	AddUs  int64
+	Revoke bool
+}
+
+var (
+	ErrNoLease    = errors.New("allocator: no such lease")
+	ErrLeaseOver  = errors.New("allocator: lease use beyond the lease")
+	ErrLeaseOwner = errors.New("allocator: lease used for a member of another host")
+)
+
+// LeaseUs is host h's outstanding lease (0: none).
+func (a *App) LeaseUs(h HostID) int64 {
+	if l := a.leases[h]; l != nil {
+		return l.us
+	}
+	return 0
+}
+
+// LeasedUs is Σ outstanding leases.
+func (a *App) LeasedUs() int64 { return a.leaseTotal }
+
+// RebalanceLeases sets each host with members toward a lease of
+// frac × (Ω − Σ q) × (its members / λ): a raise is granted at once from
+// the pool; a lease more than twice its target is revoked (and granted
+// again after the return). It returns the commands to send.
+func (a *App) RebalanceLeases(frac float64) []LeaseCmd {
+	if frac <= 0 || len(a.order) == 0 {
+		return a.revokeAll()
+	}
+	perHost := map[HostID]int{}
+	for _, k := range a.order {
+		perHost[k.Host()]++
+	}
+	var out []LeaseCmd
+	for h, l := range a.leases { // hosts without members give theirs back
+		if perHost[h] == 0 && !l.revoking {
+			l.revoking = true
+			out = append(out, LeaseCmd{Host: h, ID: l.id, Revoke: true})
+		}
+	}
+	free := a.omegaUs - a.cpuAlloc
+	for _, h := range sortedHosts(perHost) {
+		target := int64(frac * float64(free) * float64(perHost[h]) / float64(len(a.order)))
+		l := a.leases[h]
+		if l == nil {
+			l = &lease{}
+			a.leases[h] = l
+		}
+		switch {
+		case l.revoking:
+		case l.us > 2*target+a.P.MinStepUs:
+			l.revoking = true
+			out = append(out, LeaseCmd{Host: h, ID: l.id, Revoke: true})
+		case target-l.us > a.P.MinStepUs:
+			add := min(target-l.us, a.CPUUnallocatedUs())
+			if add <= 0 {
+				continue
+			}
+			if l.us == 0 {
+				a.leaseSeq++
+				l.id = a.leaseSeq
+			}
+			l.us += add
+			a.leaseTotal += add
+			out = append(out, LeaseCmd{Host: h, ID: l.id, AddUs: add})
+		}
+	}
+	return out
+}
+
+// revokeAll asks every lease back (a join, a leave or a budget change
+// needs the pool now).
+func (a *App) revokeAll() []LeaseCmd {
+	var out []LeaseCmd
+	for _, h := range sortedHosts(a.leases) {
+		if l := a.leases[h]; l.us > 0 && !l.revoking {
+			l.revoking = true
+			out = append(out, LeaseCmd{Host: h, ID: l.id, Revoke: true})
+		}
+	}
+	return out
+}
+
+// TakeLeaseCmds returns (and forgets) the revocations that joins, leaves
+// and budget changes queued.
+func (a *App) TakeLeaseCmds() []LeaseCmd {
+	out := a.pendingLease
+	a.pendingLease = nil
+	return out
+}
+
+func (a *App) queueRevokeAll() {
+	a.pendingLease = append(a.pendingLease, a.revokeAll()...)
+}
+
+// LeaseUse records that host h's daemon added us of lease id to member k's
+// quota. The lease shrinks and the quota grows by the same amount, so Σ
+// is unchanged. A use beyond the lease (a daemon bug or a forged message)
+// is clamped to it and reported; the returned decision carries the new
+// quota so the daemon's and the controller's views meet again.
+func (a *App) LeaseUse(h HostID, id uint64, k Key, us int64) (Decision, error) {
+	l := a.leases[h]
+	m := a.members[k]
+	switch {
+	case l == nil || l.id != id || us <= 0:
+		return Decision{}, ErrNoLease
+	case m == nil:
+		return Decision{}, ErrUnknown
+	case k.Host() != h:
+		return Decision{}, ErrLeaseOwner
+	}
+	var err error
+	if us > l.us {
+		us, err = l.us, ErrLeaseOver
+	}
+	us = min(us, max(0, m.HostMaxUs-m.QuotaUs))
+	l.us -= us
+	a.leaseTotal -= us
+	m.ThrottleEvents++
+	d := a.decide(m, m.QuotaUs+us, 0, ReasonLease)
+	return d, err
+}
+
+// LeaseReturn ends lease id of host h: whatever is left goes back to the
+// pool, and members the revocation left below the floor are raised.
+func (a *App) LeaseReturn(h HostID, id uint64) ([]Decision, error) {
+	l := a.leases[h]
+	if l == nil || l.id != id {
+		return nil, ErrNoLease
+	}
+	a.leaseTotal -= l.us
+	delete(a.leases, h)
+	return a.ensureFloor(), nil
+}
+
+// LeaseDrop forgets host h's lease (its session ended: it can no longer
+// use it, and its members leave).
+func (a *App) LeaseDrop(h HostID) []Decision {
+	l := a.leases[h]
+	if l == nil {
+		return nil
+	}
+	a.leaseTotal -= l.us
+	delete(a.leases, h)
+	return a.ensureFloor()
+}
+
+func sortedHosts[V any](m map[HostID]V) []HostID {
+	out := make([]HostID, 0, len(m))
+	for h := range m {
+		out = append(out, h)
+	}
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j] < out[j-1]; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
