@@ -157,6 +157,7 @@ func (c *Cgroupfs) sampleLoop(ctx context.Context, sink Sink) error {
 		poll = pt.C
 	}
 	var st pb.CpuStat
+	var events []pb.CpuStat
 	buf := make([]byte, 512)
 	var parents []*parentGroup
 	byDir := map[string]*parentGroup{}
@@ -178,10 +179,23 @@ func (c *Cgroupfs) sampleLoop(ctx context.Context, sink Sink) error {
 		case <-ctx.Done():
 			return nil
 		case <-poll:
-			// Regroup first: a group unwatched since the last period is
-			// closed by its owner and must not be read.
-			refresh()
-			c.pollThrottle(parents, sink, &st, buf)
+			// The reads happen under mu, after a regroup: Unwatch waits
+			// for them, so its caller may close the group as soon as it
+			// returns (500 polls a second would otherwise hit that
+			// window). The events are sent after unlocking.
+			c.mu.Lock()
+			if c.dirty {
+				parents = c.regroup(byDir, parents[:0])
+				c.dirty = false
+			}
+			events = c.pollThrottle(parents, events[:0], buf)
+			c.mu.Unlock()
+			for i := range events {
+				sink.CPU(&events[i])
+			}
+			if len(events) > 0 {
+				sink.Flush()
+			}
 			continue
 		case <-t.C:
 		}
@@ -207,12 +221,11 @@ func (c *Cgroupfs) sampleLoop(ctx context.Context, sink Sink) error {
 }
 
 // pollThrottle reads nr_throttled of every watched group with a quota and
-// sends a throttle event for each whose count rose since the last poll,
-// then flushes so the events leave at once. Groups without a quota cannot
-// be throttled; a parent whose usage did not move since the last poll had
-// no member run, so none was newly throttled.
-func (c *Cgroupfs) pollThrottle(parents []*parentGroup, sink Sink, st *pb.CpuStat, buf []byte) {
-	sent := false
+// appends a throttle event for each whose count rose since the last poll;
+// the caller sends them and flushes, so they leave at once. Groups without
+// a quota cannot be throttled; a parent whose usage did not move since the
+// last poll had no member run, so none was newly throttled.
+func (c *Cgroupfs) pollThrottle(parents []*parentGroup, out []pb.CpuStat, buf []byte) []pb.CpuStat {
 	for _, pg := range parents {
 		if !c.NoParentShortcut && !pg.movedSincePoll(buf) {
 			continue
@@ -241,14 +254,10 @@ func (c *Cgroupfs) pollThrottle(parents []*parentGroup, sink Sink, st *pb.CpuSta
 			}
 			// s.seq is the period_seq the period in progress will be
 			// reported with (sample increments it after each record).
-			*st = pb.CpuStat{Handle: s.h, PeriodSeq: s.seq, QuotaUs: quota, NrThrottled: nr, MidPeriod: true}
-			sink.CPU(st)
-			sent = true
+			out = append(out, pb.CpuStat{Handle: s.h, PeriodSeq: s.seq, QuotaUs: quota, NrThrottled: nr, MidPeriod: true})
 		}
 	}
-	if sent {
-		sink.Flush()
-	}
+	return out
 }
 
 // parentGroup is the common parent directory of some watched groups (on a

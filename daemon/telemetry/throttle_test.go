@@ -13,7 +13,6 @@ import (
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/internal/cgtest"
-	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
 // fakeGroup is a v1 group of plain files in a temp dir: the watcher reads
@@ -64,7 +63,7 @@ func (f *fakeGroup) stat(t testing.TB, nr uint64) {
 
 // Exactly one event per rise of nr_throttled, none while it stays, none
 // for a group without a quota; each carries the period in progress and
-// is flushed at once.
+// leaves in one flush.
 func TestThrottleWatcherOneEventPerRise(t *testing.T) {
 	f := newFakeGroup(t)
 	quota := int64(20000)
@@ -74,10 +73,15 @@ func TestThrottleWatcherOneEventPerRise(t *testing.T) {
 	parents := c.regroup(map[string]*parentGroup{}, nil)
 	sink := &recSink{}
 	buf := make([]byte, 512)
-	var st pb.CpuStat
 	poll := func(nr uint64) {
 		f.stat(t, nr)
-		c.pollThrottle(parents, sink, &st, buf)
+		evs := c.pollThrottle(parents, nil, buf)
+		for i := range evs {
+			sink.CPU(&evs[i])
+		}
+		if len(evs) > 0 {
+			sink.Flush()
+		}
 	}
 	poll(5) // baseline
 	poll(5)
