@@ -181,7 +181,17 @@ func TestThrottleEventRaisesQuotaWithinThePeriod(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(500 * time.Millisecond) // let the paper app's periods be decided too
+	// The paper app's member: its events arrive too (docker exec may
+	// start its burst later on a loaded host), and its raise comes with
+	// a period's record.
+	deadline = time.Now().Add(4 * time.Second)
+	for m := member(s, paperID); m == nil || m.ThrottleEvents == 0 || !ev.has(paperID, "throttled"); m = member(s, paperID) {
+		if time.Now().After(deadline) {
+			ev.mu.Lock()
+			t.Fatalf("escra-paper member: no throttle event and period raise within 4 s: %+v, reasons %v", m, ev.per[paperID])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if q := cgQuota(qf[escraID]); q <= low[escraID] {
 		t.Errorf("escra cgroup quota %d µs, not above %d µs after the throttle event", q, low[escraID])
 	}
@@ -198,12 +208,9 @@ func TestThrottleEventRaisesQuotaWithinThePeriod(t *testing.T) {
 	t.Logf("escra: throttle event → quota raised in %v (all %v); escra-paper raises after an event %v", took[0], took, paperTook)
 	// The negative control: escra-paper got throttle events but decides
 	// once per period.
-	if m := member(s, paperID); m == nil || m.ThrottleEvents == 0 {
-		t.Errorf("escra-paper member saw no throttle events: %+v", m)
-	}
-	if ev.has(paperID, "throttle-event") || !ev.has(paperID, "throttled") {
+	if ev.has(paperID, "throttle-event") {
 		ev.mu.Lock()
-		t.Errorf("escra-paper must raise at a period end (throttled), never on a throttle event: reasons %v", ev.per[paperID])
+		t.Errorf("escra-paper raised on a throttle event: reasons %v", ev.per[paperID])
 		ev.mu.Unlock()
 	}
 	resp, err := http.Get("http://" + s.AdminAddr() + "/metrics")
