@@ -102,6 +102,7 @@ type Container struct {
 	Generation       uint64 `json:"generation"`
 	Periods          uint64 `json:"periods"`
 	ThrottledPeriods uint64 `json:"throttled_periods"` // cumulative
+	ThrottleEvents   uint64 `json:"throttle_events"`   // cumulative, mid-period (stale ones excluded)
 	OOMRequests      uint64 `json:"oom_requests"`
 	OOMGrants        uint64 `json:"oom_grants"`
 	OOMDenials       uint64 `json:"oom_denials"`

@@ -59,6 +59,9 @@ type oomReq struct {
 type Counters interface {
 	Decision(kind string)
 	BadStat(reason string)
+	// ThrottleEvent counts a throttle event by result: raised, nochange
+	// or stale.
+	ThrottleEvent(result string)
 }
 
 // Shard is one app: its goroutine runs TCP-side events; telemetry is
@@ -155,6 +158,40 @@ func (s *Shard) CPUStat(k allocator.Key, st telemetry.Stat, recvNs int64) {
 	if d.Gen != 0 {
 		s.send(d, recvNs, nil, false)
 	}
+}
+
+// Throttle event results (metric labels).
+const (
+	ThrottleRaised   = "raised"
+	ThrottleNoChange = "nochange"
+	ThrottleStale    = "stale"
+)
+
+// ThrottleEvent hands a throttle event (member k ran out of quota in the
+// middle of period seq) to the policy on the caller's goroutine, like
+// CPUStat: a raise is queued on the host exactly as a period decision,
+// and the caller wakes the writer.
+func (s *Shard) ThrottleEvent(k allocator.Key, seq uint64, recvNs int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d, err := s.a.Throttle(k, seq)
+	switch err {
+	case nil:
+	case allocator.ErrStale:
+		// The period's record came first (reordered datagrams): the
+		// period decision has already seen the throttle.
+		s.cnt.ThrottleEvent(ThrottleStale)
+		return
+	default:
+		s.cnt.BadStat("unknown_container")
+		return
+	}
+	if d.Gen == 0 {
+		s.cnt.ThrottleEvent(ThrottleNoChange)
+		return
+	}
+	s.cnt.ThrottleEvent(ThrottleRaised)
+	s.send(d, recvNs, nil, false)
 }
 
 // apply sends a decision to the member's host.
@@ -458,12 +495,12 @@ func (s *Shard) PeriodicReclaim() {
 
 // MemberState is a member's view for snapshots.
 type MemberState struct {
-	Info                              MemberInfo
-	QuotaUs, MemLimit, MemUsage       int64
-	LastUsageUs                       int64
-	Gen                               uint64
-	Periods, Throttles                uint64
-	OOMRequests, OOMGrants, OOMDenies uint64
+	Info                               MemberInfo
+	QuotaUs, MemLimit, MemUsage        int64
+	LastUsageUs                        int64
+	Gen                                uint64
+	Periods, Throttles, ThrottleEvents uint64
+	OOMRequests, OOMGrants, OOMDenies  uint64
 }
 
 // State is an app's view for snapshots.
@@ -493,7 +530,7 @@ func (s *Shard) Snapshot() State {
 			}
 			st.Members = append(st.Members, MemberState{Info: mi.MemberInfo, QuotaUs: m.QuotaUs, MemLimit: m.MemLimit,
 				MemUsage: m.MemUsage, LastUsageUs: m.LastUsageUs, Gen: m.Gen, Periods: m.Periods, Throttles: m.Throttles,
-				OOMRequests: m.OOMRequests, OOMGrants: m.OOMGrants, OOMDenies: m.OOMDenies})
+				ThrottleEvents: m.ThrottleEvents, OOMRequests: m.OOMRequests, OOMGrants: m.OOMGrants, OOMDenies: m.OOMDenies})
 		}
 	})
 	return st

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/escra-dev/escra/controller/adminapi"
+	"github.com/escra-dev/escra/controller/app"
 )
 
 // metrics are the controller's Prometheus series. Per-app and
@@ -24,6 +25,7 @@ type metrics struct {
 	s               *Server
 	reg             *prometheus.Registry
 	decisions       *prometheus.CounterVec
+	throttleEvents  *prometheus.CounterVec
 	badInput        *prometheus.CounterVec
 	decisionLatency prometheus.Histogram
 	verdictLatency  prometheus.Histogram
@@ -39,13 +41,19 @@ func newMetrics(s *Server) *metrics {
 	m := &metrics{s: s, reg: prometheus.NewRegistry(), dropN: map[string]*atomic.Uint64{}}
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_decisions_total",
 		Help: "Allocator decisions carried out, by reason (throttled, unused, bootstrap, oom-granted, ...)."}, []string{"reason"})
+	m.throttleEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_throttle_events_total",
+		Help: "Throttle events (a container ran out of quota mid-period), by result: raised, nochange, stale."}, []string{"result"})
 	m.badInput = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_bad_input_total",
 		Help: "Dropped input (telemetry and session messages), by reason."}, []string{"reason"})
 	m.decisionLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escra_decision_latency_seconds",
 		Help: "Telemetry datagram received to set-limits written.", Buckets: latencyBuckets})
 	m.verdictLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escra_oom_verdict_latency_seconds",
 		Help: "OOM request read to verdict written (includes the set-limits round trip).", Buckets: latencyBuckets})
-	m.reg.MustRegister(m.decisions, m.badInput, m.decisionLatency, m.verdictLatency, m,
+	// The three results are known: export them from the start at 0.
+	for _, r := range []string{app.ThrottleRaised, app.ThrottleNoChange, app.ThrottleStale} {
+		m.throttleEvents.WithLabelValues(r)
+	}
+	m.reg.MustRegister(m.decisions, m.throttleEvents, m.badInput, m.decisionLatency, m.verdictLatency, m,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_datagrams_total", Help: "Telemetry datagrams received."},
 			func() float64 { return float64(s.udp.C.Datagrams.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_stats_total", Help: "CPU statistics received."},
@@ -66,6 +74,9 @@ func (m *metrics) Decision(kind string) {
 	m.decCache.Store(kind, c)
 	c.Inc()
 }
+
+// ThrottleEvent implements app.Counters.
+func (m *metrics) ThrottleEvent(result string) { m.throttleEvents.WithLabelValues(result).Inc() }
 
 // BadStat implements app.Counters.
 func (m *metrics) BadStat(reason string) { m.bad(reason, 1) }
@@ -104,6 +115,7 @@ var (
 	dCMem        = prometheus.NewDesc("escra_container_memory_limit_bytes", "Memory limit.", cLabels, nil)
 	dCMemUse     = prometheus.NewDesc("escra_container_memory_usage_bytes", "Memory usage.", cLabels, nil)
 	dCThr        = prometheus.NewDesc("escra_container_throttled_periods_total", "Throttled periods.", cLabels, nil)
+	dCThrEv      = prometheus.NewDesc("escra_container_throttle_events_total", "Throttle events (out of quota mid-period).", cLabels, nil)
 	dCOOM        = prometheus.NewDesc("escra_container_oom_requests_total", "OOM requests.", cLabels, nil)
 	dCGrant      = prometheus.NewDesc("escra_container_oom_grants_total", "OOM requests granted.", cLabels, nil)
 	dCDeny       = prometheus.NewDesc("escra_container_oom_denials_total", "OOM requests denied.", cLabels, nil)
@@ -111,7 +123,7 @@ var (
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{dAppCPU, dAppCPUAlloc, dAppMem, dAppMemAlloc, dAppMembers,
-		dCQuota, dCUsage, dCMem, dCMemUse, dCThr, dCOOM, dCGrant, dCDeny} {
+		dCQuota, dCUsage, dCMem, dCMemUse, dCThr, dCThrEv, dCOOM, dCGrant, dCDeny} {
 		ch <- d
 	}
 }
@@ -143,6 +155,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(dCMem, g, float64(x.MemoryLimitBytes), l[:]...)
 		ch <- prometheus.MustNewConstMetric(dCMemUse, g, float64(x.MemoryUsageBytes), l[:]...)
 		ch <- prometheus.MustNewConstMetric(dCThr, c, float64(x.ThrottledPeriods), l[:]...)
+		ch <- prometheus.MustNewConstMetric(dCThrEv, c, float64(x.ThrottleEvents), l[:]...)
 		ch <- prometheus.MustNewConstMetric(dCOOM, c, float64(x.OOMRequests), l[:]...)
 		ch <- prometheus.MustNewConstMetric(dCGrant, c, float64(x.OOMGrants), l[:]...)
 		ch <- prometheus.MustNewConstMetric(dCDeny, c, float64(x.OOMDenials), l[:]...)

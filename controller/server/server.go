@@ -550,6 +550,10 @@ func (s *Server) onTelemetry(sessionID uint32, stats []telemetry.Stat, recv int6
 			unknown++
 			continue
 		}
+		if st.MidPeriod {
+			r.shard.ThrottleEvent(r.key, st.Seq, recv)
+			continue
+		}
 		r.shard.CPUStat(r.key, st, recv)
 	}
 	h.mu.RUnlock()

@@ -37,7 +37,7 @@ func (s *Server) Snapshot() State {
 				SessionID: uint32(m.Info.Key >> 32), Handle: m.Info.Handle, ContainerID: m.Info.ContainerID,
 				Name: m.Info.Name, CPUQuotaUs: m.QuotaUs, CPUPeriodUs: as.Params.PeriodUs(), CPUUsageUs: m.LastUsageUs,
 				MemoryLimitBytes: m.MemLimit, MemoryUsageBytes: m.MemUsage, Generation: m.Gen,
-				Periods: m.Periods, ThrottledPeriods: m.Throttles, OOMRequests: m.OOMRequests,
+				Periods: m.Periods, ThrottledPeriods: m.Throttles, ThrottleEvents: m.ThrottleEvents, OOMRequests: m.OOMRequests,
 				OOMGrants: m.OOMGrants, OOMDenials: m.OOMDenies})
 		}
 	}

@@ -18,9 +18,12 @@ import (
 	"github.com/escra-dev/escra/proto/wire"
 )
 
-// Stat is one container's period, named by its host-local handle.
+// Stat is one container's period, named by its host-local handle. A
+// MidPeriod stat is a throttle event for period Seq, which has not ended:
+// only Seq and QuotaUs are meaningful (proto CpuStat.mid_period).
 type Stat struct {
-	Handle uint32
+	Handle    uint32
+	MidPeriod bool
 	allocator.Stat
 }
 
@@ -83,7 +86,7 @@ func convert(batch *pb.TelemetryBatch, out []Stat) (stats []Stat, bad int) {
 			bad++
 			continue
 		}
-		out = append(out, Stat{Handle: s.GetHandle(), Stat: allocator.Stat{
+		out = append(out, Stat{Handle: s.GetHandle(), MidPeriod: s.GetMidPeriod(), Stat: allocator.Stat{
 			Seq: s.GetPeriodSeq(), QuotaUs: s.GetQuotaUs(), PeriodUs: int64(p),
 			UnusedUs: s.GetUnusedUs(), Throttled: s.GetThrottled(), UsageUs: int64(s.GetUsageUs()),
 		}})

@@ -56,3 +56,20 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A throttle event keeps its flag through decoding and is validated like
+// any stat.
+func TestDecodeKeepsMidPeriod(t *testing.T) {
+	b, _ := proto.Marshal(&pb.TelemetryBatch{SessionId: 3, PeriodUs: 100000, Stats: []*pb.CpuStat{
+		{Handle: 1, PeriodSeq: 9, QuotaUs: 20000, NrThrottled: 5, MidPeriod: true},
+		{Handle: 2, PeriodSeq: 9, QuotaUs: -3, MidPeriod: true},
+		{Handle: 1, PeriodSeq: 9, QuotaUs: 20000, Throttled: true, UsageUs: 20000},
+	}})
+	_, stats, bad, err := Decode(b, &pb.TelemetryBatch{}, nil)
+	if err != nil || bad != 1 || len(stats) != 2 {
+		t.Fatalf("bad %d stats %+v err %v", bad, stats, err)
+	}
+	if !stats[0].MidPeriod || stats[0].Seq != 9 || stats[0].QuotaUs != 20000 || stats[1].MidPeriod {
+		t.Fatalf("stats %+v", stats)
+	}
+}

@@ -69,6 +69,13 @@ type Config struct {
 	OnOOMRescue func(issued, returned time.Duration)
 	// TLS is the controller link's mutual TLS (nil: plain, escrad --insecure).
 	TLS *tls.Config
+	// ThrottlePoll is the cgroupfs throttle watcher's poll interval
+	// (telemetry.Cgroupfs.ThrottlePoll; 0: off; escrad defaults to 2 ms).
+	// The kernel backend has no watcher yet: it ignores this.
+	ThrottlePoll time.Duration
+	// OnThrottleRaise, when set, sees every quota raise that answers a
+	// throttle event: the event seen to the raising write returned.
+	OnThrottleRaise func(h uint32, took time.Duration)
 }
 
 // Agent manages one host's labelled containers.
@@ -99,6 +106,10 @@ type managed struct {
 	pending atomic.Bool // an OOM request is out
 	armed   atomic.Bool // telemetry and OOM trap set up
 	again   atomic.Bool // an OOM event came while one was pending
+
+	thrMu    sync.Mutex
+	thrAt    time.Time // last throttle event not yet answered by a raise
+	thrQuota int64     // the quota it was throttled at
 
 	oomMu    sync.Mutex
 	oomAt    time.Time // wake-up of the pending OOM
@@ -183,6 +194,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 		cs.Limits = a.cpuLimits
 		cs.NoParentShortcut = cfg.NoParentShortcut
+		cs.ThrottlePoll = cfg.ThrottlePoll
 		a.src = cs
 	}
 	if cfg.Docker != nil {
@@ -450,6 +462,9 @@ func (a *Agent) SetLimits(recv time.Time, s *pb.SetLimits) *pb.SetLimitsAck {
 			}
 		} else {
 			a.m.applyLatency.Observe(lat.Seconds())
+			if q := u.Limits.GetCpuQuotaUs(); q != 0 {
+				a.noteQuota(u.Handle, q, done)
+			}
 			if u.Limits.GetMemoryLimitBytes() != 0 {
 				a.mu.Lock()
 				m := a.byH[u.Handle]
@@ -513,8 +528,56 @@ func (a *Agent) MemoryUsage() *pb.MemoryUsage {
 
 // CPU implements telemetry.Sink.
 func (a *Agent) CPU(s *pb.CpuStat) {
-	a.m.records.Inc()
+	if s.MidPeriod {
+		a.m.thrEvents.Inc()
+		a.noteThrottle(s.Handle, s.QuotaUs)
+	} else {
+		a.m.records.Inc()
+	}
 	a.link.CPU(s)
+}
+
+// noteThrottle starts the clock of a throttle event; the first raise of
+// the quota above the throttled one stops it (noteQuota). An event not
+// answered within a second (the policy kept the quota) is forgotten.
+func (a *Agent) noteThrottle(h uint32, quota int64) {
+	a.mu.Lock()
+	m := a.byH[h]
+	a.mu.Unlock()
+	if m == nil {
+		return
+	}
+	now := time.Now()
+	m.thrMu.Lock()
+	if m.thrAt.IsZero() || now.Sub(m.thrAt) > time.Second {
+		m.thrAt, m.thrQuota = now, quota
+	}
+	m.thrMu.Unlock()
+}
+
+// noteQuota stops a throttle event's clock when quota raises the limit.
+func (a *Agent) noteQuota(h uint32, quota int64, done time.Time) {
+	a.mu.Lock()
+	m := a.byH[h]
+	a.mu.Unlock()
+	if m == nil {
+		return
+	}
+	m.thrMu.Lock()
+	at := m.thrAt
+	raised := !at.IsZero() && (quota == cgroups.Max || quota > m.thrQuota)
+	if raised || !at.IsZero() && done.Sub(at) > time.Second {
+		m.thrAt = time.Time{}
+	}
+	m.thrMu.Unlock()
+	if !raised {
+		return
+	}
+	took := done.Sub(at)
+	a.m.thrRaise.Observe(took.Seconds())
+	if a.cfg.OnThrottleRaise != nil {
+		a.cfg.OnThrottleRaise(h, took)
+	}
 }
 
 // Flush implements telemetry.Sink.

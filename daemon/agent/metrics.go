@@ -9,6 +9,8 @@ type metrics struct {
 	oomEvents    prometheus.Counter
 	oomOutcome   *prometheus.CounterVec
 	records      prometheus.Counter
+	thrEvents    prometheus.Counter
+	thrRaise     prometheus.Histogram
 	reclaimed    prometheus.Counter
 }
 
@@ -21,9 +23,11 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		oomEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_oom_events_total", Help: "OOM events trapped."}),
 		oomOutcome:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_outcomes_total", Help: "OOM events by outcome."}, []string{"outcome"}),
 		records:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_telemetry_records_total", Help: "Per-period CPU records produced."}),
+		thrEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_throttle_events_total", Help: "Throttle events sent (nr_throttled rose between period samples)."}),
+		thrRaise:     prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_throttle_raise_seconds", Help: "Throttle event seen to the write that raised the quota above the one throttled.", Buckets: us}),
 		reclaimed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (seed 000 §IV-C)."}),
 	}
-	r.MustRegister(m.applyLatency, m.applyErrors, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.reclaimed,
+	r.MustRegister(m.applyLatency, m.applyErrors, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.thrEvents, m.thrRaise, m.reclaimed,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_containers_managed", Help: "Managed containers."}, func() float64 {
 			a.mu.Lock()
 			defer a.mu.Unlock()

@@ -19,7 +19,10 @@ import (
 // Source is escrad's kernel backend (telemetry.Source) over escra.ko:
 // per-period records taken in the scheduler (seed 000 §IV-B) and OOM
 // requests caught in try_charge_memcg. Wire it with
-// agent.Config.KernelSource = genl.NewSource.
+// agent.Config.KernelSource = genl.NewSource. It sends no throttle events
+// (CpuStat.mid_period) yet: the cgroupfs backend's watcher polls cpu.stat,
+// and the module would report the throttle from the scheduler instead;
+// --throttle-poll does not apply here.
 type Source struct {
 	events *Conn // multicast groups only
 	ctl    *Conn // commands: a reply must not race a blocked Receive

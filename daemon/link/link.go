@@ -435,7 +435,7 @@ func (c *Client) CPU(s *escrapb.CpuStat) {
 	c.used++
 	d.Handle, d.PeriodSeq, d.QuotaUs, d.PeriodUs = s.Handle, s.PeriodSeq, s.QuotaUs, s.PeriodUs
 	d.UnusedUs, d.Throttled, d.NrThrottled = s.UnusedUs, s.Throttled, s.NrThrottled
-	d.ThrottledUs, d.UsageUs = s.ThrottledUs, s.UsageUs
+	d.ThrottledUs, d.UsageUs, d.MidPeriod = s.ThrottledUs, s.UsageUs, s.MidPeriod
 	_ = c.batcher.Add(d, c.emit)
 }
 

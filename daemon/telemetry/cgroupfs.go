@@ -32,6 +32,18 @@ type Cgroupfs struct {
 	// for measuring what it saves.
 	NoParentShortcut bool
 
+	// ThrottlePoll is how often, between period samples, nr_throttled of
+	// every group with a quota is read for throttle events (0: never). A
+	// rise is sent at once as a CpuStat with MidPeriod set, so the
+	// controller can raise the quota before the period's record. On a
+	// stock kernel nr_throttled (like throttled_time) moves when the CFS
+	// period timer ends a throttled CFS period and refills the runtime,
+	// not at the moment of the throttle: the event says "throttled in the
+	// CFS period that just ended" and a raise takes effect for the CFS
+	// period that just began (and unthrottles the group if it has already
+	// run out again).
+	ThrottlePoll time.Duration
+
 	mu     sync.Mutex
 	groups map[uint32]*sampled
 	dirty  bool // groups changed: regroup by parent
@@ -48,7 +60,16 @@ type sampled struct {
 	wasThrot  bool
 	skipStats int       // periods since cpu.stat was last read
 	at        time.Time // when the baseline was taken
+
+	// The throttle watcher's own baseline: the period record's nrThrot is
+	// not touched between periods (and on v1 is not read every period).
+	evNr     uint64
+	evPrimed bool
 }
+
+// DefaultThrottlePoll is the throttle watcher's default poll interval: one
+// cpu.stat read per group with a quota every 2 ms, 50 reads per period.
+const DefaultThrottlePoll = 2 * time.Millisecond
 
 // NewCgroupfs returns a source sampling every period.
 func NewCgroupfs(period time.Duration, log *slog.Logger) (*Cgroupfs, error) {
@@ -56,7 +77,8 @@ func NewCgroupfs(period time.Duration, log *slog.Logger) (*Cgroupfs, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Cgroupfs{Period: period, Log: log, OOM: w, groups: map[uint32]*sampled{}}, nil
+	return &Cgroupfs{Period: period, Log: log, OOM: w, groups: map[uint32]*sampled{},
+		ThrottlePoll: DefaultThrottlePoll}, nil
 }
 
 // Backend implements Source.
@@ -113,13 +135,29 @@ func (c *Cgroupfs) Run(ctx context.Context, sink Sink) error {
 		c.OOM.Close()
 		<-done
 	}()
+	return c.sampleLoop(ctx, sink)
+}
+
+// sampleLoop samples every period and, between periods, watches for
+// throttle events, until ctx ends.
+func (c *Cgroupfs) sampleLoop(ctx context.Context, sink Sink) error {
 	period := c.Period
 	if period <= 0 {
 		period = 100 * time.Millisecond
 	}
 	t := time.NewTimer(untilNext(time.Now(), period))
 	defer t.Stop()
+	// The throttle watcher runs on this goroutine, between period samples:
+	// it reads the period state (seq) without a lock and the sink, which is
+	// not safe for concurrent use, stays single-threaded.
+	var poll <-chan time.Time
+	if c.ThrottlePoll > 0 && c.ThrottlePoll < period {
+		pt := time.NewTicker(c.ThrottlePoll)
+		defer pt.Stop()
+		poll = pt.C
+	}
 	var st pb.CpuStat
+	var events []pb.CpuStat
 	buf := make([]byte, 512)
 	var parents []*parentGroup
 	byDir := map[string]*parentGroup{}
@@ -128,20 +166,42 @@ func (c *Cgroupfs) Run(ctx context.Context, sink Sink) error {
 			pg.close()
 		}
 	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		now := time.Now()
-		t.Reset(untilNext(now, period))
+	refresh := func() {
 		c.mu.Lock()
 		if c.dirty {
 			parents = c.regroup(byDir, parents[:0])
 			c.dirty = false
 		}
 		c.mu.Unlock()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-poll:
+			// The reads happen under mu, after a regroup: Unwatch waits
+			// for them, so its caller may close the group as soon as it
+			// returns (500 polls a second would otherwise hit that
+			// window). The events are sent after unlocking.
+			c.mu.Lock()
+			if c.dirty {
+				parents = c.regroup(byDir, parents[:0])
+				c.dirty = false
+			}
+			events = c.pollThrottle(parents, events[:0], buf)
+			c.mu.Unlock()
+			for i := range events {
+				sink.CPU(&events[i])
+			}
+			if len(events) > 0 {
+				sink.Flush()
+			}
+			continue
+		case <-t.C:
+		}
+		now := time.Now()
+		t.Reset(untilNext(now, period))
+		refresh()
 		for _, pg := range parents {
 			if !c.NoParentShortcut && pg.idle(buf) {
 				for _, s := range pg.members {
@@ -160,6 +220,46 @@ func (c *Cgroupfs) Run(ctx context.Context, sink Sink) error {
 	}
 }
 
+// pollThrottle reads nr_throttled of every watched group with a quota and
+// appends a throttle event for each whose count rose since the last poll;
+// the caller sends them and flushes, so they leave at once. Groups without
+// a quota cannot be throttled; a parent whose usage did not move since the
+// last poll had no member run, so none was newly throttled.
+func (c *Cgroupfs) pollThrottle(parents []*parentGroup, out []pb.CpuStat, buf []byte) []pb.CpuStat {
+	for _, pg := range parents {
+		if !c.NoParentShortcut && !pg.movedSincePoll(buf) {
+			continue
+		}
+		for _, s := range pg.members {
+			quota := int64(-1)
+			if c.Limits != nil {
+				quota, _ = c.Limits(s.h)
+			}
+			if quota <= 0 {
+				s.evPrimed = false
+				continue
+			}
+			b, err := s.g.Read(cgroups.CPUStatFile, buf)
+			if err != nil {
+				continue
+			}
+			nr, ok := cgroups.KeyedValue(b, "nr_throttled")
+			if !ok {
+				continue
+			}
+			rose := s.evPrimed && nr > s.evNr
+			s.evNr, s.evPrimed = nr, true
+			if !rose {
+				continue
+			}
+			// s.seq is the period_seq the period in progress will be
+			// reported with (sample increments it after each record).
+			out = append(out, pb.CpuStat{Handle: s.h, PeriodSeq: s.seq, QuotaUs: quota, NrThrottled: nr, MidPeriod: true})
+		}
+	}
+	return out
+}
+
 // parentGroup is the common parent directory of some watched groups (on a
 // Docker host: /docker or the engine's --cgroup-parent). Its cumulative
 // usage covers all its descendants, so when it did not move during a
@@ -173,6 +273,9 @@ type parentGroup struct {
 	last    uint64
 	primed  bool
 	members []*sampled
+	// The throttle watcher's baseline, apart from the period's (last).
+	pollLast   uint64
+	pollPrimed bool
 }
 
 func (c *Cgroupfs) regroup(byDir map[string]*parentGroup, out []*parentGroup) []*parentGroup {
@@ -223,21 +326,8 @@ func (pg *parentGroup) close() {
 // runnable tasks runs again when its quota refills each period, so its
 // usage moves).
 func (pg *parentGroup) idle(buf []byte) bool {
-	if pg.fd < 0 {
-		return false
-	}
-	n, err := unix.Pread(pg.fd, buf, 0)
-	if err != nil {
-		return false
-	}
-	var u uint64
-	if pg.v2 {
-		var cs cgroups.CPUStat
-		if cgroups.ParseCPUStat(buf[:n], &cs) != nil || !cs.HasUsage {
-			return false
-		}
-		u = cs.UsageUs
-	} else if u, err = cgroups.ParseUint(buf[:n]); err != nil {
+	u, ok := pg.usage(buf)
+	if !ok {
 		return false
 	}
 	same := pg.primed && u == pg.last
@@ -251,6 +341,38 @@ func (pg *parentGroup) idle(buf []byte) bool {
 		}
 	}
 	return true
+}
+
+// usage reads the parent's cumulative usage; false when it cannot.
+func (pg *parentGroup) usage(buf []byte) (uint64, bool) {
+	if pg.fd < 0 {
+		return 0, false
+	}
+	n, err := unix.Pread(pg.fd, buf, 0)
+	if err != nil {
+		return 0, false
+	}
+	if pg.v2 {
+		var cs cgroups.CPUStat
+		if cgroups.ParseCPUStat(buf[:n], &cs) != nil || !cs.HasUsage {
+			return 0, false
+		}
+		return cs.UsageUs, true
+	}
+	u, err := cgroups.ParseUint(buf[:n])
+	return u, err == nil
+}
+
+// movedSincePoll reports whether the parent's usage moved since the
+// throttle watcher's last look (true when unknown or on the first look).
+func (pg *parentGroup) movedSincePoll(buf []byte) bool {
+	u, ok := pg.usage(buf)
+	if !ok {
+		return true
+	}
+	moved := !pg.pollPrimed || u != pg.pollLast
+	pg.pollLast, pg.pollPrimed = u, true
+	return moved
 }
 
 // untilNext is the time to the next multiple of period (wall clock), so all

@@ -552,7 +552,11 @@ type CpuStat struct {
 	// Time spent throttled during this period.
 	ThrottledUs uint64 `protobuf:"varint,8,opt,name=throttled_us,json=throttledUs,proto3" json:"throttled_us,omitempty"`
 	// CPU time used during this period.
-	UsageUs       uint64 `protobuf:"varint,9,opt,name=usage_us,json=usageUs,proto3" json:"usage_us,omitempty"`
+	UsageUs uint64 `protobuf:"varint,9,opt,name=usage_us,json=usageUs,proto3" json:"usage_us,omitempty"`
+	// A throttle event: the group was throttled during period period_seq,
+	// which has not ended; only handle, period_seq, quota_us, nr_throttled
+	// are meaningful; the period's own record follows.
+	MidPeriod     bool `protobuf:"varint,10,opt,name=mid_period,json=midPeriod,proto3" json:"mid_period,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -648,6 +652,13 @@ func (x *CpuStat) GetUsageUs() uint64 {
 		return x.UsageUs
 	}
 	return 0
+}
+
+func (x *CpuStat) GetMidPeriod() bool {
+	if x != nil {
+		return x.MidPeriod
+	}
+	return false
 }
 
 // TelemetryBatch is the payload of one UDP datagram.
@@ -2102,7 +2113,7 @@ const file_escra_proto_rawDesc = "" +
 	"\x13ContainerUnregister\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\rR\x06handle\x12!\n" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x94\x02\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb3\x02\n" +
 	"\aCpuStat\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\rR\x06handle\x12\x1d\n" +
 	"\n" +
@@ -2113,7 +2124,10 @@ const file_escra_proto_rawDesc = "" +
 	"\tthrottled\x18\x06 \x01(\bR\tthrottled\x12!\n" +
 	"\fnr_throttled\x18\a \x01(\x04R\vnrThrottled\x12!\n" +
 	"\fthrottled_us\x18\b \x01(\x04R\vthrottledUs\x12\x19\n" +
-	"\busage_us\x18\t \x01(\x04R\ausageUs\"\x92\x01\n" +
+	"\busage_us\x18\t \x01(\x04R\ausageUs\x12\x1d\n" +
+	"\n" +
+	"mid_period\x18\n" +
+	" \x01(\bR\tmidPeriod\"\x92\x01\n" +
 	"\x0eTelemetryBatch\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\rR\tsessionId\x12\x1b\n" +

@@ -250,6 +250,32 @@ func (d *Daemon) SendPeriod(stats []Stat) error {
 	return d.batcher.Flush(emit)
 }
 
+// SendThrottleEvent sends a throttle event for the period in progress
+// (the one the next SendPeriod reports) in a datagram of its own, as
+// escrad does when nr_throttled rises mid-period.
+func (d *Daemon) SendThrottleEvent(handle uint32, nrThrottled uint64) error {
+	d.bmu.Lock()
+	defer d.bmu.Unlock()
+	d.mu.Lock()
+	c := d.cont[handle]
+	if c == nil {
+		d.mu.Unlock()
+		return fmt.Errorf("simdaemon: handle %d not registered", handle)
+	}
+	ev := pb.CpuStat{Handle: handle, PeriodSeq: c.Seq, QuotaUs: c.QuotaUs, NrThrottled: nrThrottled, MidPeriod: true}
+	d.mu.Unlock()
+	emit := func(b []byte) error {
+		d.UDPBytes.Add(uint64(len(b)))
+		_, err := d.udp.Write(b)
+		return err
+	}
+	if err := d.batcher.Add(&ev, emit); err != nil {
+		return err
+	}
+	d.UDPStats.Add(1)
+	return d.batcher.Flush(emit)
+}
+
 // OOM sends an OOM request and waits for the verdict.
 func (d *Daemon) OOM(handle uint32, usage, limit int64, pages uint64, timeout time.Duration) (*pb.OomVerdict, uint64, error) {
 	ch := make(chan *pb.Envelope, 1)

@@ -38,6 +38,7 @@ type fileConfig struct {
 	Controller    string                  `yaml:"controller"`
 	Period        string                  `yaml:"period"`
 	OOMDeadline   string                  `yaml:"oom_deadline"`
+	ThrottlePoll  string                  `yaml:"throttle_poll"`
 	Backend       string                  `yaml:"backend"`
 	HostID        string                  `yaml:"host_id"`
 	LogLevel      string                  `yaml:"log_level"`
@@ -78,6 +79,7 @@ func run(args []string, restoreOnly bool) error {
 		controller  = fs.String("controller", "127.0.0.1:7470", "controller TCP address")
 		period      = fs.Duration("period", 100*time.Millisecond, "telemetry period (CFS period)")
 		oomDeadline = fs.Duration("oom-deadline", 200*time.Millisecond, "wait this long for an OOM verdict before letting the kernel OOM killer act")
+		thrPoll     = fs.Duration("throttle-poll", 2*time.Millisecond, "cgroupfs: read nr_throttled of every group with a quota this often between periods and report a rise to the controller at once (0: off)")
 		backend     = fs.String("backend", "auto", "telemetry/OOM backend: auto, kernel or cgroupfs")
 		hostID      = fs.String("host-id", "", "host id reported to the controller (default: hostname)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
@@ -145,7 +147,7 @@ func run(args []string, restoreOnly bool) error {
 		dst  *time.Duration
 		name string
 		val  string
-	}{{period, "period", fc.Period}, {oomDeadline, "oom-deadline", fc.OOMDeadline}} {
+	}{{period, "period", fc.Period}, {oomDeadline, "oom-deadline", fc.OOMDeadline}, {thrPoll, "throttle-poll", fc.ThrottlePoll}} {
 		if !set[d.name] && d.val != "" {
 			v, err := time.ParseDuration(d.val)
 			if err != nil {
@@ -156,6 +158,9 @@ func run(args []string, restoreOnly bool) error {
 	}
 	if *period < time.Millisecond || *period > 10*time.Second {
 		return fmt.Errorf("--period %v out of range [1ms, 10s]", *period)
+	}
+	if *thrPoll != 0 && (*thrPoll < 100*time.Microsecond || *thrPoll >= *period) {
+		return fmt.Errorf("--throttle-poll %v out of range: want 0 (off) or [100µs, --period %v)", *thrPoll, *period)
 	}
 	if *oomDeadline <= 0 || *oomDeadline > time.Minute {
 		return fmt.Errorf("--oom-deadline %v out of range (0, 1m]", *oomDeadline)
@@ -209,7 +214,7 @@ func run(args []string, restoreOnly bool) error {
 		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline,
 		// --backend auto/kernel use escra.ko when its genetlink family exists.
 		Backend: *backend, KernelSource: genl.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
-		NoParentShortcut: !*parentCheck, TLS: tc,
+		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll,
 	}
 	cfg.Apps = src.Apps
 	if !*noDocker {
@@ -256,7 +261,7 @@ func run(args []string, restoreOnly bool) error {
 		engine = cfg.Docker.DaemonHost()
 	}
 	log.Info("escrad starting", "version", version.Version, "backend", a.Backend(), "cgroup", a.CgroupVersion().String(),
-		"engine", engine, "controller", *controller, "period", *period, "oom_deadline", *oomDeadline, "tls", tc != nil,
+		"engine", engine, "controller", *controller, "period", *period, "throttle_poll", *thrPoll, "oom_deadline", *oomDeadline, "tls", tc != nil,
 		"oom_guard_pid", g.Pid(), "oom_state", *oomState)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
