@@ -73,6 +73,10 @@ type Config struct {
 	// (telemetry.Cgroupfs.ThrottlePoll; 0: off; escrad defaults to 2 ms).
 	// The kernel backend has no watcher yet: it ignores this.
 	ThrottlePoll time.Duration
+	// ThrottleNear is the share of its quota a group may use within a CFS
+	// period before the watcher reports it as about to be throttled
+	// (telemetry.Cgroupfs.ThrottleNear; 0: the default 0.95; < 0: off).
+	ThrottleNear float64
 	// OnThrottleRaise, when set, sees every quota raise that answers a
 	// throttle event: the event seen to the raising write returned.
 	OnThrottleRaise func(h uint32, took time.Duration)
@@ -195,6 +199,12 @@ func New(cfg Config) (*Agent, error) {
 		cs.Limits = a.cpuLimits
 		cs.NoParentShortcut = cfg.NoParentShortcut
 		cs.ThrottlePoll = cfg.ThrottlePoll
+		switch {
+		case cfg.ThrottleNear < 0:
+			cs.ThrottleNear = 0
+		case cfg.ThrottleNear > 0:
+			cs.ThrottleNear = cfg.ThrottleNear
+		}
 		a.src = cs
 	}
 	if cfg.Docker != nil {

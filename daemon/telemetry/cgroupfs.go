@@ -43,6 +43,15 @@ type Cgroupfs struct {
 	// period that just began (and unthrottles the group if it has already
 	// run out again).
 	ThrottlePoll time.Duration
+	// ThrottleNear: the watcher also sends an event when a group has used
+	// this fraction of its quota within the CFS period in progress (0:
+	// only nr_throttled rises). That is the only sign of a throttle a
+	// stock kernel shows while it happens: the group is about to run out,
+	// and a raise written now refills its runtime before (or right after)
+	// it does. The CFS period's start is estimated from nr_periods, which
+	// moves when the period timer fires, and advanced on its grid while
+	// the group is idle (the timer keeps its phase when it restarts).
+	ThrottleNear float64
 
 	mu     sync.Mutex
 	groups map[uint32]*sampled
@@ -65,11 +74,23 @@ type sampled struct {
 	// not touched between periods (and on v1 is not read every period).
 	evNr     uint64
 	evPrimed bool
+	// Near-throttle detection: usage within the CFS period in progress.
+	evPeriods uint64    // nr_periods at the last poll
+	cfsStart  time.Time // estimated start of the CFS period in progress
+	cfsUse0   uint64    // usage (ns) when it started
+	pollUse   uint64    // usage at the last poll
+	cfsQuota  int64     // quota at the last poll (a write refills the runtime)
+	nearSent  bool      // an event went out for this CFS period
 }
 
 // DefaultThrottlePoll is the throttle watcher's default poll interval: one
 // cpu.stat read per group with a quota every 2 ms, 50 reads per period.
 const DefaultThrottlePoll = 2 * time.Millisecond
+
+// DefaultThrottleNear: an event when 95 % of the quota is used within a
+// CFS period. Above the escra policy's 10 % headroom over the recent peak
+// (a steady peak uses 91 % of the quota), so steady load sends none.
+const DefaultThrottleNear = 0.95
 
 // NewCgroupfs returns a source sampling every period.
 func NewCgroupfs(period time.Duration, log *slog.Logger) (*Cgroupfs, error) {
@@ -78,7 +99,7 @@ func NewCgroupfs(period time.Duration, log *slog.Logger) (*Cgroupfs, error) {
 		return nil, err
 	}
 	return &Cgroupfs{Period: period, Log: log, OOM: w, groups: map[uint32]*sampled{},
-		ThrottlePoll: DefaultThrottlePoll}, nil
+		ThrottlePoll: DefaultThrottlePoll, ThrottleNear: DefaultThrottleNear}, nil
 }
 
 // Backend implements Source.
@@ -220,20 +241,23 @@ func (c *Cgroupfs) sampleLoop(ctx context.Context, sink Sink) error {
 	}
 }
 
-// pollThrottle reads nr_throttled of every watched group with a quota and
-// appends a throttle event for each whose count rose since the last poll;
-// the caller sends them and flushes, so they leave at once. Groups without
-// a quota cannot be throttled; a parent whose usage did not move since the
+// pollThrottle reads cpu.stat (and usage) of every watched group with a
+// quota and appends a throttle event for each that is about to run out of
+// quota in the CFS period in progress (ThrottleNear) or whose nr_throttled
+// rose since the last poll without such an event for that CFS period; the
+// caller sends them and flushes, so they leave at once. Groups without a
+// quota cannot be throttled; a parent whose usage did not move since the
 // last poll had no member run, so none was newly throttled.
 func (c *Cgroupfs) pollThrottle(parents []*parentGroup, out []pb.CpuStat, buf []byte) []pb.CpuStat {
+	now := time.Now()
 	for _, pg := range parents {
 		if !c.NoParentShortcut && !pg.movedSincePoll(buf) {
 			continue
 		}
 		for _, s := range pg.members {
-			quota := int64(-1)
+			quota, periodUs := int64(-1), uint32(0)
 			if c.Limits != nil {
-				quota, _ = c.Limits(s.h)
+				quota, periodUs = c.Limits(s.h)
 			}
 			if quota <= 0 {
 				s.evPrimed = false
@@ -247,9 +271,37 @@ func (c *Cgroupfs) pollThrottle(parents []*parentGroup, out []pb.CpuStat, buf []
 			if !ok {
 				continue
 			}
-			rose := s.evPrimed && nr > s.evNr
-			s.evNr, s.evPrimed = nr, true
-			if !rose {
+			np, _ := cgroups.KeyedValue(b, "nr_periods")
+			use, useOK := c.pollUsage(s, b, buf)
+			if !s.evPrimed {
+				s.evNr, s.evPeriods, s.evPrimed = nr, np, true
+				s.cfsStart, s.cfsUse0, s.pollUse, s.cfsQuota, s.nearSent = now, use, use, quota, false
+				continue
+			}
+			sentForEnded := s.nearSent
+			period := time.Duration(periodUs) * time.Microsecond
+			if period <= 0 {
+				period = 100 * time.Millisecond
+			}
+			switch {
+			case np > s.evPeriods: // the period timer fired since the last poll
+				s.cfsStart, s.cfsUse0, s.nearSent = now.Add(-c.ThrottlePoll/2), s.pollUse, false
+			case now.Sub(s.cfsStart) >= period: // idle: the timer's grid moved on
+				s.cfsStart = s.cfsStart.Add(now.Sub(s.cfsStart) / period * period)
+				s.cfsUse0, s.nearSent = s.pollUse, false
+				sentForEnded = false
+			}
+			if quota != s.cfsQuota { // a quota write refilled the runtime
+				s.cfsUse0, s.nearSent = s.pollUse, false
+			}
+			rose := nr > s.evNr && !sentForEnded
+			near := c.ThrottleNear > 0 && useOK && !s.nearSent && use >= s.cfsUse0 &&
+				float64(use-s.cfsUse0)/1e3 >= c.ThrottleNear*float64(quota)
+			s.evNr, s.evPeriods, s.pollUse, s.cfsQuota = nr, np, use, quota
+			if near {
+				s.nearSent = true
+			}
+			if !rose && !near {
 				continue
 			}
 			// s.seq is the period_seq the period in progress will be
@@ -258,6 +310,23 @@ func (c *Cgroupfs) pollThrottle(parents []*parentGroup, out []pb.CpuStat, buf []
 		}
 	}
 	return out
+}
+
+// pollUsage is a group's cumulative CPU time in ns: v2 from the cpu.stat
+// just read, v1 from cpuacct.usage (one more pread).
+func (c *Cgroupfs) pollUsage(s *sampled, stat, buf []byte) (uint64, bool) {
+	if s.g.Paths.Version == cgroups.V2 {
+		us, ok := cgroups.KeyedValue(stat, "usage_usec")
+		return us * 1000, ok
+	}
+	if c.ThrottleNear <= 0 {
+		return 0, false
+	}
+	v, err := s.g.ReadInt(cgroups.CPUAcctUsage)
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return uint64(v), true
 }
 
 // parentGroup is the common parent directory of some watched groups (on a

@@ -210,6 +210,7 @@ func TestThrottleWatcherRealCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	src.Limits = func(uint32) (int64, uint32) { return 5000, 100000 }
+	src.ThrottleNear = 0 // nr_throttled rises only; TestNearThrottleRealCgroup covers the rest
 	for h, rel := range map[uint32]string{1: busy, 2: idle} {
 		paths, err := cgroups.PathsForCgroup(rel)
 		if err != nil {
@@ -257,5 +258,111 @@ func TestThrottleWatcherRealCgroup(t *testing.T) {
 	// once (a loaded host may merge two into one poll, never split one).
 	if events < 8 || uint64(events) > last-first+1 || last > final {
 		t.Fatalf("%d events, nr_throttled %d..%d (now %d)", events, first, last, final)
+	}
+}
+
+// On the real kernel: with near-throttle detection a spinner capped at
+// 5 ms per 100 ms is reported once per CFS period, while it runs (before
+// the period timer fires: its nr_throttled rise for that period is then
+// not reported again), and an idle group never.
+func TestNearThrottleRealCgroup(t *testing.T) {
+	busy := cgtest.New(t, "near-busy")
+	idle := cgtest.New(t, "near-idle")
+	spin := cgtest.Workload(t, "spin")
+	for _, rel := range []string{busy, idle} {
+		cgtest.Write(t, "cpu", rel, "cpu.cfs_period_us", "100000")
+		cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "5000")
+	}
+	p, err := cgtest.Start(busy, spin, "-threads", "1", "-for", "20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	src, err := NewCgroupfs(100*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.Limits = func(uint32) (int64, uint32) { return 5000, 100000 }
+	for h, rel := range map[uint32]string{1: busy, 2: idle} {
+		paths, err := cgroups.PathsForCgroup(rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := cgroups.Open(paths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Close)
+		if err := src.Watch(h, g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sink := &recSink{}
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	before, _ := cgroups.KeyedValue([]byte(cgtest.Read(t, "cpu", busy, "cpu.stat")), "nr_periods")
+	if err := src.Run(ctx, sink); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := cgroups.KeyedValue([]byte(cgtest.Read(t, "cpu", busy, "cpu.stat")), "nr_periods")
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	var events int
+	for _, s := range sink.stats {
+		if !s.MidPeriod {
+			continue
+		}
+		if s.Handle != 1 {
+			t.Errorf("event for the idle group: %v", s)
+			continue
+		}
+		events++
+	}
+	// At most one event per CFS period (near, or the rise when a loaded
+	// host polled too late to see it coming), and most periods have one.
+	periods := int(after - before)
+	if events > periods+1 || events < periods/2 {
+		t.Fatalf("%d events over %d CFS periods", events, periods)
+	}
+}
+
+// Near-throttle detection on fake files: one event when 95 % of the quota
+// is used within the CFS period, none again in that period nor for its
+// nr_throttled rise, a fresh start after nr_periods moves or the quota is
+// rewritten.
+func TestNearThrottleOnePerCFSPeriod(t *testing.T) {
+	f := newFakeGroup(t)
+	quota := int64(20000)
+	c := &Cgroupfs{Limits: func(uint32) (int64, uint32) { return quota, 100000 }, groups: map[uint32]*sampled{},
+		ThrottlePoll: 2 * time.Millisecond, ThrottleNear: 0.95, NoParentShortcut: true}
+	s := &sampled{h: 3, g: f.g, seq: 7}
+	c.groups[3] = s
+	parents := c.regroup(map[string]*parentGroup{}, nil)
+	buf := make([]byte, 512)
+	usedUs := uint64(0)
+	var got []string
+	poll := func(what string, addUs, periods, throttled uint64) {
+		usedUs += addUs
+		f.write(t, "cpuacct.usage", fmt.Sprintf("%020d", usedUs*1000))
+		f.write(t, "cpu.stat", fmt.Sprintf("nr_periods %012d\nnr_throttled %012d\nthrottled_time %015d", periods, throttled, 0))
+		if evs := c.pollThrottle(parents, nil, buf); len(evs) > 0 {
+			got = append(got, what)
+		}
+	}
+	poll("baseline", 0, 1, 0)
+	poll("half", 10000, 1, 0)
+	poll("95%", 9000, 1, 0) // 19000 of 20000: event
+	poll("more", 1000, 1, 0)
+	poll("boundary, rise", 0, 2, 1) // the period ended throttled: already reported
+	poll("new period", 5000, 2, 1)
+	quota = 40000
+	poll("rewrite", 30000, 2, 1) // the write refilled: 30000 of 40000
+	poll("near again", 9000, 2, 1)
+	poll("boundary, rise", 0, 3, 2) // reported while it came near
+	poll("quiet", 1000, 3, 2)
+	poll("boundary, unseen rise", 0, 4, 3) // throttled without a poll seeing it come: reported now
+	want := []string{"95%", "near again", "boundary, unseen rise"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events at %v, want %v", got, want)
 	}
 }

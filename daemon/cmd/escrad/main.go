@@ -80,6 +80,7 @@ func run(args []string, restoreOnly bool) error {
 		period      = fs.Duration("period", 100*time.Millisecond, "telemetry period (CFS period)")
 		oomDeadline = fs.Duration("oom-deadline", 200*time.Millisecond, "wait this long for an OOM verdict before letting the kernel OOM killer act")
 		thrPoll     = fs.Duration("throttle-poll", 2*time.Millisecond, "cgroupfs: read nr_throttled of every group with a quota this often between periods and report a rise to the controller at once (0: off)")
+		thrNear     = fs.Float64("throttle-near", 0.95, "cgroupfs: also report a group that has used this share of its quota within the CFS period in progress, before it is throttled (0: off)")
 		backend     = fs.String("backend", "auto", "telemetry/OOM backend: auto, kernel or cgroupfs")
 		hostID      = fs.String("host-id", "", "host id reported to the controller (default: hostname)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
@@ -162,6 +163,9 @@ func run(args []string, restoreOnly bool) error {
 	if *thrPoll != 0 && (*thrPoll < 100*time.Microsecond || *thrPoll >= *period) {
 		return fmt.Errorf("--throttle-poll %v out of range: want 0 (off) or [100µs, --period %v)", *thrPoll, *period)
 	}
+	if *thrNear < 0 || *thrNear > 1 {
+		return fmt.Errorf("--throttle-near %v out of range: want 0 (off) or (0, 1]", *thrNear)
+	}
 	if *oomDeadline <= 0 || *oomDeadline > time.Minute {
 		return fmt.Errorf("--oom-deadline %v out of range (0, 1m]", *oomDeadline)
 	}
@@ -214,7 +218,7 @@ func run(args []string, restoreOnly bool) error {
 		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline,
 		// --backend auto/kernel use escra.ko when its genetlink family exists.
 		Backend: *backend, KernelSource: genl.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
-		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll,
+		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
 	}
 	cfg.Apps = src.Apps
 	if !*noDocker {
@@ -289,4 +293,13 @@ func run(args []string, restoreOnly bool) error {
 		defer pprof.StopCPUProfile()
 	}
 	return a.Run(ctx)
+}
+
+// nearOrOff maps the flag's 0 (off) to the agent's "off" (< 0); the
+// agent's 0 means the default.
+func nearOrOff(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
 }
