@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,7 +21,7 @@ import (
 
 // batchRun is a best-effort CPU spinner co-located with the app under
 // test (issue 11: show what the capacity a policy frees buys). It gets the
-// smallest CPU weight (cpu.shares 2) and a quota equal to the app CPUs
+// smallest CPU weight (cpu.shares 2, cpu.idle 1) and a quota equal to the app CPUs
 // minus Σ the app's container limits, moved every 100 ms: under Static
 // that is what the static reservation leaves; under Escra the unassigned
 // pool goes to the batch until Escra raises a quota again.
@@ -30,6 +31,7 @@ type batchRun struct {
 	g     *cgroups.Group
 	mu    sync.Mutex
 	quota int64
+	idle  bool // cpu.idle set
 	t0    time.Time
 	u0    uint64
 }
@@ -63,6 +65,15 @@ func (c Config) startBatch(ctx context.Context) (*batchRun, error) {
 		b.close()
 		return nil, err
 	}
+	// cpu.idle (Linux ≥ 5.15): the batch runs as SCHED_IDLE, so an app
+	// task that wakes takes the CPU at once, as a careful operator would
+	// set a best-effort job up. Same for every policy; without the file
+	// (older kernels) cpu.shares 2 is all there is.
+	dir := paths.CPU
+	if paths.Version == cgroups.V2 {
+		dir = paths.Unified
+	}
+	b.idle = os.WriteFile(filepath.Join(dir, "cpu.idle"), []byte("1"), 0) == nil
 	b.t0, b.u0 = time.Now(), b.usageNs()
 	return b, nil
 }
