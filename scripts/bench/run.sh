@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make bench: the comparison of seed 000 §VI against Static, Autopilot-style
 # and VPA-style limits on real workloads and clients (issue 7).
-#   make bench           quick matrix (about 14 minutes)
+#   make bench           quick matrix (about 28 minutes: 6 cells × 4 policies × 3 reps)
 #   make bench FULL=1    every load and policy, 60 s runs, 3 repetitions
 # Writes results/bench/{results.json,report.md,summary.json,plots/}.
 # Extra flags for bench-run go in BENCH_ARGS (e.g. BENCH_ARGS="-no-escra").
