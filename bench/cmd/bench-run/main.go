@@ -470,13 +470,19 @@ func measureOverheads(ctx context.Context, cfg matrix.Config, into map[string]fl
 	return nil
 }
 
+// componentBench names the results directories of the component
+// benchmarks (make bench-controller, bench-daemon, bench-kernel).
+var componentBench = map[string]bool{"controller": true, "daemon": true, "kernel": true}
+
 // overheads collects the numbers of the component benchmarks
 // (results/<name>/summary.json, e.g. bench-controller, bench-daemon).
 func overheads(resultsDir, self string) map[string]float64 {
 	out := map[string]float64{}
 	dirs, _ := os.ReadDir(resultsDir)
 	for _, d := range dirs {
-		if !d.IsDir() || d.Name() == self {
+		// Only the component benchmarks: other runs of this one (a smoke
+		// run in results/x) are not overheads.
+		if !d.IsDir() || d.Name() == self || !componentBench[d.Name()] {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(resultsDir, d.Name(), "summary.json"))
