@@ -278,9 +278,16 @@ func (s *Server) adminHandler() http.Handler {
 			fl.Flush()
 		}
 	})
-	// Profiles for operators chasing controller CPU (admin is loopback by default).
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
-	return mux
+	// Profiles for operators chasing controller CPU: only when asked
+	// (--pprof), and only for admins (authorize).
+	if s.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	}
+	mux.Handle("GET /metrics", s.metricsHandler())
+	return s.authorize(mux)
+}
+
+func (s *Server) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})
 }

@@ -57,6 +57,16 @@ type Config struct {
 	// and telemetry authenticated with a per-session key; nil is plain mode
 	// (in-process tests, escra-controller --insecure).
 	TLS *tls.Config
+	// AdminTLS, when set, serves the admin API over HTTPS and gives each
+	// caller the role its client certificate names (auth.AdminServerConfig,
+	// docs/security.md); nil is plain HTTP where every caller is admin
+	// (escra-controller --insecure, in-process tests).
+	AdminTLS *tls.Config
+	// Pprof serves /debug/pprof/ to admins on the admin API.
+	Pprof bool
+	// MetricsAddr is a plain-HTTP listener serving /metrics only, for a
+	// Prometheus without a client certificate ("" disables).
+	MetricsAddr string
 	// DefaultHostMemoryBytes stands in for a host that reports no memory
 	// size when an auto-created app's member has no memory limit.
 	DefaultHostMemoryBytes int64
@@ -113,6 +123,9 @@ type Server struct {
 	udp     *telemetry.Listener
 	adminLn net.Listener
 	admin   *http.Server
+
+	metricsLn  net.Listener
+	metricsSrv *http.Server
 
 	mu   sync.RWMutex
 	apps map[string]*app.Shard
@@ -175,9 +188,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			s.cancel()
 			return nil, fmt.Errorf("admin listen %s: %w", cfg.AdminAddr, err)
 		}
+		if cfg.AdminTLS != nil {
+			s.adminLn = tls.NewListener(s.adminLn, cfg.AdminTLS)
+		}
 		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.admin.Serve(s.adminLn) }()
+	}
+	if err := s.startMetrics(); err != nil {
+		s.Close()
+		return nil, err
 	}
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.udp.Serve(s.ctx) }()
@@ -210,10 +230,12 @@ func (s *Server) Close() error {
 		s.cancel()
 		s.tcp.Close()
 		s.udp.Close()
-		if s.admin != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			s.admin.Shutdown(sctx)
-			cancel()
+		for _, h := range []*http.Server{s.admin, s.metricsSrv} {
+			if h != nil {
+				sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				h.Shutdown(sctx)
+				cancel()
+			}
 		}
 		s.hosts.Range(func(_, v any) bool { v.(*host).sess.Close(); return true })
 		s.wg.Wait()
