@@ -218,7 +218,14 @@ func (c *cluster) startDaemon() *proc {
 
 // members is the controller's view of the app's containers.
 func (c *cluster) members() ([]server.ContainerState, error) {
-	r, err := http.Get("http://" + c.admin + "/v1/containers")
+	// The admin API is HTTPS; the harness is the operator (admin.pem).
+	tc, err := auth.ClientConfig(auth.Files{CA: auth.CAPath(c.certs), Cert: auth.CertPath(c.certs, auth.RoleAdmin), Key: auth.KeyPath(c.certs, auth.RoleAdmin)}, "")
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	defer hc.CloseIdleConnections()
+	r, err := hc.Get("https://" + c.admin + "/v1/containers")
 	if err != nil {
 		return nil, err
 	}
