@@ -286,7 +286,7 @@ cmd_up() {
 	if [ "$want_ctl" = 1 ]; then
 		[ -x bin/escra-controller ] || die "bin/escra-controller missing: run make build"
 		# shellcheck disable=SC2086
-		start_proc controller "$RUN/logs/controller.log" bin/escra-controller $(tls_args controller) ${ESCRA_CONTROLLER_ARGS:-}
+		start_proc controller "$RUN/logs/controller.log" bin/escra-controller $(tls_args controller) --state-dir "$LIB/controller" ${ESCRA_CONTROLLER_ARGS:-}
 	fi
 	local n
 	for n in $(seq 1 "$k"); do

@@ -205,7 +205,7 @@ func (s *Server) adminHandler() http.Handler {
 			return
 		}
 		if err := s.DefineApp(spec); err != nil {
-			writeJSON(w, 400, map[string]string{"error": err.Error()})
+			writeJSON(w, storeStatus(err, 400), map[string]string{"error": err.Error()})
 			return
 		}
 		for _, a := range s.Snapshot().Apps {
@@ -231,7 +231,7 @@ func (s *Server) adminHandler() http.Handler {
 		case errors.Is(err, ErrUnknownApp):
 			writeJSON(w, 404, map[string]string{"error": err.Error()})
 		case err != nil:
-			writeJSON(w, 409, map[string]string{"error": err.Error()})
+			writeJSON(w, storeStatus(err, 409), map[string]string{"error": err.Error()})
 		default:
 			writeJSON(w, 200, adminapi.DeployResponse{Containers: placed})
 		}
@@ -242,7 +242,7 @@ func (s *Server) adminHandler() http.Handler {
 		case errors.Is(err, ErrUnknownApp):
 			writeJSON(w, 404, map[string]string{"error": err.Error()})
 		case err != nil:
-			writeJSON(w, 502, map[string]string{"error": err.Error()})
+			writeJSON(w, storeStatus(err, 502), map[string]string{"error": err.Error()})
 		default:
 			writeJSON(w, 200, map[string]any{"name": r.PathValue("name"), "containers_removed": n})
 		}

@@ -26,6 +26,7 @@ import (
 	"github.com/escra-dev/escra/controller/internal/hist"
 	"github.com/escra-dev/escra/controller/internal/ratelog"
 	"github.com/escra-dev/escra/controller/session"
+	"github.com/escra-dev/escra/controller/store"
 	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/internal/auth"
 	pb "github.com/escra-dev/escra/proto/escrapb"
@@ -67,6 +68,10 @@ type Config struct {
 	// MetricsAddr is a plain-HTTP listener serving /metrics only, for a
 	// Prometheus without a client certificate ("" disables).
 	MetricsAddr string
+	// Store keeps the apps operators define (budgets, σ, parameters,
+	// policy, deployed specs) across restarts; nil keeps them in memory.
+	// The allocator's decisions are never written.
+	Store store.Store
 	// DefaultHostMemoryBytes stands in for a host that reports no memory
 	// size when an auto-created app's member has no memory limit.
 	DefaultHostMemoryBytes int64
@@ -161,6 +166,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.met = newMetrics(s)
 	// Heap, goroutines and descriptors on /metrics (make soak reads them).
 	s.met.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Stored apps first; --apps entries then override and are stored.
+	if err := s.loadStore(); err != nil {
+		s.cancel()
+		return nil, err
+	}
 	for _, a := range cfg.Apps {
 		if err := s.DefineApp(a); err != nil {
 			s.cancel()
@@ -306,9 +316,17 @@ func (s *Server) policy(name string) allocator.Policy {
 	return nil
 }
 
-// DefineApp creates an app or replaces its budget. Parameters can change
-// only while the app has no members.
+// DefineApp creates an app or replaces its budget, and stores it
+// (Config.Store). Parameters can change only while the app has no members.
 func (s *Server) DefineApp(spec AppSpec) error {
+	if err := s.defineApp(spec); err != nil {
+		return err
+	}
+	return s.storeSpec(spec)
+}
+
+// defineApp is DefineApp in memory only.
+func (s *Server) defineApp(spec AppSpec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}

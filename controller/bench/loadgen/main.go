@@ -26,10 +26,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/internal/errtally"
 	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/controller/server"
-	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/internal/auth"
 )
 

@@ -24,9 +24,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/internal/errtally"
 	"github.com/escra-dev/escra/controller/internal/simdaemon"
-	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/internal/auth"
 )
 

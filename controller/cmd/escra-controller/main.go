@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/controller/spec"
+	"github.com/escra-dev/escra/controller/store"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
 )
@@ -131,6 +133,13 @@ func run(args []string, stderr io.Writer) int {
 	tlsCA := fs.String("tls-ca", auth.CAPath(certDir), "CA certificate daemons' certificates must chain to")
 	tlsCert := fs.String("tls-cert", auth.CertPath(certDir, "controller"), "the controller's certificate (escractl certs)")
 	tlsKey := fs.String("tls-key", auth.KeyPath(certDir, "controller"), "the controller's private key")
+	// systemd's StateDirectory=escra sets $STATE_DIRECTORY.
+	stateDir := store.DefaultDir
+	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
+		stateDir = d
+	}
+	fs.StringVar(&stateDir, "state-dir", stateDir, "directory of the embedded state store (--store bolt)")
+	storeKind := fs.String("store", "bolt", "where apps, budgets, parameters and specs are kept: bolt (a file in --state-dir) or none (memory only: lost on restart)")
 	insecure := fs.Bool("insecure", false, "plain TCP and unauthenticated telemetry: anyone who reaches the ports can move limits")
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "escra-controller: "+format+"\n", a...)
@@ -191,6 +200,18 @@ func run(args []string, stderr io.Writer) int {
 			return fail("admin TLS: %v", err)
 		}
 	}
+	switch *storeKind {
+	case "bolt":
+		st, err := store.OpenBolt(stateDir)
+		if err != nil {
+			return fail("--store bolt: %v", err)
+		}
+		defer st.Close()
+		cfg.Store = st
+	case "none":
+	default:
+		return fail("--store %q: want bolt or none", *storeKind)
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if *insecure {
 		cfg.Logger.Warn("running --insecure: daemon sessions are not authenticated, telemetry is not signed and the admin API is plain HTTP without roles; anyone who can reach the ports can change container limits")
@@ -202,8 +223,15 @@ func run(args []string, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	cfg.Logger.Info("escra-controller ready", "version", version.Version, "sessions", srv.TCPAddr(),
-		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "metrics", srv.MetricsAddr(), "apps", len(cfg.Apps), "tls", cfg.TLS != nil)
+		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "metrics", srv.MetricsAddr(), "store", storeName(*storeKind, stateDir), "apps", len(cfg.Apps), "tls", cfg.TLS != nil)
 	<-ctx.Done()
 	srv.Close()
 	return 0
+}
+
+func storeName(kind, dir string) string {
+	if kind == "bolt" {
+		return filepath.Join(dir, store.FileName)
+	}
+	return kind
 }
