@@ -426,6 +426,21 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 		}
 		hs.mac = wire.NewDatagramMAC(key)
 	}
+	// A host reconnecting (after a partition its old session may not have
+	// timed out yet) replaces its old session: one session per host id, and
+	// the old one's members stop holding budget now.
+	var stale []*session.Session
+	s.hosts.Range(func(_, v any) bool {
+		if o := v.(*host); o.hello.GetHostId() == h.GetHostId() {
+			stale = append(stale, o.sess)
+		}
+		return true
+	})
+	for _, o := range stale {
+		s.log.Warn("a new session of the host replaces its old one", "host", h.GetHostId(), "old_session", o.ID, "session", ss.ID)
+		s.Closed(o)
+		o.Close()
+	}
 	s.hosts.Store(ss.ID, hs)
 	s.log.Info("daemon connected", "host", h.GetHostId(), "session", ss.ID, "cores", h.GetCores(),
 		"backend", h.GetBackend().String(), "peer", ss.Peer)
