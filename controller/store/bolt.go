@@ -9,6 +9,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // DefaultDir is where the controller keeps its state unless told
@@ -35,7 +36,7 @@ func OpenBolt(dir string) (*Bolt, error) {
 	path := filepath.Join(dir, FileName)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 500 * time.Millisecond})
 	if err != nil {
-		if errors.Is(err, bolt.ErrTimeout) {
+		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("%s: %w (another escra-controller uses this --state-dir)", path, ErrLocked)
 		}
 		return nil, fmt.Errorf("%s: %w", path, err)
