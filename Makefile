@@ -27,10 +27,10 @@ test: ## set-up, then every test CI must prove
 	@scripts/setup.sh
 	@scripts/test.sh
 
-run: ## set-up, then the main job on this host
+run: ## set-up, then the main job on this host (mutual TLS and HTTPS admin; INSECURE=1: plain)
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory build
-	@scripts/run.sh
+	@scripts/run.sh $(if $(filter 1,$(INSECURE)),--insecure)
 
 proto: ## regenerate proto/escrapb from proto/escra.proto (pinned tools)
 	scripts/genproto.sh

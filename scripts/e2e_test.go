@@ -143,7 +143,7 @@ func TestE2EDeployAcrossThreeHosts(t *testing.T) {
 	logs := t.TempDir()
 	tcp, udp, admin := freeAddr(t, "tcp"), freeAddr(t, "udp"), freeAddr(t, "tcp")
 	ctl := daemon(t, logs, "controller", filepath.Join(bin, "escra-controller"), "--insecure", "--listen", tcp,
-		"--telemetry-listen", udp, "--admin-listen", admin, "--reclaim-every", "1s")
+		"--telemetry-listen", udp, "--admin-listen", admin, "--reclaim-every", "1s", "--state-dir", t.TempDir())
 	var escrads []*exec.Cmd
 	for n := 1; n <= 3; n++ {
 		escrads = append(escrads, daemon(t, logs, fmt.Sprintf("escrad-h%d", n), filepath.Join(bin, "escrad"), "--insecure",

@@ -2,12 +2,15 @@
 # hosts.sh: several Docker "hosts" on this one machine, the test bed for
 # everything multi-host (docs/operator.md, "Several hosts on one machine").
 #
-#   scripts/hosts.sh up K [--controller] [--no-escrad]
+#   scripts/hosts.sh up K [--controller] [--no-escrad] [--insecure]
 #        start engines h1..hK (each its own data root, exec root, socket,
 #        containerd, cgroup parent and containerd namespace; no bridge), one
 #        bin/escrad per engine when bin/escrad exists, and bin/escra-controller
 #        first with --controller. Idempotent: what already runs is kept, what
-#        died (crash, kill -9) is cleaned and started again.
+#        died (crash, kill -9) is cleaned and started again. Secure by
+#        default: mutual TLS for the sessions and an HTTPS admin API, with
+#        certificates made by escractl certs in the certificate directory
+#        (below); --insecure runs every process --insecure.
 #   scripts/hosts.sh down
 #        stop exactly the processes recorded in /run/escra-hosts/pids, remove
 #        the engines' containers, mounts, cgroups and directories.
@@ -20,8 +23,11 @@
 # (see below), ESCRA_HOSTS_STORAGE (dockerd --storage-driver, default: the
 # engine's choice), ESCRA_CONTROLLER_ADDR (default 127.0.0.1:7470),
 # ESCRA_CONTROLLER_ARGS (extra flags for escra-controller), ESCRAD_ARGS,
-# ESCRA_CERTS (a directory from `escractl certs --hosts h1,...,hK`: mutual
-# TLS; unset: the processes run --insecure).
+# ESCRA_CERTS (the certificate directory, default /run/NAME/certs: the CA,
+# controller.pem, hN.pem and the operators' admin.pem and viewer.pem; files
+# missing for a host are made with `escractl certs`, reusing the CA there).
+# An operator's escractl reaches the controller with
+# `ESCRA_CERTS=DIR escractl --controller https://ADMIN-ADDRESS ...`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -224,13 +230,38 @@ start_proc() { # start_proc NAME LOG CMD...: start once, record its pid
 	record "$name" "$pid"
 }
 
-# tls_args NAME: mutual TLS with the files of `escractl certs --dir $ESCRA_CERTS
-# --hosts h1,h2,...` when ESCRA_CERTS is set, else plain mode (--insecure).
-tls_args() {
-	if [ -n "${ESCRA_CERTS:-}" ]; then
-		echo "--tls-ca $ESCRA_CERTS/ca.pem --tls-cert $ESCRA_CERTS/$1.pem --tls-key $ESCRA_CERTS/$1-key.pem"
+CERTS=${ESCRA_CERTS:-$RUN/certs}
+INSECURE=0
+
+# ensure_certs K: the files of escractl certs for h1..hK in $CERTS, made
+# when one is missing (the CA there is reused, so running processes keep
+# working).
+ensure_certs() {
+	local k=$1 n missing=0 hosts
+	for n in $(seq 1 "$k"); do
+		[ -f "$CERTS/h$n.pem" ] || missing=1
+	done
+	for f in ca controller admin viewer; do
+		[ -f "$CERTS/$f.pem" ] || missing=1
+	done
+	[ "$missing" = 1 ] || return 0
+	hosts=$(seq -s, -f 'h%g' 1 "$k")
+	say "certificates for the controller, $hosts and the operators (admin.pem, viewer.pem) in $CERTS"
+	mkdir -p "$CERTS"
+	chmod 700 "$CERTS"
+	if [ -x bin/escractl ]; then
+		bin/escractl certs --dir "$CERTS" --hosts "$hosts" >/dev/null || die "escractl certs failed"
 	else
+		go run ./controller/cmd/escractl certs --dir "$CERTS" --hosts "$hosts" >/dev/null || die "escractl certs failed"
+	fi
+}
+
+# tls_args NAME: mutual TLS with NAME's files in $CERTS, or --insecure.
+tls_args() {
+	if [ "$INSECURE" = 1 ]; then
 		echo "--insecure"
+	else
+		echo "--tls-ca $CERTS/ca.pem --tls-cert $CERTS/$1.pem --tls-key $CERTS/$1-key.pem"
 	fi
 }
 
@@ -242,16 +273,20 @@ cmd_up() {
 		case $a in
 		--controller) want_ctl=1 ;;
 		--no-escrad) want_escrad=0 ;;
-		*) die "up: unknown option $a (use --controller, --no-escrad)" ;;
+		--insecure) INSECURE=1 ;;
+		*) die "up: unknown option $a (use --controller, --no-escrad, --insecure)" ;;
 		esac
 	done
 	[[ $k =~ ^[1-9][0-9]?$ ]] || die "up: give the number of engines, 1-99 (e.g. hosts.sh up 3)"
 	command -v dockerd >/dev/null || die "dockerd is not installed (scripts/setup.sh installs docker.io)"
 	mkdir -p "$RUN" "$LIB"
+	if [ "$INSECURE" = 0 ] && { [ "$want_ctl" = 1 ] || { [ "$want_escrad" = 1 ] && [ -x bin/escrad ]; }; }; then
+		ensure_certs "$k"
+	fi
 	if [ "$want_ctl" = 1 ]; then
 		[ -x bin/escra-controller ] || die "bin/escra-controller missing: run make build"
 		# shellcheck disable=SC2086
-		start_proc controller "$RUN/logs/controller.log" bin/escra-controller $(tls_args controller) ${ESCRA_CONTROLLER_ARGS:-}
+		start_proc controller "$RUN/logs/controller.log" bin/escra-controller $(tls_args controller) --state-dir "$LIB/controller" ${ESCRA_CONTROLLER_ARGS:-}
 	fi
 	local n
 	for n in $(seq 1 "$k"); do
@@ -342,5 +377,5 @@ down) cmd_down ;;
 status) cmd_status ;;
 load) shift; cmd_load "$@" ;;
 sock) [[ ${2:-} =~ ^[0-9]+$ ]] || die "sock: give an engine number"; sock "$2" ;;
-*) die "usage: hosts.sh up K [--controller] [--no-escrad] | down | status | load IMAGE... | sock N" ;;
+*) die "usage: hosts.sh up K [--controller] [--no-escrad] [--insecure] | down | status | load IMAGE... | sock N" ;;
 esac

@@ -10,11 +10,24 @@
 # a summary and writes results/run/summary.json. Ctrl-C at any point stops
 # everything and removes what it created.
 #
+# Secure by default: mutual TLS between escrad and the controller, and the
+# admin API over HTTPS with the operator certificate admin.pem, all made by
+# escractl certs in the run's own directory /run/escra-run/certs (removed
+# with the engines at the end). `run.sh --insecure` (make run INSECURE=1)
+# runs everything plain.
+#
 # Environment: RUN_SECONDS (seconds of load; set: no top, no terminal
 # needed; default 60), RUN_HOSTS (engines, default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
+INSECURE=0
+for a in "$@"; do
+	case $a in
+	--insecure) INSECURE=1 ;;
+	*) echo "run: unknown argument $a (only --insecure)" >&2; exit 2 ;;
+	esac
+done
 
 SECONDS_OF_LOAD=${RUN_SECONDS:-60}
 K=${RUN_HOSTS:-3}
@@ -26,7 +39,14 @@ export ESCRA_HOSTS_NAME=escra-run ESCRA_HOSTS_TAG=escra-run- ESCRA_HOSTS_METRICS
 export ESCRA_CONTROLLER_ADDR=127.0.0.1:7480
 ADMIN=127.0.0.1:7482
 export ESCRA_CONTROLLER_ARGS="--listen $ESCRA_CONTROLLER_ADDR --telemetry-listen 127.0.0.1:7481 --admin-listen $ADMIN --reclaim-every 2s"
-export ESCRA_CONTROLLER=http://$ADMIN
+if [ "$INSECURE" = 1 ]; then
+	export ESCRA_CONTROLLER=http://$ADMIN
+	up_args=(--insecure) certs_args=()
+else
+	# hosts.sh makes the files here; escractl reads admin.pem from it.
+	export ESCRA_CERTS=/run/$ESCRA_HOSTS_NAME/certs ESCRA_CONTROLLER=https://$ADMIN
+	up_args=() certs_args=(-certs "$ESCRA_CERTS")
+fi
 OUT=results/run
 LOG=$OUT/run.log
 APP=demo
@@ -64,8 +84,13 @@ IMAGE=$(bin/rundemo image 2>>"$LOG") || { say "building the demo image failed; s
 
 # A run that died without its trap (kill -9) left engines: start clean.
 [ -e /run/$ESCRA_HOSTS_NAME ] && scripts/hosts.sh down >>"$LOG" 2>&1
+if [ "$INSECURE" = 1 ]; then
+	say "running --insecure: plain sessions and an unauthenticated admin API"
+else
+	say "mutual TLS and an HTTPS admin API; certificates in $ESCRA_CERTS (escractl uses admin.pem there)"
+fi
 say "starting the controller and $K engines with one escrad each (logs under /run/$ESCRA_HOSTS_NAME/logs)"
-scripts/hosts.sh up "$K" --controller >>"$LOG" 2>&1 || { say "hosts.sh up failed; see $LOG"; exit 1; }
+scripts/hosts.sh up "$K" --controller "${up_args[@]}" >>"$LOG" 2>&1 || { say "hosts.sh up failed; see $LOG"; exit 1; }
 scripts/hosts.sh load "$IMAGE" >>"$LOG" 2>&1 || { say "loading $IMAGE into the engines failed; see $LOG"; exit 1; }
 for _ in $(seq 1 100); do
 	n=$(bin/escractl get hosts -o json 2>/dev/null | grep -c '"host_id"' || true)
@@ -107,7 +132,7 @@ for i in $(seq 1 "$K"); do
 	engines+=("$(scripts/hosts.sh sock "$i")")
 done
 IFS=,
-drive=(bin/rundemo drive -admin "$ESCRA_CONTROLLER" -app "$APP" -urls "${urls[*]}" -engines "${engines[*]}"
+drive=(bin/rundemo drive -admin "$ESCRA_CONTROLLER" "${certs_args[@]}" -app "$APP" -urls "${urls[*]}" -engines "${engines[*]}"
 	-seconds "$SECONDS_OF_LOAD" -out "$OUT")
 unset IFS
 

@@ -21,7 +21,7 @@ names=$(seq -s, -f 'soak%g' 1 "$hosts")
 bin/escractl certs --dir "$certs" --hosts "$names" >/dev/null 2>&1 || go run ./controller/cmd/escractl certs --dir "$certs" --hosts "$names" >/dev/null
 
 bin/escra-controller --listen 127.0.0.1:0 --telemetry-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-	--tls-ca "$certs/ca.pem" --tls-cert "$certs/controller.pem" --tls-key "$certs/controller-key.pem" \
+	--state-dir "$certs/state" --tls-ca "$certs/ca.pem" --tls-cert "$certs/controller.pem" --tls-key "$certs/controller-key.pem" \
 	--log-level info 2>"$out/controller.log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$certs"' EXIT

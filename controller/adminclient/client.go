@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,10 +20,12 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/adminapi"
+	"github.com/escra-dev/escra/internal/auth"
 )
 
-// DefaultURL is where the controller's admin API listens unless configured.
-const DefaultURL = "http://127.0.0.1:7472"
+// DefaultURL is where the controller's admin API listens unless configured:
+// HTTPS with client certificates unless the controller runs --insecure.
+const DefaultURL = "https://127.0.0.1:7472"
 
 // The admin API's bodies, defined once in controller/adminapi.
 type (
@@ -57,18 +60,43 @@ type Client struct {
 	http *http.Client
 }
 
-// New checks the controller URL and returns a client for it.
-func New(raw string) (*Client, error) {
+// New checks the controller URL and returns a plain-HTTP client for it (a
+// controller run --insecure); a URL without a scheme is http.
+func New(raw string) (*Client, error) { return NewTLS(raw, nil) }
+
+// NewTLS is New for an HTTPS admin API: tc carries the operator's
+// certificate (OperatorTLS). A URL without a scheme is https when tc is set.
+func NewTLS(raw string, tc *tls.Config) (*Client, error) {
 	if !strings.Contains(raw, "://") {
-		raw = "http://" + raw
+		if tc != nil {
+			raw = "https://" + raw
+		} else {
+			raw = "http://" + raw
+		}
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("bad controller URL %q (want e.g. %s)", raw, DefaultURL)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	return &Client{base: u, http: &http.Client{}}, nil
+	hc := &http.Client{}
+	if tc != nil {
+		hc.Transport = &http.Transport{TLSClientConfig: tc, Proxy: nil, ForceAttemptHTTP2: true}
+	}
+	return &Client{base: u, http: hc}, nil
 }
+
+// OperatorTLS loads an operator's files from dir (escractl certs): the CA
+// and ROLE.pem / ROLE-key.pem, role "admin" or "viewer". The controller is
+// verified by the name in its certificate (auth.ControllerName), whatever
+// address it is reached at.
+func OperatorTLS(dir, role string) (*tls.Config, error) {
+	return auth.ClientConfig(auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, role), Key: auth.KeyPath(dir, role)}, "")
+}
+
+// HTTPClient is the client's http.Client, for paths it has no method for
+// (a benchmark scraping /metrics).
+func (c *Client) HTTPClient() *http.Client { return c.http }
 
 // URL is the controller's base URL as the client uses it.
 func (c *Client) URL() string { return c.base.String() }
@@ -161,6 +189,9 @@ func rootCause(err error) error {
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Err != nil {
 		return fmt.Errorf("%s %s: %w", oe.Op, oe.Addr, oe.Err)
+	}
+	if strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		return fmt.Errorf("%w (the controller runs --insecure: use an http:// URL)", err)
 	}
 	return err
 }

@@ -218,7 +218,7 @@ func (s *Server) adminHandler() http.Handler {
 			return
 		}
 		if err := s.DefineApp(spec); err != nil {
-			writeJSON(w, 400, map[string]string{"error": err.Error()})
+			writeJSON(w, storeStatus(err, 400), map[string]string{"error": err.Error()})
 			return
 		}
 		for _, a := range s.Snapshot().Apps {
@@ -244,7 +244,7 @@ func (s *Server) adminHandler() http.Handler {
 		case errors.Is(err, ErrUnknownApp):
 			writeJSON(w, 404, map[string]string{"error": err.Error()})
 		case err != nil:
-			writeJSON(w, 409, map[string]string{"error": err.Error()})
+			writeJSON(w, storeStatus(err, 409), map[string]string{"error": err.Error()})
 		default:
 			writeJSON(w, 200, adminapi.DeployResponse{Containers: placed})
 		}
@@ -255,7 +255,7 @@ func (s *Server) adminHandler() http.Handler {
 		case errors.Is(err, ErrUnknownApp):
 			writeJSON(w, 404, map[string]string{"error": err.Error()})
 		case err != nil:
-			writeJSON(w, 502, map[string]string{"error": err.Error()})
+			writeJSON(w, storeStatus(err, 502), map[string]string{"error": err.Error()})
 		default:
 			writeJSON(w, 200, map[string]any{"name": r.PathValue("name"), "containers_removed": n})
 		}
@@ -291,9 +291,16 @@ func (s *Server) adminHandler() http.Handler {
 			fl.Flush()
 		}
 	})
-	// Profiles for operators chasing controller CPU (admin is loopback by default).
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{}))
-	return mux
+	// Profiles for operators chasing controller CPU: only when asked
+	// (--pprof), and only for admins (authorize).
+	if s.cfg.Pprof {
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	}
+	mux.Handle("GET /metrics", s.metricsHandler())
+	return s.authorize(mux)
+}
+
+func (s *Server) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.met.reg, promhttp.HandlerOpts{})
 }

@@ -239,7 +239,7 @@ func (s *Server) Deploy(ctx context.Context, app string, req DeployRequest) ([]P
 		time.Sleep(50 * time.Millisecond)
 	}
 	s.log.Info("app deployed", "app", app, "containers", len(placed))
-	return placed, nil
+	return placed, s.storeDeploy(app, req)
 }
 
 // firstLine keeps a joined error to its first problem plus a count.
@@ -307,7 +307,7 @@ func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 	delete(s.apps, app)
 	s.mu.Unlock()
 	if a == nil {
-		return n, nil
+		return n, s.storeDelete(app)
 	}
 	// Members that did not leave (a host that went away) are dropped here.
 	s.hosts.Range(func(_, v any) bool {
@@ -323,5 +323,5 @@ func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 	})
 	a.Stop()
 	s.log.Info("app deleted", "app", app, "containers", n)
-	return n, nil
+	return n, s.storeDelete(app)
 }

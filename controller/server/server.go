@@ -26,6 +26,7 @@ import (
 	"github.com/escra-dev/escra/controller/internal/hist"
 	"github.com/escra-dev/escra/controller/internal/ratelog"
 	"github.com/escra-dev/escra/controller/session"
+	"github.com/escra-dev/escra/controller/store"
 	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/internal/auth"
 	pb "github.com/escra-dev/escra/proto/escrapb"
@@ -57,6 +58,20 @@ type Config struct {
 	// and telemetry authenticated with a per-session key; nil is plain mode
 	// (in-process tests, escra-controller --insecure).
 	TLS *tls.Config
+	// AdminTLS, when set, serves the admin API over HTTPS and gives each
+	// caller the role its client certificate names (auth.AdminServerConfig,
+	// docs/security.md); nil is plain HTTP where every caller is admin
+	// (escra-controller --insecure, in-process tests).
+	AdminTLS *tls.Config
+	// Pprof serves /debug/pprof/ to admins on the admin API.
+	Pprof bool
+	// MetricsAddr is a plain-HTTP listener serving /metrics only, for a
+	// Prometheus without a client certificate ("" disables).
+	MetricsAddr string
+	// Store keeps the apps operators define (budgets, σ, parameters,
+	// policy, deployed specs) across restarts; nil keeps them in memory.
+	// The allocator's decisions are never written.
+	Store store.Store
 	// DefaultHostMemoryBytes stands in for a host that reports no memory
 	// size when an auto-created app's member has no memory limit.
 	DefaultHostMemoryBytes int64
@@ -114,6 +129,9 @@ type Server struct {
 	adminLn net.Listener
 	admin   *http.Server
 
+	metricsLn  net.Listener
+	metricsSrv *http.Server
+
 	mu   sync.RWMutex
 	apps map[string]*app.Shard
 
@@ -148,6 +166,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.met = newMetrics(s)
 	// Heap, goroutines and descriptors on /metrics (make soak reads them).
 	s.met.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Stored apps first; --apps entries then override and are stored.
+	if err := s.loadStore(); err != nil {
+		s.cancel()
+		return nil, err
+	}
 	for _, a := range cfg.Apps {
 		if err := s.DefineApp(a); err != nil {
 			s.cancel()
@@ -175,9 +198,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			s.cancel()
 			return nil, fmt.Errorf("admin listen %s: %w", cfg.AdminAddr, err)
 		}
+		if cfg.AdminTLS != nil {
+			s.adminLn = tls.NewListener(s.adminLn, cfg.AdminTLS)
+		}
 		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.admin.Serve(s.adminLn) }()
+	}
+	if err := s.startMetrics(); err != nil {
+		s.Close()
+		return nil, err
 	}
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.udp.Serve(s.ctx) }()
@@ -210,10 +240,12 @@ func (s *Server) Close() error {
 		s.cancel()
 		s.tcp.Close()
 		s.udp.Close()
-		if s.admin != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			s.admin.Shutdown(sctx)
-			cancel()
+		for _, h := range []*http.Server{s.admin, s.metricsSrv} {
+			if h != nil {
+				sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				h.Shutdown(sctx)
+				cancel()
+			}
 		}
 		s.hosts.Range(func(_, v any) bool { v.(*host).sess.Close(); return true })
 		s.wg.Wait()
@@ -284,9 +316,17 @@ func (s *Server) policy(name string) allocator.Policy {
 	return nil
 }
 
-// DefineApp creates an app or replaces its budget. Parameters can change
-// only while the app has no members.
+// DefineApp creates an app or replaces its budget, and stores it
+// (Config.Store). Parameters can change only while the app has no members.
 func (s *Server) DefineApp(spec AppSpec) error {
+	if err := s.defineApp(spec); err != nil {
+		return err
+	}
+	return s.storeSpec(spec)
+}
+
+// defineApp is DefineApp in memory only.
+func (s *Server) defineApp(spec AppSpec) error {
 	if err := spec.Validate(); err != nil {
 		return err
 	}
@@ -385,6 +425,21 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 			return nil, err
 		}
 		hs.mac = wire.NewDatagramMAC(key)
+	}
+	// A host reconnecting (after a partition its old session may not have
+	// timed out yet) replaces its old session: one session per host id, and
+	// the old one's members stop holding budget now.
+	var stale []*session.Session
+	s.hosts.Range(func(_, v any) bool {
+		if o := v.(*host); o.hello.GetHostId() == h.GetHostId() {
+			stale = append(stale, o.sess)
+		}
+		return true
+	})
+	for _, o := range stale {
+		s.log.Warn("a new session of the host replaces its old one", "host", h.GetHostId(), "old_session", o.ID, "session", ss.ID)
+		s.Closed(o)
+		o.Close()
 	}
 	s.hosts.Store(ss.ID, hs)
 	s.log.Info("daemon connected", "host", h.GetHostId(), "session", ss.ID, "cores", h.GetCores(),

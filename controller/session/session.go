@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -47,8 +48,15 @@ type Config struct {
 	RPCTimeout   time.Duration // SetLimits/Reclaim reply deadline
 	HelloTimeout time.Duration
 	WriteTimeout time.Duration
-	Observer     Observer
+	// DeadAfter ends a session that sent nothing (daemons send a heartbeat
+	// every second) for this long; default 3 s.
+	DeadAfter time.Duration
+	Observer  Observer
 }
+
+// ErrSilent ends a session whose daemon sent nothing for Config.DeadAfter
+// (a partition, a stopped or wedged escrad).
+var ErrSilent = errors.New("session: daemon silent, declared dead")
 
 // Errors given to RPC callbacks.
 var (
@@ -125,6 +133,9 @@ func Serve(ctx context.Context, conn net.Conn, h Handler, cfg Config, id uint32)
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 5 * time.Second
 	}
+	if cfg.DeadAfter <= 0 {
+		cfg.DeadAfter = 3 * time.Second
+	}
 	s := &Session{ID: id, Peer: conn.RemoteAddr().String(), conn: conn, cfg: cfg,
 		pending: map[uint32]*Update{}, rpcs: map[uint64]*rpc{},
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
@@ -174,9 +185,19 @@ func Serve(ctx context.Context, conn net.Conn, h Handler, cfg Config, id uint32)
 }
 
 func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
+	var armed time.Time // when the read deadline was last pushed out
 	for {
 		env := &pb.Envelope{}
+		// The deadline moves at most every DeadAfter/8 (a timer reset per
+		// envelope would cost more than it buys); the margin is that much.
+		if now := time.Now(); now.Sub(armed) > s.cfg.DeadAfter/8 {
+			s.conn.SetReadDeadline(now.Add(s.cfg.DeadAfter))
+			armed = now
+		}
 		if err := r.Read(env); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return fmt.Errorf("%w (nothing for %v)", ErrSilent, s.cfg.DeadAfter)
+			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				h.BadInput(s, "envelope", err)
 			}
@@ -199,6 +220,8 @@ func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
 		case *pb.Envelope_OomRequest:
 			h.OOM(s, env.RequestId, b.OomRequest, now)
 		case *pb.Envelope_Heartbeat:
+			// Echoed, so the daemon can tell a silent controller too.
+			s.sendEnv(&pb.Envelope{Body: &pb.Envelope_Heartbeat{Heartbeat: &pb.Heartbeat{Seq: b.Heartbeat.GetSeq(), SentUnixNs: now.UnixNano()}}}, time.Time{})
 		case *pb.Envelope_SetLimitsAck:
 			s.acked(env.RequestId, b.SetLimitsAck)
 		case *pb.Envelope_ReclaimResult:

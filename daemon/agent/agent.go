@@ -724,7 +724,7 @@ func (a *Agent) recheck(m *managed) {
 }
 
 // oomWatchdog rechecks every trapped group now and then, and lets the
-// source set released v2 brakes again.
+// source set released traps again (v1 oom_kill_disable, v2 brakes).
 func (a *Agent) oomWatchdog(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()

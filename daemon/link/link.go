@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,11 @@ type Config struct {
 	Addr      string // controller TCP address
 	Hello     *escrapb.HostHello
 	Heartbeat time.Duration // heartbeat and usage snapshot interval (1 s)
+	// DeadAfter ends a session on which the controller, once it has
+	// echoed a heartbeat, sent nothing for this long (default 3 s): a
+	// stopped or partitioned controller. Pending OOM requests are then
+	// released at once instead of waiting for their deadline.
+	DeadAfter time.Duration
 	Log       *slog.Logger
 	// TLS, when set, makes the session mutual TLS (auth.ClientConfig) and
 	// every telemetry datagram authenticated with the session's key; nil
@@ -90,6 +96,9 @@ type udpSession struct {
 func New(cfg Config, h Handler) *Client {
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = time.Second
+	}
+	if cfg.DeadAfter <= 0 {
+		cfg.DeadAfter = 3 * time.Second
 	}
 	return &Client{cfg: cfg, h: h, pending: map[uint64]func(*escrapb.OomVerdict){}}
 }
@@ -197,10 +206,21 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 	defer close(hbDone)
 	go c.heartbeats(hbDone)
 
+	// A controller that echoes heartbeats is held to them; one that never
+	// did (an older controller) is not.
+	echoes := false
+	var armed time.Time
 	for {
+		if now := time.Now(); echoes && now.Sub(armed) > c.cfg.DeadAfter/8 {
+			conn.SetReadDeadline(now.Add(c.cfg.DeadAfter))
+			armed = now
+		}
 		if err := r.Read(&env); err != nil {
 			if errors.Is(err, io.EOF) {
 				return true, errors.New("controller closed the session")
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return true, fmt.Errorf("controller silent for %v: session declared dead", c.cfg.DeadAfter)
 			}
 			return true, err
 		}
@@ -227,6 +247,7 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 		case *escrapb.Envelope_Error:
 			c.cfg.Log.Warn("controller error", "request", env.RequestId, "msg", b.Error.Message)
 		case *escrapb.Envelope_Heartbeat:
+			echoes = true
 		default:
 			c.cfg.Log.Debug("unexpected envelope from controller", "type", fmt.Sprintf("%T", b))
 		}

@@ -7,6 +7,9 @@
 // through cgroup.event_control wakes us. A grant raises the limit (the
 // sleeping tasks retry and go on); a denial, or no verdict in time, clears
 // oom_kill_disable so the kernel OOM killer runs as usual: never hung.
+// Once the group is out of the OOM state again (the killer took a task, or
+// the task freed memory) and the container lives on, the trap is set again
+// (Maintain), so its next OOM is a request again, not a plain kill.
 //
 // cgroup v2 has no oom_kill_disable: memory.high is kept a margin below
 // memory.max (the brake) and an increment of "high" in memory.events
@@ -49,7 +52,7 @@ type watch struct {
 	mu       sync.Mutex // v2 state below: Run's goroutine and the agent's
 	high     uint64     // v2: last seen "high" count
 	kills    uint64     // v2: last seen "oom_kill" count
-	released bool       // v2: brake off after a denial or a missed deadline
+	released bool       // trap off after a denial or a missed deadline (v1: oom_kill_disable 0; v2: brake off)
 }
 
 // Watcher multiplexes every watched group on one epoll descriptor.
@@ -268,6 +271,11 @@ func (w *Watcher) Release(h uint32) error {
 		wt.released = true
 		return wt.g.WriteInt(cgroups.MemHigh, cgroups.Max)
 	}
+	// Still listed (guard, state file): Maintain sets it again, and
+	// restoring a released group is harmless.
+	wt.mu.Lock()
+	defer wt.mu.Unlock()
+	wt.released = true
 	return wt.g.Write(cgroups.OOMControl, []byte("0"))
 }
 
@@ -289,17 +297,33 @@ func (w *Watcher) Follow(h uint32, newMax int64) error {
 	return SetHigh(wt.g, newMax, w.HighMargin)
 }
 
-// Maintain sets a released v2 brake again once the group's usage is two
-// margins below memory.max (the tasks that met the limit freed memory or
-// finished); the agent's watchdog calls it every few seconds.
+// Maintain sets a released trap again: on v1 once the group has left the
+// OOM state (under_oom 0: the kernel killed a task or it freed memory), on
+// v2 once its usage is two margins below memory.max. The agent's watchdog
+// calls it every few seconds while no request of h is pending.
 func (w *Watcher) Maintain(h uint32) {
 	wt := w.get(h)
-	if wt == nil || wt.g.Paths.Version != cgroups.V2 {
+	if wt == nil {
 		return
 	}
 	wt.mu.Lock()
 	defer wt.mu.Unlock()
 	if !wt.released {
+		return
+	}
+	if wt.g.Paths.Version == cgroups.V1 {
+		var buf [256]byte
+		b, err := wt.g.Read(cgroups.OOMControl, buf[:])
+		if err != nil {
+			return // the group is gone
+		}
+		if v, ok := cgroups.KeyedValue(b, "under_oom"); !ok || v != 0 {
+			return // the kernel is still resolving this OOM: let it
+		}
+		currentGuard().Armed(oomControlPath(wt.g)) // listed before the write
+		if wt.g.Write(cgroups.OOMControl, []byte("1")) == nil {
+			wt.released = false
+		}
 		return
 	}
 	max, err := wt.g.ReadInt(cgroups.MemLimit)

@@ -1,10 +1,16 @@
 package telemetry
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -192,16 +198,45 @@ func TestIdleParentShortcutStillSeesWakeUps(t *testing.T) {
 // A late tick (the host was busy) gives one record whose usage is scaled to
 // one period; the early tick after it (aligned to the period) is folded
 // into the next record instead of showing a throttled group as idle.
+//
+// The spinner is stopped (SIGSTOP) around every sample and the test passes
+// the sample times itself, so the expected figures follow from the cgroup's
+// own counter whatever CPU the spinner got on a loaded machine.
 func TestCgroupfsLateAndEarlyTicks(t *testing.T) {
 	rel := cgtest.New(t, "tel-late")
 	spin := cgtest.Workload(t, "spin")
 	cgtest.Write(t, "cpu", rel, "cpu.cfs_period_us", "100000")
 	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "5000")
-	p, err := cgtest.Start(rel, spin, "-threads", "1", "-for", "20s")
+	p, err := cgtest.Start(rel, spin, "-threads", "1", "-for", "60s")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Kill)
+	pid := p.Cmd.Process.Pid
+	usage := func() uint64 {
+		n, err := strconv.ParseUint(cgtest.Read(t, "cpuacct", rel, "cpuacct.usage"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// run lets the spinner use at least d of CPU, then stops it and
+	// returns the group's cumulative usage (ns), which stays put until the
+	// next run.
+	run := func(d time.Duration) uint64 {
+		t.Helper()
+		from := usage()
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); usage()-from < uint64(d); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the spinner used %d ns of CPU in 30 s", usage()-from)
+			}
+		}
+		stopAll(t, pid)
+		return usage()
+	}
 	paths, err := cgroups.PathsForCgroup(rel)
 	if err != nil {
 		t.Fatal(err)
@@ -212,42 +247,81 @@ func TestCgroupfsLateAndEarlyTicks(t *testing.T) {
 	}
 	t.Cleanup(g.Close)
 	const period = 100 * time.Millisecond
-	c := &Cgroupfs{Period: period, Limits: func(uint32) (int64, uint32) { return 5000, 100000 }}
+	const quotaUs = 5000
+	c := &Cgroupfs{Period: period, Limits: func(uint32) (int64, uint32) { return quotaUs, 100000 }}
 	s := &sampled{h: 1, g: g}
 	var st pb.CpuStat
 	buf := make([]byte, 512)
-	time.Sleep(150 * time.Millisecond) // the spinner is running
+	u0 := run(time.Millisecond)
 	t0 := time.Now()
 	if c.sample(s, &st, buf, period, t0) {
 		t.Fatal("the first sample only takes the baseline")
 	}
-	// Late: four periods pass before the next tick.
-	time.Sleep(4 * period)
-	t1 := time.Now()
+	// Late: the next tick comes four periods later.
+	u1 := run(4 * time.Millisecond)
+	t1 := t0.Add(4 * period)
 	if !c.sample(s, &st, buf, period, t1) {
-		t.Fatal("no record after four busy periods")
+		t.Fatal("no record for a window in which the group ran")
 	}
-	// 5 ms per 100 ms over ~400 ms is ~20 ms; per period it is ~5 ms.
-	if st.UsageUs > 8000 || st.UsageUs < 2000 {
-		t.Errorf("late record usage %d us, want ~5000 (one period's share)", st.UsageUs)
+	du := (u1 - u0) / 1000
+	if want := du / 4; st.UsageUs != want {
+		t.Errorf("late record usage %d us; the group used %d us in four periods, want %d per period", st.UsageUs, du, want)
 	}
-	if st.UnusedUs > 3000 {
-		t.Errorf("late record unused %d us of a 5000 us quota the spinner used up", st.UnusedUs)
+	if want := max(quotaUs-int64(du/4), 0); st.UnusedUs != want {
+		t.Errorf("late record unused %d us, want quota - usage = %d", st.UnusedUs, want)
 	}
 	seq := st.PeriodSeq
-	// Early: 30 ms later. Folded: no record, baseline kept.
-	time.Sleep(30 * time.Millisecond)
-	if c.sample(s, &st, buf, period, time.Now()) {
+	// Early: 30 ms later, and the group ran meanwhile. Folded: no record,
+	// the baseline of t1 kept.
+	u2 := run(time.Millisecond)
+	if c.sample(s, &st, buf, period, t1.Add(30*time.Millisecond)) {
 		t.Errorf("a 30 ms window was reported: %v", &st)
 	}
-	time.Sleep(period)
-	if !c.sample(s, &st, buf, period, time.Now()) {
+	u3 := run(time.Millisecond)
+	if !c.sample(s, &st, buf, period, t1.Add(period)) {
 		t.Fatal("no record for the window after the folded one")
 	}
 	if st.PeriodSeq != seq+1 {
-		t.Errorf("period_seq %d after %d", st.PeriodSeq, seq)
+		t.Errorf("period_seq %d after %d: the folded window took a sequence number", st.PeriodSeq, seq)
 	}
-	if st.UsageUs < 2000 || st.UnusedUs > 3000 {
-		t.Errorf("record after the fold: usage %d us, unused %d us; want the busy group's ~5000 and ~0", st.UsageUs, st.UnusedUs)
+	// One period since t1: the usage of both runs, unscaled.
+	if want := (u3 - u1) / 1000; st.UsageUs != want {
+		t.Errorf("record after the fold: usage %d us, want %d (the early window's %d us included)", st.UsageUs, want, (u2-u1)/1000)
+	}
+	if want := max(quotaUs-int64((u3-u1)/1000), 0); st.UnusedUs != want {
+		t.Errorf("record after the fold: unused %d us, want %d", st.UnusedUs, want)
+	}
+}
+
+// stopAll sends SIGSTOP to pid and waits until every thread of it is
+// stopped, so its cgroup's usage no longer moves.
+func stopAll(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		tids, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := 0
+		for _, tid := range tids {
+			b, err := os.ReadFile(filepath.Join(dir, tid.Name(), "stat"))
+			if err != nil {
+				continue // the thread exited
+			}
+			// The state follows the ")" that closes the command name.
+			if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+				stopped++
+			}
+		}
+		if stopped == len(tids) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d threads of %d stopped after SIGSTOP", stopped, len(tids), pid)
+		}
 	}
 }

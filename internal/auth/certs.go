@@ -40,8 +40,8 @@ var hostName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
 
 // CheckHostName rejects names that cannot be a file name and a DNS SAN.
 func CheckHostName(h string) error {
-	if !hostName.MatchString(h) || h == "ca" || h == "controller" || h == "ca-key" {
-		return fmt.Errorf("host name %q: want 1-253 of [A-Za-z0-9_.-], not ca or controller", h)
+	if !hostName.MatchString(h) || h == "ca" || h == "controller" || h == "ca-key" || h == RoleAdmin || h == RoleViewer {
+		return fmt.Errorf("host name %q: want 1-253 of [A-Za-z0-9_.-], not ca, controller, admin or viewer", h)
 	}
 	return nil
 }
@@ -52,7 +52,9 @@ type Issued struct{ Files []string }
 // Generate creates dir/ca.pem and ca-key.pem (reusing them when present),
 // dir/controller.pem (+key) valid for ControllerName, localhost, 127.0.0.1
 // and extraControllerSANs, and dir/HOST.pem (+key) for each host: client
-// certificates whose CN and DNS name are the host id the daemon reports.
+// certificates whose CN and DNS name are the host id the daemon reports,
+// and the operators' dir/admin.pem and dir/viewer.pem (+key) for the admin
+// API.
 func Generate(dir string, hosts, extraControllerSANs []string, validFor time.Duration) (Issued, error) {
 	var out Issued
 	for _, h := range hosts {
@@ -108,6 +110,12 @@ func Generate(dir string, hosts, extraControllerSANs []string, validFor time.Dur
 			return out, err
 		}
 		out.Files = append(out.Files, CertPath(dir, h), KeyPath(dir, h))
+	}
+	for _, r := range operatorRoles {
+		if err := issue(dir, r, operatorTemplate(r, now, validFor), ca, caKey); err != nil {
+			return out, err
+		}
+		out.Files = append(out.Files, CertPath(dir, r), KeyPath(dir, r))
 	}
 	return out, nil
 }

@@ -69,6 +69,10 @@ func PeerHost(cs tls.ConnectionState, host string) error {
 		return errors.New("no verified client certificate")
 	}
 	leaf := cs.VerifiedChains[0][0]
+	if r := certRole(leaf); r != RoleHost {
+		// An operator's certificate is for the admin API, not a host.
+		return fmt.Errorf("client certificate is the %s operator's, not a host's", r)
+	}
 	if leaf.Subject.CommonName == host {
 		return nil
 	}

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -101,6 +102,7 @@ type Summary struct {
 func drive(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("drive", flag.ContinueOnError)
 	admin := fs.String("admin", "http://127.0.0.1:7482", "controller admin URL")
+	certs := fs.String("certs", "", "directory with ca.pem and admin.pem for an HTTPS admin API (empty: plain)")
 	app := fs.String("app", "demo", "app name")
 	urls := fs.String("urls", "", "comma-separated base URLs of the replicas (loopback)")
 	seconds := fs.Int("seconds", 60, "seconds of load")
@@ -120,7 +122,14 @@ func drive(ctx context.Context, args []string) error {
 	if len(bases) == 0 {
 		return fmt.Errorf("drive: give the replicas with -urls")
 	}
-	ac, err := adminclient.New(*admin)
+	var tc *tls.Config
+	if *certs != "" {
+		var err error
+		if tc, err = adminclient.OperatorTLS(*certs, "admin"); err != nil {
+			return err
+		}
+	}
+	ac, err := adminclient.NewTLS(*admin, tc)
 	if err != nil {
 		return err
 	}

@@ -165,12 +165,14 @@ type cluster struct {
 	ctl, d           *proc
 	extraCtl, extraD []string
 	oomState         string // escrad's --oom-state, the same across restarts
+	state            string // the controller's --state-dir, the same across restarts
 }
 
 func newCluster(t *testing.T, cpu string, mem string) *cluster {
 	t.Helper()
 	c := &cluster{t: t, bin: bins(t), certs: t.TempDir()}
 	c.oomState = filepath.Join(t.TempDir(), "oom-armed")
+	c.state = t.TempDir() // the controller's store, kept across its restarts
 	if _, err := auth.Generate(c.certs, []string{"fh1"}, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +189,7 @@ func newCluster(t *testing.T, cpu string, mem string) *cluster {
 
 func (c *cluster) startController() *proc {
 	args := []string{"--listen", c.tcp, "--telemetry-listen", c.udp, "--admin-listen", c.admin,
-		"--apps", c.apps, "--reclaim-every", "0",
+		"--apps", c.apps, "--reclaim-every", "0", "--state-dir", c.state,
 		"--tls-ca", auth.CAPath(c.certs), "--tls-cert", auth.CertPath(c.certs, "controller"), "--tls-key", auth.KeyPath(c.certs, "controller")}
 	if c.advertise != "" {
 		args = append(args, "--telemetry-advertise", c.advertise)
@@ -218,7 +220,14 @@ func (c *cluster) startDaemon() *proc {
 
 // members is the controller's view of the app's containers.
 func (c *cluster) members() ([]server.ContainerState, error) {
-	r, err := http.Get("http://" + c.admin + "/v1/containers")
+	// The admin API is HTTPS; the harness is the operator (admin.pem).
+	tc, err := auth.ClientConfig(auth.Files{CA: auth.CAPath(c.certs), Cert: auth.CertPath(c.certs, auth.RoleAdmin), Key: auth.KeyPath(c.certs, auth.RoleAdmin)}, "")
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	defer hc.CloseIdleConnections()
+	r, err := hc.Get("https://" + c.admin + "/v1/containers")
 	if err != nil {
 		return nil, err
 	}

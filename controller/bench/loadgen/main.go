@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/internal/errtally"
 	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/controller/server"
@@ -98,7 +99,7 @@ func procCPU(pid int) (float64, error) {
 }
 
 func getJSON(url string, v any) error {
-	r, err := http.Get(url)
+	r, err := adminHTTP.Get(url)
 	if err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func getJSON(url string, v any) error {
 func postJSON(method, url string, body, v any) error {
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest(method, url, bytes.NewReader(b))
-	r, err := http.DefaultClient.Do(req)
+	r, err := adminHTTP.Do(req)
 	if err != nil {
 		return err
 	}
@@ -123,8 +124,23 @@ func postJSON(method, url string, body, v any) error {
 	return nil
 }
 
+// The admin API is HTTPS with the admin's certificate when the controller
+// runs with certificates (escractl certs wrote admin.pem beside the hosts').
+var adminHTTP = http.DefaultClient
+
 func run(o opts) error {
 	admin := "http://" + o.admin
+	if o.certs != "" {
+		tc, err := adminclient.OperatorTLS(o.certs, auth.RoleAdmin)
+		if err != nil {
+			return err
+		}
+		c, err := adminclient.NewTLS(o.admin, tc)
+		if err != nil {
+			return err
+		}
+		adminHTTP, admin = c.HTTPClient(), c.URL()
+	}
 	perApp := (o.containers + o.apps - 1) / o.apps
 	fmt.Printf("bench-controller: %d containers, %d hosts, %d apps, period %v, OOM %.0f/s\n",
 		o.containers, o.hosts, o.apps, o.period, o.oomRate)

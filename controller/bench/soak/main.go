@@ -24,6 +24,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/internal/errtally"
 	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/internal/auth"
@@ -54,6 +55,10 @@ func main() {
 	flag.Float64Var(&o.churnRate, "churn-rate", 5, "containers replaced per second (all hosts)")
 	flag.DurationVar(&o.reconnectEvery, "reconnect-every", time.Minute, "one host drops its session and reconnects this often")
 	flag.Parse()
+	if err := adminClient(o.certs); err != nil {
+		fmt.Fprintln(os.Stderr, "soak:", err)
+		os.Exit(1)
+	}
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)
@@ -105,7 +110,7 @@ type sample struct {
 }
 
 func scrape(admin string) (sample, error) {
-	r, err := http.Get("http://" + admin + "/metrics")
+	r, err := adminHTTP.Get(adminScheme + admin + "/metrics")
 	if err != nil {
 		return sample{}, err
 	}
@@ -403,7 +408,7 @@ var expectedKinds = map[string]string{
 // controllerDrops reads the controller's dropped-input counters by reason
 // (its /v1/stats); the soak reports how many grew during the run.
 func controllerDrops(admin string) (map[string]uint64, error) {
-	r, err := http.Get("http://" + admin + "/v1/stats")
+	r, err := adminHTTP.Get(adminScheme + admin + "/v1/stats")
 	if err != nil {
 		return nil, err
 	}
@@ -415,4 +420,27 @@ func controllerDrops(admin string) (map[string]uint64, error) {
 		return nil, err
 	}
 	return st.Dropped, nil
+}
+
+// The admin API is HTTPS with the admin's certificate when the controller
+// runs with certificates (escractl certs wrote admin.pem beside the hosts').
+var (
+	adminHTTP   = http.DefaultClient
+	adminScheme = "http://"
+)
+
+func adminClient(certs string) error {
+	if certs == "" {
+		return nil
+	}
+	tc, err := adminclient.OperatorTLS(certs, auth.RoleAdmin)
+	if err != nil {
+		return err
+	}
+	c, err := adminclient.NewTLS("127.0.0.1:1", tc)
+	if err != nil {
+		return err
+	}
+	adminHTTP, adminScheme = c.HTTPClient(), "https://"
+	return nil
 }

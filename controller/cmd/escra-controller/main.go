@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/controller/spec"
+	"github.com/escra-dev/escra/controller/store"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
 )
@@ -100,7 +102,9 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.TCPAddr, "listen", cfg.TCPAddr, "TCP address for daemon sessions")
 	fs.StringVar(&cfg.UDPAddr, "telemetry-listen", cfg.UDPAddr, "UDP address for telemetry")
 	fs.StringVar(&cfg.TelemetryAdvertise, "telemetry-advertise", "", "UDP address daemons send telemetry to, when not --telemetry-listen (a relay or NAT)")
-	fs.StringVar(&cfg.AdminAddr, "admin-listen", cfg.AdminAddr, "HTTP admin and /metrics address (empty: off)")
+	fs.StringVar(&cfg.AdminAddr, "admin-listen", cfg.AdminAddr, "admin API and /metrics address: HTTPS with client certificates (admin.pem, viewer.pem); plain HTTP under --insecure (empty: off)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-listen", "", "plain-HTTP address serving /metrics only, for Prometheus (keep it on loopback; empty: off)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve /debug/pprof/ on the admin API (admin role only)")
 	fs.Float64Var(&p.Upsilon, "upsilon", p.Upsilon, "Υ: fair shares of the unallocated CPU a fully throttled container may take per period")
 	fs.Float64Var(&p.Gamma, "gamma", p.Gamma, "γ: scale CPU down when unused runtime exceeds this fraction of the quota")
 	fs.Float64Var(&p.Kappa, "kappa", p.Kappa, "κ: fraction of the unused runtime taken away on scale-down")
@@ -129,6 +133,13 @@ func run(args []string, stderr io.Writer) int {
 	tlsCA := fs.String("tls-ca", auth.CAPath(certDir), "CA certificate daemons' certificates must chain to")
 	tlsCert := fs.String("tls-cert", auth.CertPath(certDir, "controller"), "the controller's certificate (escractl certs)")
 	tlsKey := fs.String("tls-key", auth.KeyPath(certDir, "controller"), "the controller's private key")
+	// systemd's StateDirectory=escra sets $STATE_DIRECTORY.
+	stateDir := store.DefaultDir
+	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
+		stateDir = d
+	}
+	fs.StringVar(&stateDir, "state-dir", stateDir, "directory of the embedded state store (--store bolt)")
+	storeKind := fs.String("store", "bolt", "where apps, budgets, parameters and specs are kept: bolt (a file in --state-dir) or none (memory only: lost on restart)")
 	insecure := fs.Bool("insecure", false, "plain TCP and unauthenticated telemetry: anyone who reaches the ports can move limits")
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "escra-controller: "+format+"\n", a...)
@@ -185,10 +196,25 @@ func run(args []string, stderr io.Writer) int {
 			return fail("TLS: %v (create the files with escractl certs, or run with --insecure)", err)
 		}
 		cfg.TLS = tc
+		if cfg.AdminTLS, err = auth.AdminServerConfig(auth.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}); err != nil {
+			return fail("admin TLS: %v", err)
+		}
+	}
+	switch *storeKind {
+	case "bolt":
+		st, err := store.OpenBolt(stateDir)
+		if err != nil {
+			return fail("--store bolt: %v", err)
+		}
+		defer st.Close()
+		cfg.Store = st
+	case "none":
+	default:
+		return fail("--store %q: want bolt or none", *storeKind)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if *insecure {
-		cfg.Logger.Warn("running --insecure: daemon sessions are not authenticated and telemetry is not signed; anyone who can reach the ports can change container limits")
+		cfg.Logger.Warn("running --insecure: daemon sessions are not authenticated, telemetry is not signed and the admin API is plain HTTP without roles; anyone who can reach the ports can change container limits")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -197,8 +223,15 @@ func run(args []string, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	cfg.Logger.Info("escra-controller ready", "version", version.Version, "sessions", srv.TCPAddr(),
-		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "apps", len(cfg.Apps), "tls", cfg.TLS != nil)
+		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "metrics", srv.MetricsAddr(), "store", storeName(*storeKind, stateDir), "apps", len(cfg.Apps), "tls", cfg.TLS != nil)
 	<-ctx.Done()
 	srv.Close()
 	return 0
+}
+
+func storeName(kind, dir string) string {
+	if kind == "bolt" {
+		return filepath.Join(dir, store.FileName)
+	}
+	return kind
 }

@@ -12,7 +12,7 @@ import (
 // the controller's and each host's certificate for mutual TLS.
 func cmdCerts(e *env, args []string) error {
 	fs := e.flags("certs")
-	dir := fs.String("dir", auth.DefaultDir, "")
+	dir := fs.String("dir", e.certs, "")
 	hosts := fs.String("hosts", "", "")
 	names := fs.String("controller-names", "", "")
 	days := fs.Int("days", 825, "")

@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/escra-dev/escra/controller/adminclient"
+	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
 )
 
@@ -34,10 +36,16 @@ commands:
   validate -f FILE     check a spec without contacting the controller
   certs --hosts h1,h2 [--dir /etc/escra] [--controller-names n,ip] [--days 825]
                        create the CA (or reuse DIR/ca.pem) and mutual-TLS
-                       certificates: controller.pem, HOST.pem (+ -key.pem)
+                       certificates: controller.pem, HOST.pem, and the
+                       operators' admin.pem and viewer.pem (+ -key.pem)
 
 flags:
-  --controller URL     controller admin API (default $ESCRA_CONTROLLER or ` + adminclient.DefaultURL + `)
+  --controller URL     controller admin API (default $ESCRA_CONTROLLER or ` + adminclient.DefaultURL + `;
+                       http://HOST:PORT for a controller run --insecure)
+  --certs DIR          operator certificate: DIR/admin.pem, else DIR/viewer.pem,
+                       and DIR/ca.pem (default $ESCRA_CERTS or /etc/escra)
+  --tls-cert FILE --tls-key FILE --tls-ca FILE
+                       the operator certificate's files, instead of --certs
   --version            print the version and exit
 `
 
@@ -59,6 +67,8 @@ type env struct {
 	stdout     io.Writer
 	stderr     io.Writer
 	controller string
+	certs      string // directory of admin.pem / viewer.pem and ca.pem
+	tlsFiles   auth.Files
 	width      int      // terminal columns; 0 when not a terminal
 	tty        bool     // stdout is a terminal: top redraws in place
 	term       *os.File // the terminal, to follow resizes; nil in tests
@@ -103,6 +113,14 @@ func dispatch(e *env, args []string) error {
 		def = adminclient.DefaultURL
 	}
 	ctl := gf.String("controller", def, "")
+	certDir := os.Getenv("ESCRA_CERTS")
+	if certDir == "" {
+		certDir = auth.DefaultDir
+	}
+	gf.StringVar(&e.certs, "certs", certDir, "")
+	gf.StringVar(&e.tlsFiles.Cert, "tls-cert", "", "")
+	gf.StringVar(&e.tlsFiles.Key, "tls-key", "", "")
+	gf.StringVar(&e.tlsFiles.CA, "tls-ca", "", "")
 	showVersion := gf.Bool("version", false, "")
 	if err := gf.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -150,6 +168,7 @@ func (e *env) flags(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Func("controller", "", func(s string) error { e.controller = s; return nil })
+	fs.Func("certs", "", func(s string) error { e.certs = s; return nil })
 	return fs
 }
 
@@ -173,6 +192,48 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// client talks to the controller: HTTPS with the operator's certificate
+// unless the URL says http://.
 func (e *env) client() (*adminclient.Client, error) {
-	return adminclient.New(e.controller)
+	if strings.HasPrefix(e.controller, "http://") {
+		return adminclient.New(e.controller)
+	}
+	if _, err := adminclient.NewTLS(e.controller, &tls.Config{}); err != nil {
+		return nil, err // a bad URL is named before missing certificates
+	}
+	tc, err := e.operatorTLS()
+	if err != nil {
+		return nil, err
+	}
+	return adminclient.NewTLS(e.controller, tc)
+}
+
+// operatorTLS loads --tls-* when given, else DIR/admin.pem or, for an
+// operator who only has one, DIR/viewer.pem.
+func (e *env) operatorTLS() (*tls.Config, error) {
+	f := e.tlsFiles
+	if f.Cert != "" || f.Key != "" {
+		if f.Cert == "" || f.Key == "" {
+			return nil, usageErr("--tls-cert and --tls-key go together")
+		}
+		if f.CA == "" {
+			f.CA = auth.CAPath(e.certs)
+		}
+		tc, err := auth.ClientConfig(f, "")
+		if err != nil {
+			return nil, fmt.Errorf("operator certificate: %v", err)
+		}
+		return tc, nil
+	}
+	role := auth.RoleAdmin
+	if _, err := os.Stat(auth.CertPath(e.certs, role)); err != nil {
+		if _, err2 := os.Stat(auth.CertPath(e.certs, auth.RoleViewer)); err2 == nil {
+			role = auth.RoleViewer
+		}
+	}
+	tc, err := adminclient.OperatorTLS(e.certs, role)
+	if err != nil {
+		return nil, fmt.Errorf("no operator certificate in %s: %v (escractl certs --dir %s makes admin.pem; or --certs DIR, or --controller http://HOST:PORT for a controller run --insecure)", e.certs, err, e.certs)
+	}
+	return tc, nil
 }

@@ -48,6 +48,10 @@ type Daemon struct {
 	AckDelay time.Duration
 	// NoAck drops SetLimits without acking.
 	NoAck atomic.Bool
+	// Mute stops the heartbeats (a wedged daemon whose socket stays open).
+	Mute atomic.Bool
+	// HeartbeatsIn counts heartbeats the controller echoed.
+	HeartbeatsIn atomic.Uint64
 
 	batcher wire.Batcher
 	bmu     sync.Mutex
@@ -115,7 +119,27 @@ func DialTLS(tcpAddr, hostID string, cores uint32, memBytes uint64, cfg *tls.Con
 		d.batcher.MAC = wire.NewDatagramMAC(key)
 	}
 	go d.readLoop(r)
+	go d.heartbeats()
 	return d, nil
+}
+
+// heartbeats sends one a second, as escrad does, until the session ends.
+func (d *Daemon) heartbeats() {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var seq uint64
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-t.C:
+		}
+		if d.Mute.Load() {
+			continue
+		}
+		seq++
+		d.send(&pb.Envelope{Body: &pb.Envelope_Heartbeat{Heartbeat: &pb.Heartbeat{Seq: seq, SentUnixNs: time.Now().UnixNano()}}})
+	}
 }
 
 // Close ends the session.
@@ -316,6 +340,8 @@ func (d *Daemon) readLoop(r *wire.EnvelopeReader) {
 		case *pb.Envelope_Reclaim:
 			d.Reclaims.Add(1)
 			d.reclaim(env.RequestId, b.Reclaim)
+		case *pb.Envelope_Heartbeat:
+			d.HeartbeatsIn.Add(1)
 		default:
 			d.mu.Lock()
 			ch := d.waiting[env.RequestId]

@@ -95,6 +95,7 @@ func run(args []string, restoreOnly bool) error {
 		tlsServer   = fs.String("tls-server-name", auth.ControllerName, "name the controller's certificate must carry")
 		noGuard     = fs.Bool("no-oom-guard", false, "do not start the OOM guard process (it re-enables the OOM killer of trapped containers if escrad dies)")
 		oomState    = fs.String("oom-state", "", "state file listing every group whose OOM killer escrad disabled, written before arming (default /run/escra/escrad-HOST.oom-armed)")
+		lockDir     = fs.String("lock-dir", defaultLockDir, "directory of the per-engine lock files (one escrad per Docker engine)")
 		insecure    = fs.Bool("insecure", false, "plain TCP and unsigned telemetry to the controller: anyone on the path can forge or read it")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -186,6 +187,15 @@ func run(args []string, restoreOnly bool) error {
 	}
 	if *oomState == "" {
 		*oomState = defaultOOMState(*hostID)
+	}
+	// One escrad per engine: a second one must not even restore (it would
+	// lift the first one's OOM traps), so this comes first.
+	if !restoreOnly {
+		lk, err := lockEngine(*lockDir, engineKey(*dockerHost, *noDocker, *hostID))
+		if err != nil {
+			return err
+		}
+		defer lk.Close()
 	}
 	// Before anything else can fail or arm: groups a previous escrad armed
 	// may have lost their watcher and guard together (docs/security.md).

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/escra-dev/escra/internal/auth"
+)
+
+// authorize lets a request through when its caller's role may make it:
+// viewers read (GET, except profiles), admins do everything, anyone else
+// is refused before the handler runs. Cross-origin browser requests that
+// could change something are refused too: a browser holding an operator's
+// certificate must not be steered by another site (CSRF).
+func (s *Server) authorize(next http.Handler) http.Handler {
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-origin request refused"})
+	}))
+	return cop.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		role := auth.RoleAdmin // plain mode (--insecure): no identities
+		if s.cfg.AdminTLS != nil {
+			role = auth.ClientRole(r.TLS)
+		}
+		need := requiredRole(r)
+		switch {
+		case role == "":
+			s.rl.Warn("admin-anonymous", "admin API call without a client certificate refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "client certificate required (escractl certs makes admin.pem and viewer.pem)"})
+		case role == auth.RoleAdmin, role == auth.RoleViewer && need == auth.RoleViewer:
+			next.ServeHTTP(w, r)
+		default:
+			s.rl.Warn("admin-forbidden", "admin API call refused for the caller's role", "role", role, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": fmt.Sprintf("role %s may not %s %s (needs %s)", role, r.Method, r.URL.Path, need)})
+		}
+	}))
+}
+
+// requiredRole is the least role that may make r.
+func requiredRole(r *http.Request) string {
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !strings.HasPrefix(r.URL.Path, "/debug/") {
+		return auth.RoleViewer
+	}
+	return auth.RoleAdmin
+}
+
+// startMetrics serves /metrics alone on cfg.MetricsAddr, plain, for a
+// Prometheus scraping from loopback.
+func (s *Server) startMetrics() error {
+	if s.cfg.MetricsAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("metrics listen %s: %w", s.cfg.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.metricsHandler())
+	s.metricsLn = ln
+	s.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.metricsSrv.Serve(ln) }()
+	return nil
+}
+
+// MetricsAddr is the plain /metrics address ("" when disabled).
+func (s *Server) MetricsAddr() string {
+	if s.metricsLn == nil {
+		return ""
+	}
+	return s.metricsLn.Addr().String()
+}

@@ -1,0 +1,144 @@
+package server
+
+import (
+	"crypto/tls"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/escra-dev/escra/controller/adminclient"
+	"github.com/escra-dev/escra/controller/internal/simdaemon"
+	"github.com/escra-dev/escra/internal/auth"
+)
+
+// The admin API over HTTPS: anonymous callers and host certificates change
+// nothing, a viewer reads, an admin does everything, a cross-origin browser
+// POST is refused, pprof is off, and an operator certificate is no host's.
+func TestAdminAPIRoles(t *testing.T) {
+	dir := pki(t, "h1")
+	files := auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")}
+	sc, err := auth.ServerConfig(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := auth.AdminServerConfig(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, func(c *Config) { c.TLS, c.AdminTLS, c.MetricsAddr = sc, ac, "127.0.0.1:0" })
+	if err := s.DefineApp(AppSpec{Name: "web", CPUCores: 2, MemoryBytes: 1 << 30, Sigma: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	base := "https://" + s.AdminAddr()
+	// A client that trusts the CA and shows the given certificate ("": none).
+	client := func(name string) *http.Client {
+		tc := &tls.Config{ServerName: auth.ControllerName}
+		if name != "" {
+			tc = clientTLS(t, dir, name)
+		} else {
+			anon := clientTLS(t, dir, "h1")
+			anon.Certificates = nil
+			tc = anon
+		}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	}
+	call := func(c *http.Client, method, path, body string, hdr map[string]string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	put := `{"name":"web","cpu_cores":1,"memory_bytes":1073741824,"sigma":0.5}`
+	cases := []struct {
+		who, method, path, body string
+		want                    int
+	}{
+		{"", "DELETE", "/v1/apps/web", "", 401},
+		{"", "GET", "/v1/apps", "", 401},
+		{"", "GET", "/metrics", "", 401},
+		{"h1", "PUT", "/v1/apps/web", put, 403},
+		{"h1", "DELETE", "/v1/apps/web", "", 403},
+		{"h1", "GET", "/v1/apps", "", 403},
+		{"viewer", "GET", "/v1/apps", "", 200},
+		{"viewer", "GET", "/v1/containers", "", 200},
+		{"viewer", "GET", "/v1/hosts", "", 200},
+		{"viewer", "GET", "/metrics", "", 200},
+		{"viewer", "PUT", "/v1/apps/web", put, 403},
+		{"viewer", "DELETE", "/v1/apps/web", "", 403},
+		{"viewer", "POST", "/v1/stats/reset", "", 403},
+		{"admin", "GET", "/debug/pprof/", "", 404},
+		{"admin", "PUT", "/v1/apps/web", put, 200},
+	}
+	for _, c := range cases {
+		if got := call(client(c.who), c.method, c.path, c.body, nil); got != c.want {
+			t.Errorf("%q %s %s: %d, want %d", c.who, c.method, c.path, got, c.want)
+		}
+	}
+	if a := s.Snapshot().Apps; len(a) != 1 || a[0].CPUCores != 1 {
+		t.Fatalf("apps after the calls: %+v (only the admin's PUT may have changed web)", a)
+	}
+	// A browser on another site posting with the admin's certificate.
+	if got := call(client("admin"), "DELETE", "/v1/apps/web", "", map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}); got != 403 {
+		t.Errorf("cross-origin DELETE: %d, want 403", got)
+	}
+	if got := call(client("admin"), "PUT", "/v1/apps/web", put, map[string]string{"Origin": "https://evil.example"}); got != 403 {
+		t.Errorf("cross-origin PUT (Origin only): %d, want 403", got)
+	}
+	if len(s.Snapshot().Apps) != 1 {
+		t.Fatal("a cross-origin request deleted the app")
+	}
+	// Without a CA-signed certificate there is no TLS session at all for
+	// a client of another CA.
+	other := pki(t, "h1")
+	if code := func() int {
+		c := &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(t, other, "admin")}}
+		resp, err := c.Get(base + "/v1/apps")
+		if err != nil {
+			return -1
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}(); code == 200 {
+		t.Fatal("a foreign CA's admin certificate read the apps")
+	}
+	// The adminclient with admin.pem, and the plain /metrics listener.
+	tc, err := adminclient.OperatorTLS(dir, auth.RoleAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := adminclient.NewTLS(s.AdminAddr(), tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.DeleteApp(t.Context(), "web"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + s.MetricsAddr() + "/metrics")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("plain /metrics listener: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if resp, err := http.Get("http://" + s.MetricsAddr() + "/v1/apps"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatal("the metrics listener serves the admin API")
+		}
+	}
+	// The admin's certificate cannot open a daemon session as host "admin".
+	if d, err := simdaemon.DialTLS(s.TCPAddr(), "admin", 4, 8<<30, clientTLS(t, dir, "admin")); err == nil {
+		d.Close()
+		t.Fatal("an operator certificate opened a daemon session")
+	}
+}
