@@ -14,6 +14,7 @@ type counts struct{ bad map[string]int }
 func (c *counts) Decision(string)       {}
 func (c *counts) BadStat(reason string) { c.bad[reason]++ }
 func (c *counts) ThrottleEvent(string)  {}
+func (c *counts) Lease(string)          {}
 
 // The last check before a decision leaves: a quota under the floor (or
 // under Ω/λ when Ω cannot give everyone the floor) is refused.
