@@ -80,6 +80,9 @@ type Config struct {
 	// OnThrottleRaise, when set, sees every quota raise that answers a
 	// throttle event: the event seen to the raising write returned.
 	OnThrottleRaise func(h uint32, took time.Duration)
+	// OnLeaseRaise, when set, sees every raise from host-local lease
+	// credit: the event seen to the raising write returned (issue 11).
+	OnLeaseRaise func(h uint32, took time.Duration)
 }
 
 // Agent manages one host's labelled containers.
@@ -596,7 +599,11 @@ func (a *Agent) leaseRaise(h uint32) bool {
 		return false
 	}
 	c.us -= amount
-	a.m.leaseRaise.Observe(time.Since(seen).Seconds())
+	took := time.Since(seen)
+	a.m.leaseRaise.Observe(took.Seconds())
+	if a.cfg.OnLeaseRaise != nil {
+		a.cfg.OnLeaseRaise(h, took)
+	}
 	a.m.leaseUses.Inc()
 	// Sent while leaseMu is held (see Agent.credit). A send that fails
 	// means the session is ending: LeasesLost follows.
