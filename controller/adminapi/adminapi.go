@@ -62,6 +62,7 @@ type App struct {
 	CPUCores               float64          `json:"cpu_cores"` // global limit Ω
 	CPUAllocatedCores      float64          `json:"cpu_allocated_cores"`
 	CPUUnallocatedCores    float64          `json:"cpu_unallocated_cores"`
+	CPULeasedCores         float64          `json:"cpu_leased_cores"`
 	MemoryBytes            int64            `json:"memory_bytes"` // global limit
 	MemoryAllocatedBytes   int64            `json:"memory_allocated_bytes"`
 	MemoryUnallocatedBytes int64            `json:"memory_unallocated_bytes"`

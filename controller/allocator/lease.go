@@ -146,6 +146,11 @@ func (a *App) LeaseUse(h HostID, id uint64, k Key, us int64) (Decision, error) {
 	m := a.members[k]
 	switch {
 	case l == nil || l.id != id || us <= 0:
+		if m != nil && k.Host() == h {
+			// The daemon may have written a quota nobody counts: answer
+			// with the one counted so it converges.
+			return a.reassert(m), ErrNoLease
+		}
 		return Decision{}, ErrNoLease
 	case m == nil:
 		return Decision{}, ErrUnknown
@@ -161,7 +166,32 @@ func (a *App) LeaseUse(h HostID, id uint64, k Key, us int64) (Decision, error) {
 	a.leaseTotal -= us
 	m.ThrottleEvents++
 	d := a.decide(m, m.QuotaUs+us, 0, ReasonLease)
+	if d.Gen == 0 { // nothing added (clamped): still answer the use
+		d = a.reassert(m)
+	}
 	return d, err
+}
+
+// reassert is a decision that repeats m's counted quota under a new
+// generation: the answer to a use that added nothing.
+func (a *App) reassert(m *Member) Decision {
+	if m.QuotaUs <= 0 {
+		return Decision{}
+	}
+	m.Gen++
+	return Decision{Key: m.Key, Gen: m.Gen, QuotaUs: m.QuotaUs, Reason: ReasonLease}
+}
+
+// LeaseRevoking reports whether a revoked lease has not come back yet:
+// until it does, a member may sit below the floor and, after a budget
+// cut, Σ quotas + Σ leases may exceed Ω.
+func (a *App) LeaseRevoking() bool {
+	for _, l := range a.leases {
+		if l.revoking {
+			return true
+		}
+	}
+	return false
 }
 
 // LeaseReturn ends lease id of host h: whatever is left goes back to the

@@ -43,6 +43,10 @@ type Params struct {
 	OOMStepBytes int64 `json:"oom_step_bytes" yaml:"oom_step_bytes"`
 	// SafeMarginBytes is δ of the reclaim rule limit → usage + δ (§IV-C).
 	SafeMarginBytes int64 `json:"safe_margin_bytes" yaml:"safe_margin_bytes"`
+	// LeaseFraction is the share of the unallocated CPU lent to hosts as
+	// host-local leases every period (issue 11; 0: no leases). Ours. The
+	// library default is 0; escra-controller --lease-fraction sets 0.5.
+	LeaseFraction float64 `json:"lease_fraction,omitempty" yaml:"lease_fraction,omitempty"`
 }
 
 const MiB = 1 << 20
@@ -94,6 +98,8 @@ func (p Params) Validate() error {
 		return errors.New("oom step: want at least one page")
 	case p.SafeMarginBytes < 0:
 		return errors.New("safe margin: want >= 0")
+	case !(p.LeaseFraction >= 0) || p.LeaseFraction > 1:
+		return fmt.Errorf("lease fraction %v: want 0..1", p.LeaseFraction)
 	}
 	return nil
 }

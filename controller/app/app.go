@@ -27,6 +27,8 @@ type Host interface {
 	Wake()
 	Reclaim(handles []uint32, marginBytes uint64, cb func(*pb.ReclaimResult, error))
 	Verdict(requestID uint64, v *pb.OomVerdict, received time.Time)
+	// Lease sends a CpuLease grant or revoke (issue 11, host-local leases).
+	Lease(l *pb.CpuLease)
 }
 
 // MemberInfo identifies a member to the shard.
@@ -62,6 +64,8 @@ type Counters interface {
 	// ThrottleEvent counts a throttle event by result: raised, nochange
 	// or stale.
 	ThrottleEvent(result string)
+	// Lease counts a lease event: grant, revoke, use, return.
+	Lease(event string)
 }
 
 // Shard is one app: its goroutine runs TCP-side events; telemetry is
@@ -83,6 +87,9 @@ type Shard struct {
 	hub        *events.Hub
 	cnt        Counters
 	periodUs   uint32
+	// Sessions of the hosts that hold (or may be granted) a lease; kept
+	// until the session ends, so a revoke reaches a host whose members left.
+	hosts map[allocator.HostID]Host
 }
 
 // New starts an app's goroutine. auto marks an app created for a
@@ -95,12 +102,23 @@ func New(name string, b allocator.Budget, p allocator.Params, pol allocator.Poli
 	}
 	s := &Shard{Name: name, in: make(chan func(), 256),
 		done: make(chan struct{}), a: a, auto: auto, members: map[allocator.Key]*member{},
-		log: log.With("app", name), hub: hub, cnt: cnt, periodUs: uint32(p.PeriodUs())}
+		log: log.With("app", name), hub: hub, cnt: cnt, periodUs: uint32(p.PeriodUs()),
+		hosts: map[allocator.HostID]Host{}}
 	go s.run()
 	return s, nil
 }
 
 func (s *Shard) run() {
+	// Leases are rebalanced on a ticker at the allocator period rather
+	// than on telemetry: an idle app (no datagrams) still lends its pool,
+	// and a period's stats arrive spread over the period from many hosts,
+	// so "the first stat of a period" is no cleaner a moment.
+	var tick <-chan time.Time
+	if s.a.P.LeaseFraction > 0 {
+		t := time.NewTicker(s.a.P.Period)
+		defer t.Stop()
+		tick = t.C
+	}
 	for {
 		select {
 		case <-s.done:
@@ -109,6 +127,30 @@ func (s *Shard) run() {
 			s.mu.Lock()
 			f()
 			s.mu.Unlock()
+		case <-tick:
+			s.mu.Lock()
+			if len(s.members) > 0 || s.a.LeasedUs() > 0 {
+				s.sendLeases(s.a.RebalanceLeases(s.a.P.LeaseFraction))
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// sendLeases sends lease commands to their hosts, with the revocations
+// joins, leaves and budget changes queued.
+func (s *Shard) sendLeases(cmds []allocator.LeaseCmd) {
+	cmds = append(cmds, s.a.TakeLeaseCmds()...)
+	for _, c := range cmds {
+		h := s.hosts[c.Host]
+		if h == nil {
+			continue // session gone: LeaseDrop forgets the lease
+		}
+		h.Lease(&pb.CpuLease{App: s.Name, LeaseId: c.ID, AddUs: c.AddUs, Revoke: c.Revoke})
+		if c.Revoke {
+			s.cnt.Lease("revoke")
+		} else {
+			s.cnt.Lease("grant")
 		}
 	}
 }
@@ -236,15 +278,25 @@ func (s *Shard) send(d allocator.Decision, recvNs int64, onApplied func(error), 
 }
 
 // checkInvariants is the last check before a decision is sent: the app's
-// quotas sum to at most Ω, a memory raise never takes the app's limits
-// past its memory budget, and no quota is below the floor (lowered to Ω/λ
-// when Ω cannot give every member the floor, as the allocator does).
+// quotas and outstanding leases sum to at most Ω, a memory raise never
+// takes the app's limits past its memory budget, and no quota is below the
+// floor (lowered to Ω/λ when Ω cannot give every member the floor, as the
+// allocator does). While a revoked lease has not come back (issue 11,
+// host-local leases) two things are legitimate and allowed, nothing else:
+// a quota below the floor (a newcomer waits for the pool), and Σ quotas +
+// Σ leases over a cut Ω (Σ quotas alone must still fit).
 func (s *Shard) checkInvariants(d allocator.Decision) error {
 	if d.QuotaUs == 0 && d.MemLimit == 0 {
 		return nil
 	}
-	if alloc, omega := s.a.CPUAllocatedUs(), s.a.OmegaUs(); d.QuotaUs != 0 && alloc > omega {
-		return fmt.Errorf("sum of quotas %d µs over Ω %d µs", alloc, omega)
+	revoking := s.a.LeaseRevoking()
+	if alloc, leased, omega := s.a.CPUAllocatedUs(), s.a.LeasedUs(), s.a.OmegaUs(); d.QuotaUs != 0 {
+		if alloc > omega {
+			return fmt.Errorf("sum of quotas %d µs over Ω %d µs", alloc, omega)
+		}
+		if alloc+leased > omega && !revoking {
+			return fmt.Errorf("sum of quotas %d µs + leases %d µs over Ω %d µs", alloc, leased, omega)
+		}
 	}
 	if d.MemLimit > 0 {
 		if alloc, budget := s.a.MemAllocated(), s.a.Budget().MemoryBytes; alloc > budget {
@@ -255,7 +307,7 @@ func (s *Shard) checkInvariants(d allocator.Decision) error {
 	if n := int64(s.a.Len()); n > 0 {
 		floor = min(floor, s.a.OmegaUs()/n)
 	}
-	if d.QuotaUs > 0 && d.QuotaUs < max(floor, 1) {
+	if d.QuotaUs > 0 && d.QuotaUs < max(floor, 1) && !revoking {
 		return fmt.Errorf("quota %d µs below the floor %d µs", d.QuotaUs, floor)
 	}
 	return nil
@@ -265,6 +317,52 @@ func (s *Shard) applyAll(ds []allocator.Decision) {
 	for _, d := range ds {
 		s.apply(d, 0, nil)
 	}
+	if s.a.P.LeaseFraction > 0 || s.a.LeasedUs() > 0 {
+		s.sendLeases(nil) // revocations the change queued
+	}
+}
+
+// LeaseUse handles a daemon's CpuLeaseUse: host h raised member k's
+// quota by us from lease id. The answer is an ordinary update with the
+// quota the controller now counts (reason "lease"), so both views meet.
+// bad counts a dropped or clamped use.
+func (s *Shard) LeaseUse(h allocator.HostID, id uint64, k allocator.Key, us int64, bad func(reason string, err error)) {
+	s.do(func() {
+		d, err := s.a.LeaseUse(h, id, k, us)
+		switch err {
+		case nil:
+			s.cnt.Lease("use")
+		case allocator.ErrLeaseOver:
+			bad("lease_over", fmt.Errorf("app %s: lease %d use of %d µs beyond the lease", s.Name, id, us))
+		default:
+			bad("lease_unknown", fmt.Errorf("app %s: lease %d use: %w", s.Name, id, err))
+		}
+		if d.Gen != 0 {
+			s.apply(d, 0, nil)
+		}
+	})
+}
+
+// LeaseReturn handles a daemon's CpuLeaseReturn (the answer to a revoke).
+func (s *Shard) LeaseReturn(h allocator.HostID, id uint64, bad func(reason string, err error)) {
+	s.do(func() {
+		ds, err := s.a.LeaseReturn(h, id)
+		if err != nil {
+			bad("lease_unknown", fmt.Errorf("app %s: return of lease %d: %w", s.Name, id, err))
+			return
+		}
+		s.cnt.Lease("return")
+		s.applyAll(ds)
+	})
+}
+
+// HostClosed forgets host h's lease and session (it ended; its members
+// leave through Leave).
+func (s *Shard) HostClosed(h allocator.HostID) {
+	s.do(func() {
+		delete(s.hosts, h)
+		s.applyAll(s.a.LeaseDrop(h))
+	})
 }
 
 // Join adds a member and bootstraps it (eq. (2)).
@@ -289,6 +387,7 @@ func (s *Shard) Join(mi MemberInfo) error {
 			return
 		}
 		s.members[mi.Key] = &member{MemberInfo: mi}
+		s.hosts[mi.Key.Host()] = mi.Host
 		s.applyAll(ds)
 		s.publish(mi, "join", "")
 	})
@@ -511,6 +610,7 @@ type State struct {
 	Params                   allocator.Params
 	Policy                   string
 	OmegaUs, CPUAllocatedUs  int64
+	CPULeasedUs              int64 // Σ outstanding host-local leases
 	MemAllocated, MemUnalloc int64
 	Members                  []MemberState
 	PendingOOMs, Reclaiming  int
@@ -521,7 +621,7 @@ func (s *Shard) Snapshot() State {
 	var st State
 	s.call(func() {
 		st = State{Name: s.Name, Auto: s.auto, Budget: s.a.Budget(), Params: s.a.P, Policy: s.a.Policy.Name(),
-			OmegaUs: s.a.OmegaUs(), CPUAllocatedUs: s.a.CPUAllocatedUs(), MemAllocated: s.a.MemAllocated(),
+			OmegaUs: s.a.OmegaUs(), CPUAllocatedUs: s.a.CPUAllocatedUs(), CPULeasedUs: s.a.LeasedUs(), MemAllocated: s.a.MemAllocated(),
 			MemUnalloc: s.a.MemUnallocated(), PendingOOMs: len(s.oomQueue), Reclaiming: s.reclaiming}
 		for _, m := range s.a.Members() {
 			mi := s.members[m.Key]

@@ -26,6 +26,7 @@ type metrics struct {
 	reg             *prometheus.Registry
 	decisions       *prometheus.CounterVec
 	throttleEvents  *prometheus.CounterVec
+	leases          *prometheus.CounterVec
 	badInput        *prometheus.CounterVec
 	decisionLatency prometheus.Histogram
 	verdictLatency  prometheus.Histogram
@@ -43,6 +44,8 @@ func newMetrics(s *Server) *metrics {
 		Help: "Allocator decisions carried out, by reason (throttled, unused, bootstrap, oom-granted, ...)."}, []string{"reason"})
 	m.throttleEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_throttle_events_total",
 		Help: "Throttle events (a container ran out of quota mid-period), by result: raised, nochange, stale."}, []string{"result"})
+	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_lease_events_total",
+		Help: "Host-local CPU lease messages (issue 11), by event: grant, revoke (sent), use, return (received)."}, []string{"event"})
 	m.badInput = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_bad_input_total",
 		Help: "Dropped input (telemetry and session messages), by reason."}, []string{"reason"})
 	m.decisionLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escra_decision_latency_seconds",
@@ -53,7 +56,7 @@ func newMetrics(s *Server) *metrics {
 	for _, r := range []string{app.ThrottleRaised, app.ThrottleNoChange, app.ThrottleStale} {
 		m.throttleEvents.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.decisions, m.throttleEvents, m.badInput, m.decisionLatency, m.verdictLatency, m,
+	m.reg.MustRegister(m.decisions, m.throttleEvents, m.leases, m.badInput, m.decisionLatency, m.verdictLatency, m,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_datagrams_total", Help: "Telemetry datagrams received."},
 			func() float64 { return float64(s.udp.C.Datagrams.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_stats_total", Help: "CPU statistics received."},
@@ -77,6 +80,9 @@ func (m *metrics) Decision(kind string) {
 
 // ThrottleEvent implements app.Counters.
 func (m *metrics) ThrottleEvent(result string) { m.throttleEvents.WithLabelValues(result).Inc() }
+
+// Lease implements app.Counters.
+func (m *metrics) Lease(event string) { m.leases.WithLabelValues(event).Inc() }
 
 // BadStat implements app.Counters.
 func (m *metrics) BadStat(reason string) { m.bad(reason, 1) }
@@ -106,6 +112,7 @@ func (m *metrics) drops() map[string]uint64 {
 var (
 	dAppCPU      = prometheus.NewDesc("escra_app_cpu_limit_cores", "Global CPU limit Ω.", []string{"app"}, nil)
 	dAppCPUAlloc = prometheus.NewDesc("escra_app_cpu_allocated_cores", "Σ member quotas.", []string{"app"}, nil)
+	dAppCPULease = prometheus.NewDesc("escra_app_cpu_leased_cores", "Σ host-local CPU leases outstanding (counted as allocated).", []string{"app"}, nil)
 	dAppMem      = prometheus.NewDesc("escra_app_memory_limit_bytes", "Global memory limit.", []string{"app"}, nil)
 	dAppMemAlloc = prometheus.NewDesc("escra_app_memory_allocated_bytes", "Σ member memory limits.", []string{"app"}, nil)
 	dAppMembers  = prometheus.NewDesc("escra_app_members", "Members of the app.", []string{"app"}, nil)
@@ -122,7 +129,7 @@ var (
 )
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dAppCPU, dAppCPUAlloc, dAppMem, dAppMemAlloc, dAppMembers,
+	for _, d := range []*prometheus.Desc{dAppCPU, dAppCPUAlloc, dAppCPULease, dAppMem, dAppMemAlloc, dAppMembers,
 		dCQuota, dCUsage, dCMem, dCMemUse, dCThr, dCThrEv, dCOOM, dCGrant, dCDeny} {
 		ch <- d
 	}
@@ -134,6 +141,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	for _, a := range st.Apps {
 		ch <- prometheus.MustNewConstMetric(dAppCPU, g, a.CPUCores, a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppCPUAlloc, g, a.CPUAllocatedCores, a.Name)
+		ch <- prometheus.MustNewConstMetric(dAppCPULease, g, a.CPULeasedCores, a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMem, g, float64(a.MemoryBytes), a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMemAlloc, g, float64(a.MemoryAllocatedBytes), a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMembers, g, float64(a.Members), a.Name)

@@ -553,6 +553,38 @@ func (s *Server) OOM(ss *session.Session, id uint64, o *pb.OomRequest, recv time
 	r.shard.OOM(r.key, id, o, recv)
 }
 
+// LeaseUse implements session.LeaseHandler (issue 11, host-local leases):
+// the daemon raised a container's quota from its lease. A use naming an
+// app, lease or container this session does not have is dropped and
+// counted.
+func (s *Server) LeaseUse(ss *session.Session, u *pb.CpuLeaseUse) {
+	h := s.host(ss.ID)
+	var r *ref
+	if h != nil {
+		h.mu.RLock()
+		r = h.cont[u.GetHandle()]
+		h.mu.RUnlock()
+	}
+	if r == nil || r.app != u.GetApp() {
+		s.BadInput(ss, "lease_unknown", fmt.Errorf("lease use for unknown container %d of app %q", u.GetHandle(), u.GetApp()))
+		return
+	}
+	bad := func(reason string, err error) { s.BadInput(ss, reason, err) }
+	r.shard.LeaseUse(allocator.HostID(ss.ID), u.GetLeaseId(), r.key, u.GetAmountUs(), bad)
+}
+
+// LeaseReturn implements session.LeaseHandler: the answer to a revoke.
+func (s *Server) LeaseReturn(ss *session.Session, lr *pb.CpuLeaseReturn) {
+	s.mu.RLock()
+	a := s.apps[lr.GetApp()]
+	s.mu.RUnlock()
+	if a == nil || s.host(ss.ID) == nil {
+		s.BadInput(ss, "lease_unknown", fmt.Errorf("lease return for unknown app %q", lr.GetApp()))
+		return
+	}
+	a.LeaseReturn(allocator.HostID(ss.ID), lr.GetLeaseId(), func(reason string, err error) { s.BadInput(ss, reason, err) })
+}
+
 // BadInput counts and logs (rate-limited) a dropped message.
 func (s *Server) BadInput(ss *session.Session, reason string, err error) {
 	s.met.bad(reason, 1)
@@ -572,6 +604,10 @@ func (s *Server) Closed(ss *session.Session) {
 	h.mu.Unlock()
 	for _, r := range refs {
 		r.shard.Leave(r.key, "daemon session closed")
+	}
+	// The daemon dropped its lease credit with the session (issue 11).
+	for _, a := range s.shards() {
+		a.HostClosed(allocator.HostID(ss.ID))
 	}
 	s.log.Info("daemon disconnected", "host", h.hello.GetHostId(), "session", ss.ID, "containers", len(refs))
 }

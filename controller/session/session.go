@@ -35,6 +35,13 @@ type Handler interface {
 	Closed(s *Session)
 }
 
+// LeaseHandler is implemented by a Handler that takes host-local lease
+// messages (issue 11); others count them as unexpected.
+type LeaseHandler interface {
+	LeaseUse(s *Session, u *pb.CpuLeaseUse)
+	LeaseReturn(s *Session, r *pb.CpuLeaseReturn)
+}
+
 // Observer is told when a decision leaves the controller.
 type Observer interface {
 	// DecisionSent: telemetry datagram received → set-limits written.
@@ -230,6 +237,18 @@ func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
 			s.replied(env.RequestId, env)
 		case *pb.Envelope_Error:
 			s.failed(env.RequestId, fmt.Errorf("daemon: %s", b.Error.GetMessage()))
+		case *pb.Envelope_CpuLeaseUse:
+			if lh, ok := h.(LeaseHandler); ok {
+				lh.LeaseUse(s, b.CpuLeaseUse)
+			} else {
+				h.BadInput(s, "unexpected", fmt.Errorf("unexpected %T from daemon", env.Body))
+			}
+		case *pb.Envelope_CpuLeaseReturn:
+			if lh, ok := h.(LeaseHandler); ok {
+				lh.LeaseReturn(s, b.CpuLeaseReturn)
+			} else {
+				h.BadInput(s, "unexpected", fmt.Errorf("unexpected %T from daemon", env.Body))
+			}
 		default:
 			h.BadInput(s, "unexpected", fmt.Errorf("unexpected %T from daemon", env.Body))
 		}
@@ -334,6 +353,12 @@ func (s *Session) Call(env *pb.Envelope, timeout time.Duration, cb func(*pb.Enve
 // Verdict answers an OOM request.
 func (s *Session) Verdict(requestID uint64, v *pb.OomVerdict, received time.Time) {
 	s.sendEnv(&pb.Envelope{RequestId: requestID, Body: &pb.Envelope_OomVerdict{OomVerdict: v}}, received)
+}
+
+// Lease sends a CpuLease grant or revoke. It goes out after the limit
+// updates queued with it (one writer round), never before.
+func (s *Session) Lease(l *pb.CpuLease) {
+	s.sendEnv(&pb.Envelope{Body: &pb.Envelope_CpuLease{CpuLease: l}}, time.Time{})
 }
 
 func (s *Session) sendEnv(env *pb.Envelope, received time.Time) {

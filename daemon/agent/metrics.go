@@ -11,6 +11,8 @@ type metrics struct {
 	records      prometheus.Counter
 	thrEvents    prometheus.Counter
 	thrRaise     prometheus.Histogram
+	leaseRaise   prometheus.Histogram
+	leaseUses    prometheus.Counter
 	reclaimed    prometheus.Counter
 }
 
@@ -25,9 +27,11 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		records:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_telemetry_records_total", Help: "Per-period CPU records produced."}),
 		thrEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_throttle_events_total", Help: "Throttle events sent (nr_throttled rose between period samples)."}),
 		thrRaise:     prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_throttle_raise_seconds", Help: "Throttle event seen to the write that raised the quota above the one throttled.", Buckets: us}),
+		leaseRaise:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_lease_raise_seconds", Help: "Throttle event seen to the quota raised from host-local lease credit (issue 11).", Buckets: us}),
+		leaseUses:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_lease_uses_total", Help: "Throttle events answered from host-local lease credit (not forwarded)."}),
 		reclaimed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (seed 000 §IV-C)."}),
 	}
-	r.MustRegister(m.applyLatency, m.applyErrors, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.thrEvents, m.thrRaise, m.reclaimed,
+	r.MustRegister(m.applyLatency, m.applyErrors, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_containers_managed", Help: "Managed containers."}, func() float64 {
 			a.mu.Lock()
 			defer a.mu.Unlock()

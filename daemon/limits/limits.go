@@ -209,6 +209,34 @@ func (a *Applier) RaiseMemory(h uint32, limit int64) (int64, error) {
 	return now, err
 }
 
+// RaiseCPU raises h's CPU quota on the daemon's own authority (issue 11,
+// host-local leases): raise gets the current quota and period and returns
+// the quota to write (<= the current one: nothing is written). The write
+// bumps no generation: the controller answers it with a newer one. It
+// returns the quota in place afterwards.
+func (a *Applier) RaiseCPU(h uint32, raise func(quotaUs int64, periodUs uint32) int64) (int64, error) {
+	e := a.Get(h)
+	if e == nil {
+		return 0, ErrUnknown
+	}
+	e.mu.Lock()
+	var err error
+	cur := e.cur.CPUQuotaUs
+	if q := raise(cur, e.cur.CPUPeriodUs); cur != cgroups.Max && q > cur {
+		err = e.write(q, 0, 0, "")
+	}
+	now := e.cur.CPUQuotaUs
+	docker := e.Docker
+	e.mu.Unlock()
+	if err == nil && now != cur {
+		a.Writes.Add(1)
+		if docker && a.Reconcile != nil {
+			a.Reconcile.Mark(h)
+		}
+	}
+	return now, err
+}
+
 // write applies non-zero fields; e.mu is held. The v1 kernel requires
 // memory.limit <= memory.memsw.limit at every instant, so memsw is written
 // first when raising and last when lowering; the swap allowance

@@ -45,6 +45,15 @@ type Deployer interface {
 	RemoveContainers(ctx context.Context, m *escrapb.RemoveContainers) (*escrapb.RemoveContainersResult, error)
 }
 
+// LeaseHandler is implemented by a Handler that holds host-local CPU
+// lease credit (issue 11). Lease runs on the reader goroutine and returns
+// the answer to a revoke (nil: none); LeasesLost is called when the
+// session ends, before another can start: the controller drops its side.
+type LeaseHandler interface {
+	Lease(m *escrapb.CpuLease) *escrapb.CpuLeaseReturn
+	LeasesLost()
+}
+
 // Config of a link.
 type Config struct {
 	Addr      string // controller TCP address
@@ -244,6 +253,12 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 			if cb != nil {
 				cb(b.OomVerdict)
 			}
+		case *escrapb.Envelope_CpuLease:
+			if lh, ok := c.h.(LeaseHandler); ok {
+				if ret := lh.Lease(b.CpuLease); ret != nil {
+					err = c.send(0, &escrapb.Envelope_CpuLeaseReturn{CpuLeaseReturn: ret})
+				}
+			}
 		case *escrapb.Envelope_Error:
 			c.cfg.Log.Warn("controller error", "request", env.RequestId, "msg", b.Error.Message)
 		case *escrapb.Envelope_Heartbeat:
@@ -316,6 +331,9 @@ func (c *Client) drop() {
 	p := c.pending
 	c.pending = map[uint64]func(*escrapb.OomVerdict){}
 	c.mu.Unlock()
+	if lh, ok := c.h.(LeaseHandler); ok {
+		lh.LeasesLost()
+	}
 	for _, cb := range p {
 		cb(nil)
 	}
@@ -374,6 +392,10 @@ func (c *Client) sendLocked(reqID uint64, b any) error {
 		c.out.Body = v
 	case *escrapb.Envelope_Error:
 		c.out.Body = v
+	case *escrapb.Envelope_CpuLeaseUse:
+		c.out.Body = v
+	case *escrapb.Envelope_CpuLeaseReturn:
+		c.out.Body = v
 	default:
 		return fmt.Errorf("link: cannot send %T", b)
 	}
@@ -384,6 +406,13 @@ func (c *Client) sendLocked(reqID uint64, b any) error {
 		c.conn.Close() // the reader sees the error and reconnects
 	}
 	return err
+}
+
+// LeaseUse reports a quota raise from lease credit. It is sent at once,
+// on the caller's goroutine, so it precedes on the wire any return the
+// caller's lock orders after it (docs/protocol.md).
+func (c *Client) LeaseUse(u *escrapb.CpuLeaseUse) error {
+	return c.send(0, &escrapb.Envelope_CpuLeaseUse{CpuLeaseUse: u})
 }
 
 // Register announces a container (dropped when down: sent again on connect).

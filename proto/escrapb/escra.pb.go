@@ -1521,6 +1521,223 @@ func (x *RemoveContainersResult) GetRemoved() []string {
 	return nil
 }
 
+// CpuLease (controller → daemon) lends the host a slice of app's
+// unallocated CPU runtime (issue 11, host-local leases). With add_us > 0
+// it is a grant: it adds to the credit of lease lease_id (a new id
+// replaces any older credit of that app). With revoke set it asks for
+// lease lease_id back; the daemon answers CpuLeaseReturn.
+type CpuLease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	LeaseId       uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	AddUs         int64                  `protobuf:"varint,3,opt,name=add_us,json=addUs,proto3" json:"add_us,omitempty"`
+	Revoke        bool                   `protobuf:"varint,4,opt,name=revoke,proto3" json:"revoke,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CpuLease) Reset() {
+	*x = CpuLease{}
+	mi := &file_escra_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CpuLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CpuLease) ProtoMessage() {}
+
+func (x *CpuLease) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CpuLease.ProtoReflect.Descriptor instead.
+func (*CpuLease) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CpuLease) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *CpuLease) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *CpuLease) GetAddUs() int64 {
+	if x != nil {
+		return x.AddUs
+	}
+	return 0
+}
+
+func (x *CpuLease) GetRevoke() bool {
+	if x != nil {
+		return x.Revoke
+	}
+	return false
+}
+
+// CpuLeaseUse (daemon → controller): the daemon raised handle's quota by
+// amount_us from its credit of lease lease_id, on a throttle event,
+// without waiting for the controller; quota_us is the quota it wrote. The
+// controller answers with a SetLimits update (reason "lease") carrying the
+// quota it now counts, with a new generation.
+type CpuLeaseUse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	LeaseId       uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	Handle        uint32                 `protobuf:"varint,3,opt,name=handle,proto3" json:"handle,omitempty"`
+	AmountUs      int64                  `protobuf:"varint,4,opt,name=amount_us,json=amountUs,proto3" json:"amount_us,omitempty"`
+	QuotaUs       int64                  `protobuf:"varint,5,opt,name=quota_us,json=quotaUs,proto3" json:"quota_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CpuLeaseUse) Reset() {
+	*x = CpuLeaseUse{}
+	mi := &file_escra_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CpuLeaseUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CpuLeaseUse) ProtoMessage() {}
+
+func (x *CpuLeaseUse) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CpuLeaseUse.ProtoReflect.Descriptor instead.
+func (*CpuLeaseUse) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CpuLeaseUse) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *CpuLeaseUse) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *CpuLeaseUse) GetHandle() uint32 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+func (x *CpuLeaseUse) GetAmountUs() int64 {
+	if x != nil {
+		return x.AmountUs
+	}
+	return 0
+}
+
+func (x *CpuLeaseUse) GetQuotaUs() int64 {
+	if x != nil {
+		return x.QuotaUs
+	}
+	return 0
+}
+
+// CpuLeaseReturn (daemon → controller) answers a revoke: the daemon's
+// credit for the lease is now 0; remaining_us is what was left of it (0
+// for a lease it no longer holds).
+type CpuLeaseReturn struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	LeaseId       uint64                 `protobuf:"varint,2,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
+	RemainingUs   int64                  `protobuf:"varint,3,opt,name=remaining_us,json=remainingUs,proto3" json:"remaining_us,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CpuLeaseReturn) Reset() {
+	*x = CpuLeaseReturn{}
+	mi := &file_escra_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CpuLeaseReturn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CpuLeaseReturn) ProtoMessage() {}
+
+func (x *CpuLeaseReturn) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CpuLeaseReturn.ProtoReflect.Descriptor instead.
+func (*CpuLeaseReturn) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CpuLeaseReturn) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *CpuLeaseReturn) GetLeaseId() uint64 {
+	if x != nil {
+		return x.LeaseId
+	}
+	return 0
+}
+
+func (x *CpuLeaseReturn) GetRemainingUs() int64 {
+	if x != nil {
+		return x.RemainingUs
+	}
+	return 0
+}
+
 // Envelope is one framed message on the TCP channel. Requests carry a
 // request_id unique per sender and connection; the reply carries the same id.
 type Envelope struct {
@@ -1545,6 +1762,9 @@ type Envelope struct {
 	//	*Envelope_CreateContainerResult
 	//	*Envelope_RemoveContainers
 	//	*Envelope_RemoveContainersResult
+	//	*Envelope_CpuLease
+	//	*Envelope_CpuLeaseUse
+	//	*Envelope_CpuLeaseReturn
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1552,7 +1772,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_escra_proto_msgTypes[21]
+	mi := &file_escra_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1784,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[21]
+	mi := &file_escra_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1797,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_escra_proto_rawDescGZIP(), []int{21}
+	return file_escra_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Envelope) GetRequestId() uint64 {
@@ -1747,6 +1967,33 @@ func (x *Envelope) GetRemoveContainersResult() *RemoveContainersResult {
 	return nil
 }
 
+func (x *Envelope) GetCpuLease() *CpuLease {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_CpuLease); ok {
+			return x.CpuLease
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCpuLeaseUse() *CpuLeaseUse {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_CpuLeaseUse); ok {
+			return x.CpuLeaseUse
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCpuLeaseReturn() *CpuLeaseReturn {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_CpuLeaseReturn); ok {
+			return x.CpuLeaseReturn
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -1819,6 +2066,18 @@ type Envelope_RemoveContainersResult struct {
 	RemoveContainersResult *RemoveContainersResult `protobuf:"bytes,26,opt,name=remove_containers_result,json=removeContainersResult,proto3,oneof"`
 }
 
+type Envelope_CpuLease struct {
+	CpuLease *CpuLease `protobuf:"bytes,27,opt,name=cpu_lease,json=cpuLease,proto3,oneof"`
+}
+
+type Envelope_CpuLeaseUse struct {
+	CpuLeaseUse *CpuLeaseUse `protobuf:"bytes,28,opt,name=cpu_lease_use,json=cpuLeaseUse,proto3,oneof"`
+}
+
+type Envelope_CpuLeaseReturn struct {
+	CpuLeaseReturn *CpuLeaseReturn `protobuf:"bytes,29,opt,name=cpu_lease_return,json=cpuLeaseReturn,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -1853,6 +2112,12 @@ func (*Envelope_RemoveContainers) isEnvelope_Body() {}
 
 func (*Envelope_RemoveContainersResult) isEnvelope_Body() {}
 
+func (*Envelope_CpuLease) isEnvelope_Body() {}
+
+func (*Envelope_CpuLeaseUse) isEnvelope_Body() {}
+
+func (*Envelope_CpuLeaseReturn) isEnvelope_Body() {}
+
 type MemoryUsage_Sample struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Handle        uint32                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
@@ -1865,7 +2130,7 @@ type MemoryUsage_Sample struct {
 
 func (x *MemoryUsage_Sample) Reset() {
 	*x = MemoryUsage_Sample{}
-	mi := &file_escra_proto_msgTypes[22]
+	mi := &file_escra_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1877,7 +2142,7 @@ func (x *MemoryUsage_Sample) String() string {
 func (*MemoryUsage_Sample) ProtoMessage() {}
 
 func (x *MemoryUsage_Sample) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[22]
+	mi := &file_escra_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2200,7 @@ type SetLimitsAck_Applied struct {
 
 func (x *SetLimitsAck_Applied) Reset() {
 	*x = SetLimitsAck_Applied{}
-	mi := &file_escra_proto_msgTypes[23]
+	mi := &file_escra_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2212,7 @@ func (x *SetLimitsAck_Applied) String() string {
 func (*SetLimitsAck_Applied) ProtoMessage() {}
 
 func (x *SetLimitsAck_Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[23]
+	mi := &file_escra_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2276,7 @@ type ReclaimResult_Reclaimed struct {
 
 func (x *ReclaimResult_Reclaimed) Reset() {
 	*x = ReclaimResult_Reclaimed{}
-	mi := &file_escra_proto_msgTypes[24]
+	mi := &file_escra_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2288,7 @@ func (x *ReclaimResult_Reclaimed) String() string {
 func (*ReclaimResult_Reclaimed) ProtoMessage() {}
 
 func (x *ReclaimResult_Reclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[24]
+	mi := &file_escra_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2210,7 +2475,23 @@ const file_escra_proto_rawDesc = "" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12#\n" +
 	"\rcontainer_ids\x18\x02 \x03(\tR\fcontainerIds\"2\n" +
 	"\x16RemoveContainersResult\x12\x18\n" +
-	"\aremoved\x18\x01 \x03(\tR\aremoved\"\xd3\b\n" +
+	"\aremoved\x18\x01 \x03(\tR\aremoved\"f\n" +
+	"\bCpuLease\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12\x15\n" +
+	"\x06add_us\x18\x03 \x01(\x03R\x05addUs\x12\x16\n" +
+	"\x06revoke\x18\x04 \x01(\bR\x06revoke\"\x8a\x01\n" +
+	"\vCpuLeaseUse\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12\x16\n" +
+	"\x06handle\x18\x03 \x01(\rR\x06handle\x12\x1b\n" +
+	"\tamount_us\x18\x04 \x01(\x03R\bamountUs\x12\x19\n" +
+	"\bquota_us\x18\x05 \x01(\x03R\aquotaUs\"`\n" +
+	"\x0eCpuLeaseReturn\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x19\n" +
+	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12!\n" +
+	"\fremaining_us\x18\x03 \x01(\x03R\vremainingUs\"\x89\n" +
+	"\n" +
 	"\bEnvelope\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12+\n" +
@@ -2236,7 +2517,10 @@ const file_escra_proto_rawDesc = "" +
 	"\x10create_container\x18\x17 \x01(\v2\x19.escra.v1.CreateContainerH\x00R\x0fcreateContainer\x12Y\n" +
 	"\x17create_container_result\x18\x18 \x01(\v2\x1f.escra.v1.CreateContainerResultH\x00R\x15createContainerResult\x12I\n" +
 	"\x11remove_containers\x18\x19 \x01(\v2\x1a.escra.v1.RemoveContainersH\x00R\x10removeContainers\x12\\\n" +
-	"\x18remove_containers_result\x18\x1a \x01(\v2 .escra.v1.RemoveContainersResultH\x00R\x16removeContainersResultB\x06\n" +
+	"\x18remove_containers_result\x18\x1a \x01(\v2 .escra.v1.RemoveContainersResultH\x00R\x16removeContainersResult\x121\n" +
+	"\tcpu_lease\x18\x1b \x01(\v2\x12.escra.v1.CpuLeaseH\x00R\bcpuLease\x12;\n" +
+	"\rcpu_lease_use\x18\x1c \x01(\v2\x15.escra.v1.CpuLeaseUseH\x00R\vcpuLeaseUse\x12D\n" +
+	"\x10cpu_lease_return\x18\x1d \x01(\v2\x18.escra.v1.CpuLeaseReturnH\x00R\x0ecpuLeaseReturnB\x06\n" +
 	"\x04body*L\n" +
 	"\aBackend\x12\x17\n" +
 	"\x13BACKEND_UNSPECIFIED\x10\x00\x12\x14\n" +
@@ -2260,7 +2544,7 @@ func file_escra_proto_rawDescGZIP() []byte {
 }
 
 var file_escra_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_escra_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_escra_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_escra_proto_goTypes = []any{
 	(Backend)(0),                    // 0: escra.v1.Backend
 	(CgroupVersion)(0),              // 1: escra.v1.CgroupVersion
@@ -2285,21 +2569,24 @@ var file_escra_proto_goTypes = []any{
 	(*CreateContainerResult)(nil),   // 20: escra.v1.CreateContainerResult
 	(*RemoveContainers)(nil),        // 21: escra.v1.RemoveContainers
 	(*RemoveContainersResult)(nil),  // 22: escra.v1.RemoveContainersResult
-	(*Envelope)(nil),                // 23: escra.v1.Envelope
-	(*MemoryUsage_Sample)(nil),      // 24: escra.v1.MemoryUsage.Sample
-	(*SetLimitsAck_Applied)(nil),    // 25: escra.v1.SetLimitsAck.Applied
-	(*ReclaimResult_Reclaimed)(nil), // 26: escra.v1.ReclaimResult.Reclaimed
+	(*CpuLease)(nil),                // 23: escra.v1.CpuLease
+	(*CpuLeaseUse)(nil),             // 24: escra.v1.CpuLeaseUse
+	(*CpuLeaseReturn)(nil),          // 25: escra.v1.CpuLeaseReturn
+	(*Envelope)(nil),                // 26: escra.v1.Envelope
+	(*MemoryUsage_Sample)(nil),      // 27: escra.v1.MemoryUsage.Sample
+	(*SetLimitsAck_Applied)(nil),    // 28: escra.v1.SetLimitsAck.Applied
+	(*ReclaimResult_Reclaimed)(nil), // 29: escra.v1.ReclaimResult.Reclaimed
 }
 var file_escra_proto_depIdxs = []int32{
 	0,  // 0: escra.v1.HostHello.backend:type_name -> escra.v1.Backend
 	1,  // 1: escra.v1.HostHello.cgroup_version:type_name -> escra.v1.CgroupVersion
 	4,  // 2: escra.v1.ContainerRegister.limits:type_name -> escra.v1.Limits
 	7,  // 3: escra.v1.TelemetryBatch.stats:type_name -> escra.v1.CpuStat
-	24, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
+	27, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
 	4,  // 5: escra.v1.LimitUpdate.limits:type_name -> escra.v1.Limits
 	12, // 6: escra.v1.SetLimits.updates:type_name -> escra.v1.LimitUpdate
-	25, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
-	26, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
+	28, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
+	29, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
 	4,  // 9: escra.v1.CreateContainer.limits:type_name -> escra.v1.Limits
 	2,  // 10: escra.v1.Envelope.hello:type_name -> escra.v1.HostHello
 	3,  // 11: escra.v1.Envelope.hello_ack:type_name -> escra.v1.HelloAck
@@ -2318,11 +2605,14 @@ var file_escra_proto_depIdxs = []int32{
 	20, // 24: escra.v1.Envelope.create_container_result:type_name -> escra.v1.CreateContainerResult
 	21, // 25: escra.v1.Envelope.remove_containers:type_name -> escra.v1.RemoveContainers
 	22, // 26: escra.v1.Envelope.remove_containers_result:type_name -> escra.v1.RemoveContainersResult
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	23, // 27: escra.v1.Envelope.cpu_lease:type_name -> escra.v1.CpuLease
+	24, // 28: escra.v1.Envelope.cpu_lease_use:type_name -> escra.v1.CpuLeaseUse
+	25, // 29: escra.v1.Envelope.cpu_lease_return:type_name -> escra.v1.CpuLeaseReturn
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_escra_proto_init() }
@@ -2330,7 +2620,7 @@ func file_escra_proto_init() {
 	if File_escra_proto != nil {
 		return
 	}
-	file_escra_proto_msgTypes[21].OneofWrappers = []any{
+	file_escra_proto_msgTypes[24].OneofWrappers = []any{
 		(*Envelope_Hello)(nil),
 		(*Envelope_HelloAck)(nil),
 		(*Envelope_Register)(nil),
@@ -2348,6 +2638,9 @@ func file_escra_proto_init() {
 		(*Envelope_CreateContainerResult)(nil),
 		(*Envelope_RemoveContainers)(nil),
 		(*Envelope_RemoveContainersResult)(nil),
+		(*Envelope_CpuLease)(nil),
+		(*Envelope_CpuLeaseUse)(nil),
+		(*Envelope_CpuLeaseReturn)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2355,7 +2648,7 @@ func file_escra_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_escra_proto_rawDesc), len(file_escra_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

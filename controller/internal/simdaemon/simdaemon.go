@@ -63,6 +63,15 @@ type Daemon struct {
 	OnUpdate func(u *pb.LimitUpdate)
 	done     chan struct{}
 	Err      atomic.Value
+
+	leases []*pb.CpuLease
+	credit map[string]*Credit
+}
+
+// Credit is a host-local lease as a daemon holds it (issue 11).
+type Credit struct {
+	ID uint64
+	Us int64
 }
 
 // Dial connects, says hello and waits for the HelloAck.
@@ -342,6 +351,8 @@ func (d *Daemon) readLoop(r *wire.EnvelopeReader) {
 			d.reclaim(env.RequestId, b.Reclaim)
 		case *pb.Envelope_Heartbeat:
 			d.HeartbeatsIn.Add(1)
+		case *pb.Envelope_CpuLease:
+			d.lease(b.CpuLease)
 		default:
 			d.mu.Lock()
 			ch := d.waiting[env.RequestId]
@@ -387,6 +398,76 @@ func (d *Daemon) applyLimits(id uint64, sl *pb.SetLimits) {
 	}
 	d.mu.Unlock()
 	d.send(&pb.Envelope{RequestId: id, Body: &pb.Envelope_SetLimitsAck{SetLimitsAck: ack}})
+}
+
+// lease keeps credit as escrad does: a grant with a new id replaces it.
+// Revokes are only recorded: the test answers them (ReturnLease).
+func (d *Daemon) lease(l *pb.CpuLease) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.leases = append(d.leases, l)
+	if l.Revoke || l.AddUs <= 0 {
+		return
+	}
+	if d.credit == nil {
+		d.credit = map[string]*Credit{}
+	}
+	c := d.credit[l.App]
+	if c == nil || c.ID != l.LeaseId {
+		c = &Credit{ID: l.LeaseId}
+		d.credit[l.App] = c
+	}
+	c.Us += l.AddUs
+}
+
+// Leases returns every CpuLease received.
+func (d *Daemon) Leases() []*pb.CpuLease {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*pb.CpuLease(nil), d.leases...)
+}
+
+// Credit is app's lease credit.
+func (d *Daemon) Credit(app string) Credit {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.credit[app]; c != nil {
+		return *c
+	}
+	return Credit{}
+}
+
+// UseLease raises handle's quota by us from app's credit (any amount: a
+// use beyond the credit tests the controller's clamp) and reports it.
+func (d *Daemon) UseLease(app string, handle uint32, us int64) error {
+	d.mu.Lock()
+	var id uint64
+	if c := d.credit[app]; c != nil {
+		id = c.ID
+		c.Us = max(c.Us-us, 0)
+	}
+	var q int64
+	if c := d.cont[handle]; c != nil {
+		c.QuotaUs += us
+		q = c.QuotaUs
+	}
+	d.mu.Unlock()
+	return d.send(&pb.Envelope{Body: &pb.Envelope_CpuLeaseUse{CpuLeaseUse: &pb.CpuLeaseUse{
+		App: app, LeaseId: id, Handle: handle, AmountUs: us, QuotaUs: q}}})
+}
+
+// ReturnLease answers a revoke of lease id of app: what is left when it
+// is the credit held (which is then 0), else 0.
+func (d *Daemon) ReturnLease(app string, id uint64) error {
+	d.mu.Lock()
+	var left int64
+	if c := d.credit[app]; c != nil && c.ID == id {
+		left = c.Us
+		delete(d.credit, app)
+	}
+	d.mu.Unlock()
+	return d.send(&pb.Envelope{Body: &pb.Envelope_CpuLeaseReturn{CpuLeaseReturn: &pb.CpuLeaseReturn{
+		App: app, LeaseId: id, RemainingUs: left}}})
 }
 
 func (d *Daemon) reclaim(id uint64, rr *pb.ReclaimRequest) {

@@ -37,6 +37,11 @@ type Peer struct {
 	Batches atomic.Uint64
 	Stats   atomic.Uint64
 	lastCPU sync.Map // handle -> *pb.CpuStat
+	// MidPeriod counts throttle events received.
+	MidPeriod atomic.Uint64
+
+	leaseUses    []*pb.CpuLeaseUse
+	leaseReturns []*pb.CpuLeaseReturn
 }
 
 type session struct {
@@ -96,6 +101,9 @@ func (p *Peer) readUDP() {
 		p.Batches.Add(1)
 		p.Stats.Add(uint64(len(b.Stats)))
 		for _, s := range b.Stats {
+			if s.MidPeriod {
+				p.MidPeriod.Add(1)
+			}
 			p.lastCPU.Store(s.Handle, s)
 		}
 	}
@@ -181,6 +189,16 @@ func (p *Peer) serve(c net.Conn) {
 				}
 			}
 			_ = s.write(&pb.Envelope{RequestId: env.RequestId, Body: &pb.Envelope_OomVerdict{OomVerdict: v}})
+		case *pb.Envelope_CpuLeaseUse:
+			p.mu.Lock()
+			p.leaseUses = append(p.leaseUses, b.CpuLeaseUse)
+			p.cond.Broadcast()
+			p.mu.Unlock()
+		case *pb.Envelope_CpuLeaseReturn:
+			p.mu.Lock()
+			p.leaseReturns = append(p.leaseReturns, b.CpuLeaseReturn)
+			p.cond.Broadcast()
+			p.mu.Unlock()
 		case *pb.Envelope_SetLimitsAck, *pb.Envelope_ReclaimResult, *pb.Envelope_Error:
 			s.wmu.Lock()
 			ch := s.waiters[env.RequestId]
@@ -240,6 +258,34 @@ func (p *Peer) WaitRegistered(id string, timeout time.Duration) *pb.ContainerReg
 }
 
 var errNoSession = errors.New("peer: no daemon session")
+
+// Lease sends a CpuLease (issue 11, host-local leases).
+func (p *Peer) Lease(l *pb.CpuLease) error {
+	p.mu.Lock()
+	s := p.sess
+	p.mu.Unlock()
+	if s == nil {
+		return errNoSession
+	}
+	return s.write(&pb.Envelope{Body: &pb.Envelope_CpuLease{CpuLease: l}})
+}
+
+// LeaseMessages returns the CpuLeaseUse and CpuLeaseReturn messages
+// received so far.
+func (p *Peer) LeaseMessages() ([]*pb.CpuLeaseUse, []*pb.CpuLeaseReturn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*pb.CpuLeaseUse(nil), p.leaseUses...), append([]*pb.CpuLeaseReturn(nil), p.leaseReturns...)
+}
+
+// Kick closes the current daemon session (the daemon reconnects).
+func (p *Peer) Kick() {
+	p.mu.Lock()
+	if p.sess != nil {
+		p.sess.conn.Close()
+	}
+	p.mu.Unlock()
+}
 
 // call sends one request and waits for the reply with the same id.
 func (p *Peer) call(ctx context.Context, body func(*pb.Envelope)) (*pb.Envelope, error) {

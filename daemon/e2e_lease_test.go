@@ -1,0 +1,217 @@
+package daemon_test
+
+// Host-local leases on the real engine (issue 11): a labelled container
+// with a low quota bursts; escrad raises its quota from the app's lease
+// credit on the throttle event, with no round trip, and the controller
+// answers the use with reason "lease". A second app without leases bursts
+// at the same time: its raise takes the controller round trip.
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/server"
+	"github.com/escra-dev/escra/daemon/agent"
+	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/internal/dockertest"
+)
+
+func TestLeaseRaisesQuotaOnTheHost(t *testing.T) {
+	cli := dockertest.Client(t, "")
+	img := dockertest.WorkloadImage(t, cli)
+	leaseApp := appLabel(t)[containers.AppLabel]
+	ctlApp := leaseApp + "-c"
+
+	cfg := server.DefaultConfig()
+	cfg.TCPAddr, cfg.UDPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.ReclaimEvery = 0
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := server.Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); s.Close() })
+	withLeases := allocator.DefaultParams()
+	withLeases.LeaseFraction = 0.5
+	const omegaUs = 100000 // 1 core
+	for _, a := range []server.AppSpec{
+		{Name: leaseApp, CPUCores: 1, MemoryBytes: 256 << 20, Sigma: 0.5, Params: &withLeases},
+		{Name: ctlApp, CPUCores: 1, MemoryBytes: 256 << 20, Sigma: 0.5},
+	} {
+		if err := s.DefineApp(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ev := followEvents(t, s.AdminAddr())
+
+	var mu sync.Mutex
+	leaseTook := map[uint32][]time.Duration{}
+	ctlTook := map[uint32][]time.Duration{}
+	a := startAgent(t, "", s.TCPAddr(), func(c *agent.Config) {
+		c.Apps = []string{leaseApp, ctlApp}
+		c.ThrottlePoll = 2 * time.Millisecond
+		c.OnLeaseRaise = func(h uint32, took time.Duration) {
+			mu.Lock()
+			leaseTook[h] = append(leaseTook[h], took)
+			mu.Unlock()
+		}
+		c.OnThrottleRaise = func(h uint32, took time.Duration) {
+			mu.Lock()
+			ctlTook[h] = append(ctlTook[h], took)
+			mu.Unlock()
+		}
+	})
+	run := func(app, name string) string {
+		return dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName(name), Image: img,
+			Cmd: []string{"-duty", "0.02"}, Labels: map[string]string{containers.AppLabel: app},
+			Resources: container.Resources{CPUQuota: 50000, CPUPeriod: 100000, Memory: 64 << 20, MemorySwap: 64 << 20}})
+	}
+	// Two members of the lease app (one bursts, one stays light), one of
+	// the app without leases.
+	burstID, quietID, ctlID := run(leaseApp, "e2e-lease"), run(leaseApp, "e2e-lease-q"), run(ctlApp, "e2e-lease-c")
+	quotaFile := func(id string) string {
+		return filepath.Join(cgroupOf(t, inspectPid(t, cli, id)).CPU, "cpu.cfs_quota_us")
+	}
+	cgQuota := func(f string) int64 { q, _ := strconv.ParseInt(readFile(t, f), 10, 64); return q }
+	qf := map[string]string{burstID: quotaFile(burstID), quietID: quotaFile(quietID), ctlID: quotaFile(ctlID)}
+
+	low := map[string]int64{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(low) < 3 {
+		for id, f := range qf {
+			m := member(s, id)
+			if m != nil && m.CPUQuotaUs > 0 && m.CPUQuotaUs <= 15000 && cgQuota(f) == m.CPUQuotaUs {
+				low[id] = m.CPUQuotaUs
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("quotas not scaled down to ≤ 15 ms within 20 s: %v", low)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Σ applied quotas of the lease app, from the cgroup files, every 10 ms
+	// from now on (before, the containers' own docker quotas were there).
+	var over atomic.Value
+	var samples atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			var sum int64
+			for _, id := range []string{burstID, quietID} {
+				q, err := strconv.ParseInt(readFileQuiet(qf[id]), 10, 64)
+				if err != nil || q < 0 {
+					q = omegaUs + 1 // unlimited or unreadable counts as over
+				}
+				sum += q
+			}
+			samples.Add(1)
+			if sum > omegaUs && over.Load() == nil {
+				over.Store(sum)
+			}
+		}
+	}()
+	defer func() { close(stop); <-sampled }()
+
+	// The lease app lends half its pool: wait for the grant to be held.
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		if id, us := a.LeaseCredit(leaseApp); id != 0 && us > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no lease credit within 5 s of scaling down")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	handle := func(id string) uint32 {
+		for h, cid := range a.Managed() {
+			if cid == id {
+				return h
+			}
+		}
+		t.Fatalf("container %s not managed", id)
+		return 0
+	}
+	hb, hc := handle(burstID), handle(ctlID)
+	mu.Lock()
+	clear(leaseTook)
+	clear(ctlTook)
+	mu.Unlock()
+
+	for _, id := range []string{burstID, ctlID} {
+		ex, err := cli.ContainerExecCreate(context.Background(), id, container.ExecOptions{Cmd: []string{"/bin/spin", "-threads", "2", "-for", "4s"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.ContainerExecStart(context.Background(), ex.ID, container.ExecStartOptions{Detach: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline = time.Now().Add(6 * time.Second)
+	got := func() (int, int) { mu.Lock(); defer mu.Unlock(); return len(leaseTook[hb]), len(ctlTook[hc]) }
+	for {
+		nl, nc := got()
+		if nl > 0 && nc > 0 && ev.has(burstID, "lease") {
+			break
+		}
+		if time.Now().After(deadline) {
+			ev.mu.Lock()
+			defer ev.mu.Unlock()
+			t.Fatalf("within 6 s of the burst: %d lease raises, %d controller raises; reasons %v / %v",
+				nl, nc, ev.per[burstID], ev.per[ctlID])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(1500 * time.Millisecond) // the rest of the burst, sampled
+	if q := cgQuota(qf[burstID]); q <= low[burstID] {
+		t.Errorf("bursting member's cgroup quota %d µs, not above %d µs", q, low[burstID])
+	}
+	if v := over.Load(); v != nil {
+		t.Errorf("Σ applied quotas of the lease app reached %d µs > Ω %d µs", v, omegaUs)
+	}
+	if samples.Load() < 50 {
+		t.Errorf("only %d samples of the applied quotas", samples.Load())
+	}
+	mu.Lock()
+	lt := append([]time.Duration(nil), leaseTook[hb]...)
+	ct := append([]time.Duration(nil), ctlTook[hc]...)
+	mu.Unlock()
+	sort.Slice(lt, func(i, j int) bool { return lt[i] < lt[j] })
+	sort.Slice(ct, func(i, j int) bool { return ct[i] < ct[j] })
+	// Event seen to quota written, on the host: far below a round trip.
+	if p50 := lt[len(lt)/2]; p50 >= 5*time.Millisecond {
+		t.Errorf("lease raise p50 %v; want < 5 ms", p50)
+	}
+	t.Logf("lease raise (event seen → quota written): n=%d p50 %v max %v; controller path: n=%d p50 %v max %v; %d Σ samples",
+		len(lt), lt[len(lt)/2], lt[len(lt)-1], len(ct), ct[len(ct)/2], ct[len(ct)-1], samples.Load())
+}
+
+func readFileQuiet(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
