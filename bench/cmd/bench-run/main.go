@@ -162,7 +162,9 @@ func run() error {
 		choice := matrix.SweepAutopilot(profiles)
 		cfg.AutopilotCPU = &choice.CPU
 		say("autopilot weights: %s", choice)
-		defer func() { autopilotNote = "Autopilot's CPU weights were swept once on the profiles and the best kept: " + choice.String() + "." }()
+		defer func() {
+			autopilotNote = "Autopilot's CPU weights were swept once on the profiles and the best kept: " + choice.String() + "."
+		}()
 	}
 
 	res := &report.Results{Mode: mode, Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(ctx, cli),
@@ -391,7 +393,8 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 			}
 		}
 	}
-	ctl, err := start(ctlBin, append([]string{"-insecure", "-apps", appsFile, "-safe-margin", safeMargin}, ctlFlags...)...)
+	// -store none: the benchmark's apps live as long as this run.
+	ctl, err := start(ctlBin, append([]string{"-insecure", "-store", "none", "-apps", appsFile, "-safe-margin", safeMargin}, ctlFlags...)...)
 	if err != nil {
 		return nil, nil, err
 	}
