@@ -46,12 +46,12 @@ func TestLeaseRaisesQuotaOnTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cancel(); s.Close() })
-	withLeases := allocator.DefaultParams()
-	withLeases.LeaseFraction = 0.5
+	withLeases, without := allocator.DefaultParams(), allocator.DefaultParams()
+	withLeases.LeaseFraction, without.LeaseFraction = 0.5, 0
 	const omegaUs = 100000 // 1 core
 	for _, a := range []server.AppSpec{
 		{Name: leaseApp, CPUCores: 1, MemoryBytes: 256 << 20, Sigma: 0.5, Params: &withLeases},
-		{Name: ctlApp, CPUCores: 1, MemoryBytes: 256 << 20, Sigma: 0.5},
+		{Name: ctlApp, CPUCores: 1, MemoryBytes: 256 << 20, Sigma: 0.5, Params: &without},
 	} {
 		if err := s.DefineApp(a); err != nil {
 			t.Fatal(err)

@@ -51,6 +51,21 @@ var (
 	ErrLeaseOwner = errors.New("allocator: lease used for a member of another host")
 )
 
+// inPeriodPolicy is a policy that reacts inside a period (OnThrottle); only
+// such a policy's apps lend leases: a host's lease raise is that reaction
+// taken locally, and escra-paper, which waits for the period's end, must
+// stay seed 000's rule exactly.
+type inPeriodPolicy interface{ ReactsInPeriod() bool }
+
+// LeaseFraction is the share of the unallocated CPU this app lends (0:
+// none, also when its policy does not react inside a period).
+func (a *App) LeaseFraction() float64 {
+	if p, ok := a.Policy.(inPeriodPolicy); ok && p.ReactsInPeriod() {
+		return a.P.LeaseFraction
+	}
+	return 0
+}
+
 // LeaseUs is host h's outstanding lease (0: none).
 func (a *App) LeaseUs(h HostID) int64 {
 	if l := a.leases[h]; l != nil {

@@ -189,3 +189,15 @@ func TestLeaseUseRejectsStrangers(t *testing.T) {
 		t.Fatalf("overuse: %+v %v, lease left %d", d, err, a.LeaseUs(1))
 	}
 }
+
+// Only a policy that reacts inside a period lends leases: a host's lease
+// raise is that reaction taken locally, and escra-paper waits for the
+// period's end.
+func TestLeasesOnlyForInPeriodPolicies(t *testing.T) {
+	p := DefaultParams()
+	esc, _ := NewApp("e", Budget{CPUCores: 1, MemoryBytes: gib}, p, Escra{})
+	paper, _ := NewApp("p", Budget{CPUCores: 1, MemoryBytes: gib}, p, EscraPaper{})
+	if esc.LeaseFraction() != p.LeaseFraction || paper.LeaseFraction() != 0 {
+		t.Fatalf("lease fraction escra %v, escra-paper %v", esc.LeaseFraction(), paper.LeaseFraction())
+	}
+}

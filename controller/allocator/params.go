@@ -44,8 +44,8 @@ type Params struct {
 	// SafeMarginBytes is δ of the reclaim rule limit → usage + δ (§IV-C).
 	SafeMarginBytes int64 `json:"safe_margin_bytes" yaml:"safe_margin_bytes"`
 	// LeaseFraction is the share of the unallocated CPU lent to hosts as
-	// host-local leases every period (issue 11; 0: no leases). Ours. The
-	// library default is 0; escra-controller --lease-fraction sets 0.5.
+	// host-local leases every period (issue 11; 0: no leases), by apps
+	// whose policy reacts inside a period (escra). Ours.
 	LeaseFraction float64 `json:"lease_fraction,omitempty" yaml:"lease_fraction,omitempty"`
 }
 
@@ -67,6 +67,7 @@ func DefaultParams() Params {
 		MinStepUs:       100,
 		OOMStepBytes:    64 * MiB,
 		SafeMarginBytes: 50 * MiB,
+		LeaseFraction:   0.5,
 	}
 }
 

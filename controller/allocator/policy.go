@@ -165,3 +165,7 @@ func (Escra) OnThrottle(in CPUInput) (int64, Reason) {
 }
 
 func (Escra) OOMStep(in OOMInput) int64 { return paperOOMStep(in) }
+
+// ReactsInPeriod: the escra policy raises inside a period, so its apps may
+// lend host-local leases (lease.go).
+func (Escra) ReactsInPeriod() bool { return true }

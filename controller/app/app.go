@@ -114,7 +114,7 @@ func (s *Shard) run() {
 	// and a period's stats arrive spread over the period from many hosts,
 	// so "the first stat of a period" is no cleaner a moment.
 	var tick <-chan time.Time
-	if s.a.P.LeaseFraction > 0 {
+	if s.a.LeaseFraction() > 0 {
 		t := time.NewTicker(s.a.P.Period)
 		defer t.Stop()
 		tick = t.C
@@ -130,7 +130,7 @@ func (s *Shard) run() {
 		case <-tick:
 			s.mu.Lock()
 			if len(s.members) > 0 || s.a.LeasedUs() > 0 {
-				s.sendLeases(s.a.RebalanceLeases(s.a.P.LeaseFraction))
+				s.sendLeases(s.a.RebalanceLeases(s.a.LeaseFraction()))
 			}
 			s.mu.Unlock()
 		}
@@ -317,7 +317,7 @@ func (s *Shard) applyAll(ds []allocator.Decision) {
 	for _, d := range ds {
 		s.apply(d, 0, nil)
 	}
-	if s.a.P.LeaseFraction > 0 || s.a.LeasedUs() > 0 {
+	if s.a.LeaseFraction() > 0 || s.a.LeasedUs() > 0 {
 		s.sendLeases(nil) // revocations the change queued
 	}
 }

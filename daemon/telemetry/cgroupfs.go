@@ -286,7 +286,10 @@ func (c *Cgroupfs) pollThrottle(parents []*parentGroup, out []pb.CpuStat, buf []
 			switch {
 			case np > s.evPeriods: // the period timer fired since the last poll
 				s.cfsStart, s.cfsUse0, s.nearSent = now.Add(-c.ThrottlePoll/2), s.pollUse, false
-			case now.Sub(s.cfsStart) >= period: // idle: the timer's grid moved on
+			case now.Sub(s.cfsStart) >= period+period/10:
+				// Idle: the timer stopped and its grid moved on. The 10 %
+				// margin keeps a busy group, whose nr_periods moves every
+				// period, from being reset twice around one boundary.
 				s.cfsStart = s.cfsStart.Add(now.Sub(s.cfsStart) / period * period)
 				s.cfsUse0, s.nearSent = s.pollUse, false
 				sentForEnded = false
