@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/prometheus/procfs"
 
 	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/bench/policy"
@@ -118,52 +118,38 @@ func cpuBusy(cpus []int) float64 {
 	if len(cpus) == 0 {
 		return 0
 	}
-	b, err := os.ReadFile("/proc/stat")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return 0
 	}
-	want := map[string]bool{}
-	for _, c := range cpus {
-		want["cpu"+strconv.Itoa(c)] = true
+	st, err := fs.Stat()
+	if err != nil {
+		return 0
 	}
 	total := 0.0
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 6 || !want[f[0]] {
-			continue
-		}
-		for i, v := range f[1:] {
-			if i == 3 || i == 4 { // idle, iowait
-				continue
-			}
-			x, _ := strconv.ParseFloat(v, 64)
-			total += x
+	for _, c := range cpus {
+		if t, ok := st.CPU[int64(c)]; ok {
+			total += t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ + t.Steal
 		}
 	}
-	return total / 100 // USER_HZ
+	return total
 }
+
+// userHZ is the clock tick of /proc/PID/stat (100 on Linux).
+const userHZ = 100
 
 // selfCPU is this process's CPU plus that of its waited-for children
 // (wrk, redis-benchmark), in seconds.
 func selfCPU() float64 {
-	b, err := os.ReadFile("/proc/self/stat")
+	p, err := procfs.Self()
 	if err != nil {
 		return 0
 	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 {
-		s = s[i+2:]
-	}
-	f := strings.Fields(s)
-	if len(f) < 15 {
+	st, err := p.Stat()
+	if err != nil {
 		return 0
 	}
-	sum := 0.0
-	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
-		x, _ := strconv.ParseFloat(f[i], 64)
-		sum += x
-	}
-	return sum / 100
+	return st.CPUTime() + float64(st.CUTime+st.CSTime)/userHZ
 }
 
 func (c Config) clientRun(w Workload, cell Cell, seed int64, progress func(string)) ClientRun {

@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
+	"github.com/prometheus/procfs"
 
 	"github.com/escra-dev/escra/bench/load"
 	"github.com/escra-dev/escra/bench/policy"
@@ -244,21 +243,15 @@ func procCPU(pid int) float64 {
 	if pid <= 0 {
 		return 0
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0
 	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 {
-		s = s[i+2:]
-	}
-	f := strings.Fields(s)
-	if len(f) < 13 {
+	st, err := p.Stat()
+	if err != nil {
 		return 0
 	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ is 100 on Linux
+	return st.CPUTime()
 }
 
 // Profile runs every cell once without limits and returns each replica's

@@ -192,9 +192,13 @@ func TestThrottleWatcherInRunNamesThePeriodInProgress(t *testing.T) {
 // On the real kernel (cgroup v1, root): a spinner capped at 5 ms per 100
 // ms raises nr_throttled once per CFS period; the watcher reports each rise
 // once, and nothing for an idle group with the same quota.
-func TestThrottleWatcherRealCgroup(t *testing.T) {
-	busy := cgtest.New(t, "thr-busy")
-	idle := cgtest.New(t, "thr-idle")
+// watchSpinner runs the watcher for 1.5 s over two real v1 groups capped at
+// 5 ms per 100 ms: handle 1 with a spinner in it, handle 2 idle. It returns
+// what the sink got and the busy group's cpu.stat before and after.
+func watchSpinner(t *testing.T, name string, near float64) (sink *recSink, before, after string) {
+	t.Helper()
+	busy := cgtest.New(t, name+"-busy")
+	idle := cgtest.New(t, name+"-idle")
 	spin := cgtest.Workload(t, "spin")
 	for _, rel := range []string{busy, idle} {
 		cgtest.Write(t, "cpu", rel, "cpu.cfs_period_us", "100000")
@@ -210,7 +214,7 @@ func TestThrottleWatcherRealCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	src.Limits = func(uint32) (int64, uint32) { return 5000, 100000 }
-	src.ThrottleNear = 0 // nr_throttled rises only; TestNearThrottleRealCgroup covers the rest
+	src.ThrottleNear = near
 	for h, rel := range map[uint32]string{1: busy, 2: idle} {
 		paths, err := cgroups.PathsForCgroup(rel)
 		if err != nil {
@@ -225,13 +229,20 @@ func TestThrottleWatcherRealCgroup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sink := &recSink{}
+	sink = &recSink{}
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
+	before = cgtest.Read(t, "cpu", busy, "cpu.stat")
 	if err := src.Run(ctx, sink); err != nil {
 		t.Fatal(err)
 	}
-	final, ok := cgroups.KeyedValue([]byte(cgtest.Read(t, "cpu", busy, "cpu.stat")), "nr_throttled")
+	return sink, before, cgtest.Read(t, "cpu", busy, "cpu.stat")
+}
+
+func TestThrottleWatcherRealCgroup(t *testing.T) {
+	// nr_throttled rises only; TestNearThrottleRealCgroup covers the rest.
+	sink, _, after := watchSpinner(t, "thr", 0)
+	final, ok := cgroups.KeyedValue([]byte(after), "nr_throttled")
 	if !ok {
 		t.Fatal("no nr_throttled in cpu.stat")
 	}
@@ -266,45 +277,9 @@ func TestThrottleWatcherRealCgroup(t *testing.T) {
 // the period timer fires: its nr_throttled rise for that period is then
 // not reported again), and an idle group never.
 func TestNearThrottleRealCgroup(t *testing.T) {
-	busy := cgtest.New(t, "near-busy")
-	idle := cgtest.New(t, "near-idle")
-	spin := cgtest.Workload(t, "spin")
-	for _, rel := range []string{busy, idle} {
-		cgtest.Write(t, "cpu", rel, "cpu.cfs_period_us", "100000")
-		cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "5000")
-	}
-	p, err := cgtest.Start(busy, spin, "-threads", "1", "-for", "20s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	src, err := NewCgroupfs(100*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src.Limits = func(uint32) (int64, uint32) { return 5000, 100000 }
-	for h, rel := range map[uint32]string{1: busy, 2: idle} {
-		paths, err := cgroups.PathsForCgroup(rel)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := cgroups.Open(paths)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(g.Close)
-		if err := src.Watch(h, g); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sink := &recSink{}
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-	defer cancel()
-	before, _ := cgroups.KeyedValue([]byte(cgtest.Read(t, "cpu", busy, "cpu.stat")), "nr_periods")
-	if err := src.Run(ctx, sink); err != nil {
-		t.Fatal(err)
-	}
-	after, _ := cgroups.KeyedValue([]byte(cgtest.Read(t, "cpu", busy, "cpu.stat")), "nr_periods")
+	sink, b, a := watchSpinner(t, "near", DefaultThrottleNear)
+	before, _ := cgroups.KeyedValue([]byte(b), "nr_periods")
+	after, _ := cgroups.KeyedValue([]byte(a), "nr_periods")
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	var events int
