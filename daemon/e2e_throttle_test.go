@@ -88,6 +88,9 @@ func TestThrottleEventRaisesQuotaWithinThePeriod(t *testing.T) {
 	cfg := server.DefaultConfig()
 	cfg.TCPAddr, cfg.UDPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ReclaimEvery = 0
+	// The controller's own path is under test: no host-local leases (those
+	// answer throttle events on the host; TestLeaseRaisesQuotaOnTheHost).
+	cfg.Params.LeaseFraction = 0
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := server.Start(ctx, cfg)

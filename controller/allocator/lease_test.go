@@ -195,9 +195,10 @@ func TestLeaseUseRejectsStrangers(t *testing.T) {
 // period's end.
 func TestLeasesOnlyForInPeriodPolicies(t *testing.T) {
 	p := DefaultParams()
+	p.LeaseFraction = 0.5
 	esc, _ := NewApp("e", Budget{CPUCores: 1, MemoryBytes: gib}, p, Escra{})
 	paper, _ := NewApp("p", Budget{CPUCores: 1, MemoryBytes: gib}, p, EscraPaper{})
-	if esc.LeaseFraction() != p.LeaseFraction || paper.LeaseFraction() != 0 {
+	if esc.LeaseFraction() != 0.5 || paper.LeaseFraction() != 0 {
 		t.Fatalf("lease fraction escra %v, escra-paper %v", esc.LeaseFraction(), paper.LeaseFraction())
 	}
 }

@@ -45,7 +45,8 @@ type Params struct {
 	SafeMarginBytes int64 `json:"safe_margin_bytes" yaml:"safe_margin_bytes"`
 	// LeaseFraction is the share of the unallocated CPU lent to hosts as
 	// host-local leases every period (issue 11; 0: no leases), by apps
-	// whose policy reacts inside a period (escra). Ours.
+	// whose policy reacts inside a period (escra). Ours. Off by default:
+	// docs/allocator.md, "Host-local leases", says why.
 	LeaseFraction float64 `json:"lease_fraction,omitempty" yaml:"lease_fraction,omitempty"`
 }
 
@@ -67,7 +68,6 @@ func DefaultParams() Params {
 		MinStepUs:       100,
 		OOMStepBytes:    64 * MiB,
 		SafeMarginBytes: 50 * MiB,
-		LeaseFraction:   0.5,
 	}
 }
 

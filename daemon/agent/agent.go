@@ -557,7 +557,7 @@ func (a *Agent) CPU(s *pb.CpuStat) {
 	if s.MidPeriod {
 		a.m.thrEvents.Inc()
 		if a.leaseRaise(s.Handle) {
-			return // the controller would raise again: not forwarded
+			return // a full step from the lease: the controller would raise again
 		}
 		a.noteThrottle(s.Handle, s.QuotaUs)
 	} else {
@@ -569,7 +569,12 @@ func (a *Agent) CPU(s *pb.CpuStat) {
 // leaseRaise answers a throttle event from the app's lease credit, if
 // any (issue 11, host-local leases): the quota grows at once by
 // min(credit, max(quota, credit/2)), capped at host cores × period, and
-// the use is reported. It reports whether the event was covered.
+// the use is reported. It reports whether the event was covered: the
+// raise at least doubled the quota, the escra policy's own first step.
+// A smaller raise is relief until the controller's answer, so the event
+// still goes to the controller (a lease smaller than a burst must not
+// hold back the policy's raise; a 3-host test under load starved a
+// container that way).
 func (a *Agent) leaseRaise(h uint32) bool {
 	seen := time.Now()
 	a.mu.Lock()
@@ -608,7 +613,7 @@ func (a *Agent) leaseRaise(h uint32) bool {
 	// Sent while leaseMu is held (see Agent.credit). A send that fails
 	// means the session is ending: LeasesLost follows.
 	_ = a.link.LeaseUse(&pb.CpuLeaseUse{App: m.c.App, LeaseId: c.id, Handle: h, AmountUs: amount, QuotaUs: quota})
-	return true
+	return amount >= quota-amount
 }
 
 // Lease implements link.LeaseHandler: a grant adds to the app's credit (a

@@ -117,8 +117,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.Float64Var(&p.Headroom, "headroom", p.Headroom, "a CPU scale-down keeps the quota at least this fraction above the window's peak usage (0: seed 000's rule exactly)")
 	minStep := time.Duration(p.MinStepUs) * time.Microsecond
 	fs.DurationVar(&minStep, "min-step", minStep, "smallest quota change worth sending")
-	p.LeaseFraction = 0.5
-	fs.Float64Var(&p.LeaseFraction, "lease-fraction", p.LeaseFraction, "share of an app's unallocated CPU lent to hosts as host-local leases, split by members (0: off)")
+	fs.Float64Var(&p.LeaseFraction, "lease-fraction", p.LeaseFraction, "share of an app's unallocated CPU lent to hosts as host-local leases, split by members (0: off, the default; docs/allocator.md)")
 	fs.DurationVar(&cfg.ReclaimEvery, "reclaim-every", cfg.ReclaimEvery, "periodic memory reclaim interval (0: off)")
 	fs.Var(bytesFlag{&p.SafeMarginBytes}, "safe-margin", "δ: reclaim sets limit = usage + δ")
 	fs.Var(bytesFlag{&p.OOMStepBytes}, "oom-step", "memory granted per OOM request")

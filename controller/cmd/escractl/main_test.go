@@ -148,7 +148,7 @@ func TestApplySendsBudget(t *testing.T) {
 	want := adminclient.AppBudget{Name: "shop", CPUCores: 2, MemoryBytes: 1536 << 20, Sigma: 0.1,
 		Params: &allocator.Params{Kappa: 0.8, Gamma: 0.2, Upsilon: 20, Window: 10,
 			Period: 100 * time.Millisecond, CPUFloorUs: 5000, OOMStepBytes: 64 << 20, SafeMarginBytes: 50 << 20,
-			Headroom: 0.1, MinStepUs: 100, LeaseFraction: 0.5}, Policy: "escra"} // the spec's allocator section keeps the defaults it does not name
+			Headroom: 0.1, MinStepUs: 100}, Policy: "escra"} // the spec's allocator section keeps the defaults it does not name
 	if b.Params == nil || *b.Params != *want.Params {
 		t.Fatalf("params\n got %+v\nwant %+v", b.Params, want.Params)
 	}
