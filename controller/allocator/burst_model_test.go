@@ -16,10 +16,6 @@ type burstResult struct {
 	throttled       int
 }
 
-func runBurstModel(t *testing.T, p Params, pol Policy, members int, seed int64) burstResult {
-	return runBurstModelEvents(t, p, pol, members, seed, false)
-}
-
 // runBurstModelEvents: with events, a member whose demand reaches 95 % of
 // its quota within a period sends a throttle event (as escrad's near-
 // throttle detection does) about 2 ms later than its quota would run out
