@@ -54,6 +54,12 @@ type LeaseHandler interface {
 	LeasesLost()
 }
 
+// SessionObserver is implemented by a Handler that wants to know when a
+// session ends (called from the same place as LeasesLost).
+type SessionObserver interface {
+	SessionEnded()
+}
+
 // Config of a link.
 type Config struct {
 	Addr      string // controller TCP address
@@ -333,6 +339,9 @@ func (c *Client) drop() {
 	c.mu.Unlock()
 	if lh, ok := c.h.(LeaseHandler); ok {
 		lh.LeasesLost()
+	}
+	if so, ok := c.h.(SessionObserver); ok {
+		so.SessionEnded()
 	}
 	for _, cb := range p {
 		cb(nil)
