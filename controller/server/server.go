@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,13 @@ type Config struct {
 	// DefaultHostMemoryBytes stands in for a host that reports no memory
 	// size when an auto-created app's member has no memory limit.
 	DefaultHostMemoryBytes int64
+	// HostApps limits the hosts it names to the apps listed for them (a
+	// stolen host certificate then moves only those apps' budgets); hosts
+	// it does not name may register any app (escra-controller --host-apps).
+	HostApps map[string][]string
+	// MaxContainersPerHost caps the registrations of one session (0: no
+	// cap), so one host cannot grow the controller's memory without bound.
+	MaxContainersPerHost int
 }
 
 // DefaultConfig returns the paper's parameters on the default ports.
@@ -87,6 +95,7 @@ func DefaultConfig() Config {
 		ReclaimEvery:           5 * time.Second,
 		RPCTimeout:             2 * time.Second,
 		DefaultHostMemoryBytes: 1 << 30,
+		MaxContainersPerHost:   1000,
 	}
 }
 
@@ -460,11 +469,20 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 	if len(r.GetContainerId()) > 128 || len(r.GetName()) > 256 {
 		return errors.New("register: oversized container id or name")
 	}
+	if allowed, ok := s.cfg.HostApps[h.hello.GetHostId()]; ok && !slices.Contains(allowed, r.GetApp()) {
+		s.met.bad("app_not_allowed", 1)
+		return fmt.Errorf("register: host %s may not register containers of app %q (controller --host-apps)", h.hello.GetHostId(), r.GetApp())
+	}
 	h.mu.RLock()
 	_, dup := h.cont[r.GetHandle()]
+	n := len(h.cont)
 	h.mu.RUnlock()
 	if dup {
 		return fmt.Errorf("register: handle %d already registered on this session", r.GetHandle())
+	}
+	if limit := s.cfg.MaxContainersPerHost; limit > 0 && n >= limit {
+		s.met.bad("too_many_containers", 1)
+		return fmt.Errorf("register: host %s already has %d containers registered, the controller's --max-containers-per-host", h.hello.GetHostId(), limit)
 	}
 	lim := r.GetLimits()
 	pUs := float64(s.cfg.Params.PeriodUs())
@@ -480,16 +498,25 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 		}
 	}
 	mem = max(mem, 4*allocator.MiB)
-	a, err := s.shardFor(r.GetApp(), cores, mem)
-	if err != nil {
-		return err
-	}
 	k := key(ss.ID, r.GetHandle())
 	mi := app.MemberInfo{Key: k, Host: ss, HostID: h.hello.GetHostId(), Handle: r.GetHandle(),
 		ContainerID: r.GetContainerId(), Name: r.GetName(), HostMaxUs: h.maxUs,
 		MemUsage: int64(min(r.GetMemoryUsageBytes(), 1<<50)), ContribCores: cores, ContribMem: mem}
-	if err := a.Join(mi); err != nil {
-		return err
+	var a *app.Shard
+	for try := 0; ; try++ {
+		var err error
+		if a, err = s.shardFor(r.GetApp(), cores, mem); err != nil {
+			return err
+		}
+		err = a.Join(mi)
+		if err == nil {
+			break
+		}
+		// The auto app emptied just now: it is forgotten, make it anew.
+		if !errors.Is(err, app.ErrRetired) || try == 3 {
+			return err
+		}
+		s.forget(a)
 	}
 	h.mu.Lock()
 	h.cont[r.GetHandle()] = &ref{shard: a, key: k, app: r.GetApp(), id: r.GetContainerId()}
@@ -512,6 +539,26 @@ func (s *Server) Unregister(ss *session.Session, u *pb.ContainerUnregister) {
 		return
 	}
 	r.shard.Leave(r.key, u.GetReason())
+	s.reap(r.shard)
+}
+
+// reap forgets an auto-created app once its last member left: its state
+// and metrics go with it (a defined app stays until deleted).
+func (s *Server) reap(a *app.Shard) {
+	if a.RetireIfEmpty() {
+		s.forget(a)
+		s.log.Info("auto-created app emptied and deleted", "app", a.Name)
+	}
+}
+
+// forget removes a retired shard and stops it.
+func (s *Server) forget(a *app.Shard) {
+	s.mu.Lock()
+	if s.apps[a.Name] == a {
+		delete(s.apps, a.Name)
+		a.Stop()
+	}
+	s.mu.Unlock()
 }
 
 // MemoryUsage routes usage samples.
@@ -604,6 +651,9 @@ func (s *Server) Closed(ss *session.Session) {
 	h.mu.Unlock()
 	for _, r := range refs {
 		r.shard.Leave(r.key, "daemon session closed")
+	}
+	for _, r := range refs {
+		s.reap(r.shard)
 	}
 	// The daemon dropped its lease credit with the session (issue 11).
 	for _, a := range s.shards() {

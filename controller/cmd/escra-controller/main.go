@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/controller/spec"
@@ -91,6 +92,35 @@ func parseApps(path string, data []byte) ([]server.AppSpec, error) {
 	return out, nil
 }
 
+// loadHostApps reads the --host-apps YAML: host id → the apps its
+// certificate may register.
+func loadHostApps(path string) (map[string][]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > 1<<20 {
+		return nil, fmt.Errorf("%s: over 1 MiB", path)
+	}
+	var m map[string][]string
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&m); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: %w (want host: [app, ...])", path, err)
+	}
+	for h, apps := range m {
+		if h == "" {
+			return nil, fmt.Errorf("%s: empty host id", path)
+		}
+		for _, a := range apps {
+			if !adminapi.ValidAppName(a) {
+				return nil, fmt.Errorf("%s: host %s: bad app name %q", path, h, a)
+			}
+		}
+	}
+	return m, nil
+}
+
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
 func run(args []string, stderr io.Writer) int {
@@ -125,6 +155,8 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	appsFile := fs.String("apps", "", "YAML list of app budgets: - {name, cpu, memory, sigma}")
+	hostAppsFile := fs.String("host-apps", "", "YAML map host id -> apps its daemon may register (hosts not named: any app)")
+	fs.IntVar(&cfg.MaxContainersPerHost, "max-containers-per-host", cfg.MaxContainersPerHost, "registrations one daemon session may hold; more are refused (0: no cap)")
 	// Under systemd with LoadCredential= (the unit runs as a dynamic user
 	// that cannot read /etc/escra/*-key.pem) the files are in
 	// $CREDENTIALS_DIRECTORY.
@@ -184,6 +216,16 @@ func run(args []string, stderr io.Writer) int {
 	if *policyName != allocator.PolicyEscra {
 		name := *policyName
 		cfg.Policy = func(string) allocator.Policy { pol, _ := allocator.PolicyByName(name); return pol }
+	}
+	if cfg.MaxContainersPerHost < 0 {
+		return fail("--max-containers-per-host must be >= 0")
+	}
+	if *hostAppsFile != "" {
+		m, err := loadHostApps(*hostAppsFile)
+		if err != nil {
+			return fail("--host-apps: %v", err)
+		}
+		cfg.HostApps = m
 	}
 	if *appsFile != "" {
 		apps, err := loadApps(*appsFile)
