@@ -46,7 +46,7 @@ type KernelSourceFunc func(period time.Duration, log *slog.Logger) (telemetry.So
 // Config configures an agent.
 type Config struct {
 	HostID      string
-	Controller  string        // TCP address of escra-controller
+	Controller  string        // TCP address of escra-controller; A,B,… for several (one leads)
 	Period      time.Duration // telemetry period (CFS period), 100 ms
 	OOMDeadline time.Duration // verdict deadline, 200 ms
 	Heartbeat   time.Duration // heartbeat and usage snapshot interval, 1 s
@@ -246,7 +246,7 @@ func New(cfg Config) (*Agent, error) {
 		cgv = pb.CgroupVersion_CGROUP_VERSION_V2
 	}
 	a.link = link.New(link.Config{
-		Addr: cfg.Controller, Heartbeat: cfg.Heartbeat, Log: cfg.Log, TLS: cfg.TLS,
+		Addr: cfg.Controller, Addrs: strings.Split(cfg.Controller, ","), Heartbeat: cfg.Heartbeat, Log: cfg.Log, TLS: cfg.TLS,
 		Hello: &pb.HostHello{
 			HostId: cfg.HostID, Cores: uint32(runtime.NumCPU()), MemoryBytes: mem,
 			Backend: a.src.Backend(), CgroupVersion: cgv,

@@ -77,7 +77,7 @@ func run(args []string, restoreOnly bool) error {
 		configPath  = fs.String("config", "", "YAML config file (flags override it)")
 		dockerHost  = fs.String("docker-host", "", "Docker engine socket, e.g. unix:///var/run/docker.sock (default: DOCKER_HOST or the standard socket)")
 		noDocker    = fs.Bool("no-docker", false, "manage only the cgroups listed in the config file")
-		controller  = fs.String("controller", "127.0.0.1:7470", "controller TCP address")
+		controller  = fs.String("controller", "127.0.0.1:7470", "controller TCP address; A,B,... for several controllers sharing an etcd store: tried in turn, following the elected leader")
 		period      = fs.Duration("period", 100*time.Millisecond, "telemetry period (CFS period)")
 		oomDeadline = fs.Duration("oom-deadline", 200*time.Millisecond, "wait this long for an OOM verdict before letting the kernel OOM killer act")
 		restoreAft  = fs.Duration("restore-after", 10*time.Second, "put back the limits Docker knows for every managed container once no controller has been reachable this long (0: never)")
@@ -175,8 +175,10 @@ func run(args []string, restoreOnly bool) error {
 	if *oomDeadline <= 0 || *oomDeadline > time.Minute {
 		return fmt.Errorf("--oom-deadline %v out of range (0, 1m]", *oomDeadline)
 	}
-	if _, _, err := net.SplitHostPort(*controller); err != nil {
-		return fmt.Errorf("--controller %q: %w", *controller, err)
+	for _, c := range strings.Split(*controller, ",") {
+		if _, _, err := net.SplitHostPort(c); err != nil {
+			return fmt.Errorf("--controller %q: %w", c, err)
+		}
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
