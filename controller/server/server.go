@@ -83,6 +83,16 @@ type Config struct {
 	// MaxContainersPerHost caps the registrations of one session (0: no
 	// cap), so one host cannot grow the controller's memory without bound.
 	MaxContainersPerHost int
+	// Elector, when set, makes this one of several controllers sharing
+	// Store: only the elected leader accepts daemon sessions and admin
+	// writes (docs/operator.md, "High availability").
+	Elector Elector
+	// LeaderTTL is how long a leader that stopped renewing its lease
+	// keeps the leadership (default 2 s).
+	LeaderTTL time.Duration
+	// Advertise and AdminAdvertise are the session and admin addresses
+	// published while leading ("": the listeners' addresses).
+	Advertise, AdminAdvertise string
 }
 
 // DefaultConfig returns the paper's parameters on the default ports.
@@ -148,6 +158,8 @@ type Server struct {
 	nextID  atomic.Uint32
 	hub     events.Hub
 	met     *metrics
+	leading atomic.Bool
+	term    atomic.Uint64
 	decLat  hist.H
 	oomLat  hist.H
 	closeMu sync.Once
@@ -176,15 +188,24 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	// Heap, goroutines and descriptors on /metrics (make soak reads them).
 	s.met.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Stored apps first; --apps entries then override and are stored.
-	if err := s.loadStore(); err != nil {
-		s.cancel()
-		return nil, err
-	}
-	for _, a := range cfg.Apps {
-		if err := s.DefineApp(a); err != nil {
+	// Under an election this waits for the win (takeOver).
+	if cfg.Elector == nil {
+		s.leading.Store(true)
+		if err := s.loadStore(); err != nil {
 			s.cancel()
 			return nil, err
 		}
+		for _, a := range cfg.Apps {
+			if err := s.DefineApp(a); err != nil {
+				s.cancel()
+				return nil, err
+			}
+		}
+	} else {
+		if cfg.LeaderTTL <= 0 {
+			s.cfg.LeaderTTL = 2 * time.Second
+		}
+		s.leaderMetrics()
 	}
 	var err error
 	if s.udp, err = telemetry.Listen(cfg.UDPAddr, s.onTelemetry, s.dropTelemetry, s.rl); err != nil {
@@ -224,6 +245,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ReclaimEvery > 0 {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.reclaimLoop() }()
+	}
+	if cfg.Elector != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.leadLoop() }()
 	}
 	context.AfterFunc(ctx, func() { s.Close() })
 	return s, nil
@@ -285,7 +310,8 @@ func (s *Server) acceptLoop() {
 		go func() {
 			defer s.wg.Done()
 			err := session.Serve(s.ctx, c, s, session.Config{RPCTimeout: s.cfg.RPCTimeout, Observer: s}, id)
-			if err != nil && s.ctx.Err() == nil {
+			var rd *session.Redirect
+			if err != nil && s.ctx.Err() == nil && !errors.As(err, &rd) {
 				s.rl.Warn(c.RemoteAddr().String(), "daemon session ended", "err", err)
 			}
 		}()
@@ -414,6 +440,9 @@ func (s *Server) host(id uint32) *host {
 
 // Hello registers a host and answers with its session id.
 func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, error) {
+	if !s.leading.Load() {
+		return nil, s.notLeader()
+	}
 	cores := int64(h.GetCores())
 	if cores <= 0 || cores > 1<<16 {
 		cores = 1
@@ -451,13 +480,17 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 		o.Close()
 	}
 	s.hosts.Store(ss.ID, hs)
+	if !s.leading.Load() { // stepped down meanwhile
+		s.hosts.Delete(ss.ID)
+		return nil, s.notLeader()
+	}
 	s.log.Info("daemon connected", "host", h.GetHostId(), "session", ss.ID, "cores", h.GetCores(),
 		"backend", h.GetBackend().String(), "peer", ss.Peer)
 	taddr := s.UDPAddr()
 	if s.cfg.TelemetryAdvertise != "" {
 		taddr = s.cfg.TelemetryAdvertise
 	}
-	return &pb.HelloAck{SessionId: ss.ID, PeriodUs: uint32(s.cfg.Params.PeriodUs()), TelemetryAddr: taddr}, nil
+	return &pb.HelloAck{SessionId: ss.ID, PeriodUs: uint32(s.cfg.Params.PeriodUs()), TelemetryAddr: taddr, Term: s.term.Load()}, nil
 }
 
 // Register adds a container to its app (auto-creating the app).

@@ -173,7 +173,10 @@ func run(args []string, stderr io.Writer) int {
 		stateDir = d
 	}
 	fs.StringVar(&stateDir, "state-dir", stateDir, "directory of the embedded state store (--store bolt)")
-	storeKind := fs.String("store", "bolt", "where apps, budgets, parameters and specs are kept: bolt (a file in --state-dir) or none (memory only: lost on restart)")
+	storeKind := fs.String("store", "bolt", "where apps, budgets, parameters and specs are kept: bolt (a file in --state-dir), none (memory only: lost on restart) or etcd://HOST:PORT[,HOST:PORT...] (shared by several controllers, one elected leader)")
+	fs.DurationVar(&cfg.LeaderTTL, "leader-ttl", 2*time.Second, "--store etcd: a leader that cannot renew its lease for this long loses the leadership (whole seconds)")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "--store etcd: session address daemons are sent to while this controller leads (default: the --listen address)")
+	fs.StringVar(&cfg.AdminAdvertise, "admin-advertise", "", "--store etcd: admin address followers redirect to while this controller leads (default: the --admin-listen address)")
 	insecure := fs.Bool("insecure", false, "plain TCP and unauthenticated telemetry: anyone who reaches the ports can move limits")
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "escra-controller: "+format+"\n", a...)
@@ -254,7 +257,22 @@ func run(args []string, stderr io.Writer) int {
 		cfg.Store = st
 	case "none":
 	default:
-		return fail("--store %q: want bolt or none", *storeKind)
+		if !strings.HasPrefix(*storeKind, "etcd://") {
+			return fail("--store %q: want bolt, none or etcd://HOST:PORT[,...]", *storeKind)
+		}
+		if cfg.LeaderTTL < time.Second {
+			return fail("--leader-ttl %v: want at least 1s", cfg.LeaderTTL)
+		}
+		eps, err := store.ParseEtcdURL(*storeKind)
+		if err != nil {
+			return fail("--store: %v", err)
+		}
+		st, err := store.OpenEtcd(eps, store.DefaultEtcdPrefix)
+		if err != nil {
+			return fail("--store: %v", err)
+		}
+		defer st.Close()
+		cfg.Store, cfg.Elector = st, st
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if *insecure {
@@ -267,7 +285,8 @@ func run(args []string, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	cfg.Logger.Info("escra-controller ready", "version", version.Version, "sessions", srv.TCPAddr(),
-		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "metrics", srv.MetricsAddr(), "store", storeName(*storeKind, stateDir), "apps", len(cfg.Apps), "tls", cfg.TLS != nil)
+		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "metrics", srv.MetricsAddr(), "store", storeName(*storeKind, stateDir), "apps", len(cfg.Apps), "tls", cfg.TLS != nil,
+		"role", role(srv, cfg.Elector != nil))
 	<-ctx.Done()
 	srv.Close()
 	return 0
@@ -278,4 +297,14 @@ func storeName(kind, dir string) string {
 		return filepath.Join(dir, store.FileName)
 	}
 	return kind
+}
+
+func role(srv *server.Server, elected bool) string {
+	if !elected {
+		return "single"
+	}
+	if ok, _ := srv.Leading(); ok {
+		return "leader"
+	}
+	return "candidate"
 }
