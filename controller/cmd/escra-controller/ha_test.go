@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/link"
 	"github.com/escra-dev/escra/internal/etcdtest"
@@ -97,6 +98,17 @@ func TestFailoverToFollower(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 307 || resp.Header.Get("Location") != "http://"+aAdmin+"/v1/apps" {
 		t.Fatalf("follower's answer: %d %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	// escractl's client pointed at the follower: the write lands on the leader.
+	ac, err := adminclient.New("http://" + bAdmin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ac.PutApp(context.Background(), adminclient.AppBudget{Name: "db", CPUCores: 1, MemoryBytes: 1 << 30}); err != nil {
+		t.Fatalf("PUT through the follower: %v", err)
+	}
+	if err := ac.DeleteApp(context.Background(), "db"); err != nil {
+		t.Fatalf("DELETE through the follower: %v", err)
 	}
 
 	// The daemon knows both; it is given the follower first.
