@@ -22,9 +22,8 @@ import (
 // host is a daemon's side of the link with one container (escrad's link
 // package, its handler reduced to recording what it is told).
 type host struct {
-	mu    sync.Mutex
-	terms []uint64
-	sets  int
+	mu   sync.Mutex
+	sets int
 }
 
 func (h *host) SetLimits(_ time.Time, m *pb.SetLimits) *pb.SetLimitsAck {
