@@ -125,14 +125,18 @@ func (s *Etcd) Close() error { return s.cli.Close() }
 // Campaign blocks until this controller leads or ctx ends. value is what
 // others learn of the leader (Leader). term is the election revision of
 // the win: it grows with every new leader. lost is closed when the
-// leadership ends: the lease was not renewed within ttl (etcd unreachable
-// or the lease expired) or ctx ended. Writes are fenced from now on.
+// leadership ends: at once when the lease was not renewed within its TTL
+// (etcd unreachable or the lease expired), after resigning (the lease
+// revoked, so a successor wins without waiting) when ctx ended. Writes
+// are fenced from now on.
 func (s *Etcd) Campaign(ctx context.Context, value string, ttl time.Duration) (term uint64, lost <-chan struct{}, err error) {
 	secs := max(int64((ttl+time.Second-1)/time.Second), 1)
 	lease, err := s.cli.Grant(ctx, secs)
 	if err != nil {
 		return 0, nil, err
 	}
+	// etcd may grant more than asked (its minimum TTL): hold to its TTL.
+	life := time.Duration(lease.TTL) * time.Second
 	lctx, cancel := context.WithCancel(ctx)
 	ka, err := s.cli.KeepAlive(lctx, lease.ID)
 	if err != nil {
@@ -150,7 +154,7 @@ func (s *Etcd) Campaign(ctx context.Context, value string, ttl time.Duration) (t
 	// for ttl has expired at etcd as well.
 	go func() {
 		defer close(done)
-		t := time.NewTimer(time.Duration(secs) * time.Second)
+		t := time.NewTimer(life)
 		defer t.Stop()
 		for {
 			select {
@@ -162,7 +166,7 @@ func (s *Etcd) Campaign(ctx context.Context, value string, ttl time.Duration) (t
 				case fresh <- struct{}{}:
 				default:
 				}
-				t.Reset(time.Duration(secs) * time.Second)
+				t.Reset(life)
 			case <-t.C:
 				return
 			case <-lctx.Done():
@@ -192,12 +196,18 @@ func (s *Etcd) Campaign(ctx context.Context, value string, ttl time.Duration) (t
 		s.mu.Lock()
 		s.fence = []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(e.Key()), "=", -1)} // never true
 		s.mu.Unlock()
+		resigning := ctx.Err() != nil
 		cancel()
+		if !resigning {
+			close(out) // lost: say so now, not after a revoke that may hang
+		}
 		// Let a successor win at once when etcd is still reachable.
 		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
 		s.cli.Revoke(rctx, lease.ID)
 		rcancel()
-		close(out)
+		if resigning {
+			close(out) // resigned: the key is gone when the caller goes on
+		}
 	}()
 	return uint64(e.Rev()), out, nil
 }

@@ -82,7 +82,7 @@ func TestFailoverToFollower(t *testing.T) {
 	}
 	a, aSess, aAdmin := startController(t, bin, args...)
 	eventually("the first controller to lead", 10*time.Second, func() bool { return adminGet(t, aAdmin, "/v1/apps", nil) == 200 })
-	_, bSess, bAdmin := startController(t, bin, args...)
+	b, bSess, bAdmin := startController(t, bin, args...)
 
 	// An operator's budget, on the leader.
 	req, _ := http.NewRequest("PUT", "http://"+aAdmin+"/v1/apps/web", strings.NewReader(`{"name":"web","cpu_cores":2,"memory_bytes":1073741824,"sigma":0.5}`))
@@ -150,5 +150,25 @@ func TestFailoverToFollower(t *testing.T) {
 		failover.Seconds(), termA, c.Term())
 	if failover > 10*time.Second {
 		t.Fatalf("failover took %v", failover)
+	}
+
+	// A leader stopped with SIGTERM resigns: its successor (one the daemon
+	// does not know, so only its admin API is watched) need not wait for
+	// the lease to expire.
+	_, _, cAdmin := startController(t, bin, args...)
+	if adminGet(t, cAdmin, "/v1/apps", nil) != 307 {
+		t.Fatal("the third controller is not following")
+	}
+	if err := b.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	eventually("the third controller to lead after a SIGTERM", 10*time.Second, func() bool {
+		return adminGet(t, cAdmin, "/v1/apps", nil) == 200
+	})
+	handover := time.Since(t0)
+	t.Logf("handover after SIGTERM of the leader: %.2f s", handover.Seconds())
+	if handover >= 2*time.Second {
+		t.Fatalf("handover after SIGTERM took %v: the leader did not resign", handover)
 	}
 }
