@@ -60,7 +60,7 @@ func OpenEtcd(endpoints []string, prefix string) (*Etcd, error) {
 	defer cancel()
 	if _, err := cli.Get(ctx, prefix+"apps/", clientv3.WithCountOnly()); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("etcd %s: %w", strings.Join(endpoints, ","), err)
+		return nil, fmt.Errorf("etcd %s did not answer within 3 s: %w", strings.Join(endpoints, ","), err)
 	}
 	return &Etcd{cli: cli, prefix: prefix}, nil
 }
