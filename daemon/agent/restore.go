@@ -82,6 +82,7 @@ func (a *Agent) restoreLoop(ctx context.Context) {
 				}
 			case wrote:
 				n++
+				a.m.restored.Inc()
 				a.followLimit(m)
 			}
 		}
