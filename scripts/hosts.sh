@@ -303,8 +303,8 @@ cmd_up() {
 		# shellcheck disable=SC2086
 		start_proc controller "$RUN/logs/controller.log" bin/escra-controller $(tls_args controller) $store ${ESCRA_CONTROLLER_ARGS:-}
 		# shellcheck disable=SC2086
-		start_proc controller2 "$RUN/logs/controller2.log" bin/escra-controller $(tls_args controller) $store \
-			--listen "$host:$CTL2_BASE" --telemetry-listen "$host:$((CTL2_BASE + 1))" --admin-listen "$host:$((CTL2_BASE + 2))" ${ESCRA_CONTROLLER_ARGS:-}
+		start_proc controller2 "$RUN/logs/controller2.log" bin/escra-controller $(tls_args controller) $store ${ESCRA_CONTROLLER_ARGS:-} \
+			--listen "$host:$CTL2_BASE" --telemetry-listen "$host:$((CTL2_BASE + 1))" --admin-listen "$host:$((CTL2_BASE + 2))"
 		ctls=$CTL_ADDR,$host:$CTL2_BASE
 	fi
 	local n
