@@ -9,7 +9,7 @@ BIN      := bin
 BINARIES := $(BIN)/escrad $(BIN)/escra-controller $(BIN)/escractl
 
 .PHONY: help build test run proto lint kmod kernel vm-test bench deb fuzz setup clean \
-	bench-controller bench-daemon bench-kernel soak
+	bench-controller bench-daemon bench-kernel bench-faults soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -60,6 +60,11 @@ bench-controller: ## controller containers-per-core and decision latency
 bench-daemon: ## daemon apply latency, docker update, OOM rescue, CPU per 100 idle containers (~3 min)
 	@scripts/setup.sh
 	$(GO) run ./daemon/cmd/bench-daemon -out results/daemon
+
+bench-faults: ## issue 12's fault checks on the real binaries, a real etcd and a real cgroup (~1 min; root; NO_IPTABLES=1 skips the partition)
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory build
+	$(GO) run ./controller/bench/faults -out results/faults $(if $(filter 1,$(NO_IPTABLES)),-no-iptables)
 
 bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM
 	@scripts/kernel-bench.sh

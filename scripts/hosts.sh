@@ -2,11 +2,13 @@
 # hosts.sh: several Docker "hosts" on this one machine, the test bed for
 # everything multi-host (docs/operator.md, "Several hosts on one machine").
 #
-#   scripts/hosts.sh up K [--controller] [--no-escrad] [--insecure]
+#   scripts/hosts.sh up K [--controller | --ha] [--no-escrad] [--insecure]
 #        start engines h1..hK (each its own data root, exec root, socket,
 #        containerd, cgroup parent and containerd namespace; no bridge), one
 #        bin/escrad per engine when bin/escrad exists, and bin/escra-controller
-#        first with --controller. Idempotent: what already runs is kept, what
+#        first with --controller. --ha instead starts an etcd and two
+#        controllers sharing it (--store etcd://…, one elected leader) and
+#        gives every escrad both. Idempotent: what already runs is kept, what
 #        died (crash, kill -9) is cleaned and started again. Secure by
 #        default: mutual TLS for the sessions and an HTTPS admin API, with
 #        certificates made by escractl certs in the certificate directory
@@ -23,6 +25,9 @@
 # (see below), ESCRA_HOSTS_STORAGE (dockerd --storage-driver, default: the
 # engine's choice), ESCRA_CONTROLLER_ADDR (default 127.0.0.1:7470),
 # ESCRA_CONTROLLER_ARGS (extra flags for escra-controller), ESCRAD_ARGS,
+# with --ha: ESCRA_CONTROLLER2_BASE (the second controller's session port;
+# telemetry and admin on the next two, default 7480), ESCRA_ETCD_ADDR
+# (client address, default 127.0.0.1:2379; the peer port is the next one),
 # ESCRA_CERTS (the certificate directory, default /run/NAME/certs: the CA,
 # controller.pem, hN.pem and the operators' admin.pem and viewer.pem; files
 # missing for a host are made with `escractl certs`, reusing the CA there).
@@ -40,6 +45,8 @@ RUN=/run/$NAME
 LIB=/var/lib/$NAME
 PIDS=$RUN/pids
 CTL_ADDR=${ESCRA_CONTROLLER_ADDR:-127.0.0.1:7470}
+CTL2_BASE=${ESCRA_CONTROLLER2_BASE:-7480}
+ETCD_ADDR=${ESCRA_ETCD_ADDR:-127.0.0.1:2379}
 METRICS_BASE=${ESCRA_HOSTS_METRICS_BASE:-9470} # escrad hN serves /metrics on BASE+N; 0: none
 
 say() { echo "hosts: $*" >&2; }
@@ -272,21 +279,33 @@ cmd_up() {
 	for a in "$@"; do
 		case $a in
 		--controller) want_ctl=1 ;;
+		--ha) want_ctl=2 ;;
 		--no-escrad) want_escrad=0 ;;
 		--insecure) INSECURE=1 ;;
-		*) die "up: unknown option $a (use --controller, --no-escrad, --insecure)" ;;
+		*) die "up: unknown option $a (use --controller, --ha, --no-escrad, --insecure)" ;;
 		esac
 	done
 	[[ $k =~ ^[1-9][0-9]?$ ]] || die "up: give the number of engines, 1-99 (e.g. hosts.sh up 3)"
 	command -v dockerd >/dev/null || die "dockerd is not installed (scripts/setup.sh installs docker.io)"
 	mkdir -p "$RUN" "$LIB"
-	if [ "$INSECURE" = 0 ] && { [ "$want_ctl" = 1 ] || { [ "$want_escrad" = 1 ] && [ -x bin/escrad ]; }; }; then
+	if [ "$INSECURE" = 0 ] && { [ "$want_ctl" != 0 ] || { [ "$want_escrad" = 1 ] && [ -x bin/escrad ]; }; }; then
 		ensure_certs "$k"
 	fi
+	local ctls=$CTL_ADDR
 	if [ "$want_ctl" = 1 ]; then
 		[ -x bin/escra-controller ] || die "bin/escra-controller missing: run make build"
 		# shellcheck disable=SC2086
 		start_proc controller "$RUN/logs/controller.log" bin/escra-controller $(tls_args controller) --state-dir "$LIB/controller" ${ESCRA_CONTROLLER_ARGS:-}
+	elif [ "$want_ctl" = 2 ]; then
+		[ -x bin/escra-controller ] || die "bin/escra-controller missing: run make build"
+		start_etcd
+		local store="--store etcd://$ETCD_ADDR" host=${CTL_ADDR%:*}
+		# shellcheck disable=SC2086
+		start_proc controller "$RUN/logs/controller.log" bin/escra-controller $(tls_args controller) $store ${ESCRA_CONTROLLER_ARGS:-}
+		# shellcheck disable=SC2086
+		start_proc controller2 "$RUN/logs/controller2.log" bin/escra-controller $(tls_args controller) $store ${ESCRA_CONTROLLER_ARGS:-} \
+			--listen "$host:$CTL2_BASE" --telemetry-listen "$host:$((CTL2_BASE + 1))" --admin-listen "$host:$((CTL2_BASE + 2))"
+		ctls=$CTL_ADDR,$host:$CTL2_BASE
 	fi
 	local n
 	for n in $(seq 1 "$k"); do
@@ -301,7 +320,7 @@ cmd_up() {
 			[ "$METRICS_BASE" != 0 ] && metrics=(--metrics-listen "127.0.0.1:$((METRICS_BASE + n))")
 			# shellcheck disable=SC2086
 			start_proc "escrad-h$n" "$RUN/logs/escrad-h$n.log" bin/escrad --docker-host "$(sock "$n")" \
-				--host-id "h$n" --controller "$CTL_ADDR" $(tls_args "h$n") "${metrics[@]}" ${ESCRAD_ARGS:-}
+				--host-id "h$n" --controller "$ctls" $(tls_args "h$n") "${metrics[@]}" ${ESCRAD_ARGS:-}
 		done
 	elif [ "$want_escrad" = 1 ]; then
 		say "bin/escrad missing: engines only (run make build for the daemons)"
@@ -309,12 +328,31 @@ cmd_up() {
 	cmd_status
 }
 
+# start_etcd: one etcd member for --ha, data in $LIB/etcd.
+start_etcd() {
+	command -v etcd >/dev/null || die "etcd is not installed (scripts/setup.sh installs etcd-server)"
+	local host=${ETCD_ADDR%:*} port=${ETCD_ADDR##*:} i
+	local peer="http://$host:$((port + 1))"
+	start_proc etcd "$RUN/logs/etcd.log" etcd --name escra --data-dir "$LIB/etcd" \
+		--listen-client-urls "http://$ETCD_ADDR" --advertise-client-urls "http://$ETCD_ADDR" \
+		--listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "escra=$peer"
+	for i in $(seq 1 100); do
+		(exec 3<>"/dev/tcp/$host/$port") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	die "etcd did not listen on $ETCD_ADDR within 10 s (log $RUN/logs/etcd.log)"
+}
+
 cmd_down() {
 	local name pid st n
 	# Daemons and controller first, so nothing reacts to containers going away.
 	if [ -f "$PIDS" ]; then
 		while read -r name pid st; do
-			case $name in escrad-* | controller) stop_pid "$pid" "$st" ;; esac
+			case $name in escrad-* | controller | controller2) stop_pid "$pid" "$st" ;; esac
+		done <"$PIDS"
+		# etcd last: the controllers resign their leadership in it.
+		while read -r name pid st; do
+			case $name in etcd) stop_pid "$pid" "$st" ;; esac
 		done <"$PIDS"
 	fi
 	# Engines: remove their containers while they answer, then stop them
@@ -377,5 +415,5 @@ down) cmd_down ;;
 status) cmd_status ;;
 load) shift; cmd_load "$@" ;;
 sock) [[ ${2:-} =~ ^[0-9]+$ ]] || die "sock: give an engine number"; sock "$2" ;;
-*) die "usage: hosts.sh up K [--controller] [--no-escrad] [--insecure] | down | status | load IMAGE... | sock N" ;;
+*) die "usage: hosts.sh up K [--controller | --ha] [--no-escrad] [--insecure] | down | status | load IMAGE... | sock N" ;;
 esac

@@ -20,6 +20,8 @@ pkgs=(
 	linux-source-6.1 linux-headers-amd64 build-essential bc bison flex
 	libelf-dev libssl-dev dwarves kmod xz-utils cpio busybox-static
 	qemu-system-x86
+	# HA controllers: a real etcd for --store etcd:// and its tests
+	etcd-server
 	# wire contract
 	protobuf-compiler
 	# benchmarks: real third-party servers and clients (bench/, scripts/bench/)

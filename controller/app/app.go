@@ -6,6 +6,7 @@
 package app
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -80,9 +81,13 @@ type Shard struct {
 	// owned by the shard goroutine
 	a          *allocator.App
 	auto       bool
+	retired    bool // an emptied auto app, about to be forgotten
 	members    map[allocator.Key]*member
 	oomQueue   []oomReq
-	reclaiming int // outstanding reclaim RPCs
+	reclaiming int    // outstanding reclaim RPCs
+	reclaimN   uint64 // reclaims started, to tell a stale grace timer
+	answered   bool   // a host answered the reclaim in flight
+	late       bool   // its stragglers are no longer waited for
 	log        *slog.Logger
 	hub        *events.Hub
 	cnt        Counters
@@ -367,8 +372,13 @@ func (s *Shard) HostClosed(h allocator.HostID) {
 
 // Join adds a member and bootstraps it (eq. (2)).
 func (s *Shard) Join(mi MemberInfo) error {
-	var err error
+	err := ErrRetired // stays so when the shard is stopped
 	s.call(func() {
+		err = nil
+		if s.retired {
+			err = ErrRetired
+			return
+		}
 		if s.auto {
 			b := allocator.Budget{CPUCores: mi.ContribCores, MemoryBytes: mi.ContribMem}
 			if len(s.members) > 0 {
@@ -392,6 +402,22 @@ func (s *Shard) Join(mi MemberInfo) error {
 		s.publish(mi, "join", "")
 	})
 	return err
+}
+
+// ErrRetired says the app was emptied and forgotten: look it up again.
+var ErrRetired = errors.New("app: emptied auto app retired")
+
+// RetireIfEmpty marks an auto app without members as retired (every later
+// Join fails with ErrRetired) and reports whether it did: the caller then
+// forgets and stops it. Defined apps are never retired.
+func (s *Shard) RetireIfEmpty() bool {
+	var ok bool
+	s.call(func() {
+		if s.auto && len(s.members) == 0 {
+			s.retired, ok = true, true
+		}
+	})
+	return ok
 }
 
 // Leave removes a member; an auto app shrinks by its contribution.
@@ -456,7 +482,10 @@ func (s *Shard) oom(r oomReq, mayReclaim bool) {
 	prev := m0(s.a.Member(r.key))
 	o := s.a.OOM(r.key, int64(min(r.req.GetUsageBytes(), 1<<50)), int64(min(r.req.GetLimitBytes(), 1<<50)), want,
 		mayReclaim && s.reclaiming == 0)
-	if o.Action == allocator.OOMReclaim || (mayReclaim && s.reclaiming > 0 && o.Action == allocator.OOMDeny) {
+	// A reclaim in flight is waited for until its stragglers are late
+	// (reclaimGrace after the first answer): a dead host must not hold
+	// healthy hosts' verdicts until its RPC times out.
+	if o.Action == allocator.OOMReclaim || (mayReclaim && s.reclaiming > 0 && !s.late && o.Action == allocator.OOMDeny) {
 		// Wait for the reclaim (ours or one in flight), then decide again.
 		s.oomQueue = append(s.oomQueue, r)
 		if s.reclaiming == 0 {
@@ -534,7 +563,8 @@ func (s *Shard) startReclaim(keys []allocator.Key) {
 		s.afterReclaim()
 		return
 	}
-	s.reclaiming = len(hosts)
+	s.reclaiming, s.answered, s.late = len(hosts), false, false
+	s.reclaimN++
 	margin := uint64(s.a.P.SafeMarginBytes)
 	for _, h := range hosts {
 		h := h
@@ -570,8 +600,29 @@ func (s *Shard) reclaimDone(h Host, res *pb.ReclaimResult, err error) {
 	}
 	if s.reclaiming == 0 {
 		s.afterReclaim()
+		return
+	}
+	if err == nil && !s.answered {
+		// Live hosts answer within a grace of each other; one that has
+		// not by then (dead, partitioned) is not waited for.
+		s.answered = true
+		n := s.reclaimN
+		time.AfterFunc(reclaimGrace, func() {
+			s.do(func() {
+				if s.reclaimN == n && s.reclaiming > 0 && !s.late {
+					s.late = true
+					s.afterReclaim()
+				}
+			})
+		})
 	}
 }
+
+// reclaimGrace is how long after a reclaim's first answer the others are
+// waited for before queued OOM requests are decided with what came back
+// (a reclaim answer takes well under 1 ms on a healthy host; escrad's OOM
+// deadline is 200 ms).
+const reclaimGrace = 50 * time.Millisecond
 
 func (s *Shard) afterReclaim() {
 	q := s.oomQueue

@@ -306,7 +306,7 @@ func (s *Server) adminHandler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	}
 	mux.Handle("GET /metrics", s.metricsHandler())
-	return s.authorize(mux)
+	return s.authorize(s.followerRedirect(mux))
 }
 
 func (s *Server) metricsHandler() http.Handler {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,23 @@ type Config struct {
 	// DefaultHostMemoryBytes stands in for a host that reports no memory
 	// size when an auto-created app's member has no memory limit.
 	DefaultHostMemoryBytes int64
+	// HostApps limits the hosts it names to the apps listed for them (a
+	// stolen host certificate then moves only those apps' budgets); hosts
+	// it does not name may register any app (escra-controller --host-apps).
+	HostApps map[string][]string
+	// MaxContainersPerHost caps the registrations of one session (0: no
+	// cap), so one host cannot grow the controller's memory without bound.
+	MaxContainersPerHost int
+	// Elector, when set, makes this one of several controllers sharing
+	// Store: only the elected leader accepts daemon sessions and admin
+	// writes (docs/operator.md, "High availability").
+	Elector Elector
+	// LeaderTTL is how long a leader that stopped renewing its lease
+	// keeps the leadership (default 2 s).
+	LeaderTTL time.Duration
+	// Advertise and AdminAdvertise are the session and admin addresses
+	// published while leading ("": the listeners' addresses).
+	Advertise, AdminAdvertise string
 }
 
 // DefaultConfig returns the paper's parameters on the default ports.
@@ -87,6 +105,7 @@ func DefaultConfig() Config {
 		ReclaimEvery:           5 * time.Second,
 		RPCTimeout:             2 * time.Second,
 		DefaultHostMemoryBytes: 1 << 30,
+		MaxContainersPerHost:   1000,
 	}
 }
 
@@ -139,6 +158,8 @@ type Server struct {
 	nextID  atomic.Uint32
 	hub     events.Hub
 	met     *metrics
+	leading atomic.Bool
+	term    atomic.Uint64
 	decLat  hist.H
 	oomLat  hist.H
 	closeMu sync.Once
@@ -167,15 +188,24 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	// Heap, goroutines and descriptors on /metrics (make soak reads them).
 	s.met.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// Stored apps first; --apps entries then override and are stored.
-	if err := s.loadStore(); err != nil {
-		s.cancel()
-		return nil, err
-	}
-	for _, a := range cfg.Apps {
-		if err := s.DefineApp(a); err != nil {
+	// Under an election this waits for the win (takeOver).
+	if cfg.Elector == nil {
+		s.leading.Store(true)
+		if err := s.loadStore(); err != nil {
 			s.cancel()
 			return nil, err
 		}
+		for _, a := range cfg.Apps {
+			if err := s.DefineApp(a); err != nil {
+				s.cancel()
+				return nil, err
+			}
+		}
+	} else {
+		if cfg.LeaderTTL <= 0 {
+			s.cfg.LeaderTTL = 2 * time.Second
+		}
+		s.leaderMetrics()
 	}
 	var err error
 	if s.udp, err = telemetry.Listen(cfg.UDPAddr, s.onTelemetry, s.dropTelemetry, s.rl); err != nil {
@@ -215,6 +245,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ReclaimEvery > 0 {
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.reclaimLoop() }()
+	}
+	if cfg.Elector != nil {
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.leadLoop() }()
 	}
 	context.AfterFunc(ctx, func() { s.Close() })
 	return s, nil
@@ -276,7 +310,8 @@ func (s *Server) acceptLoop() {
 		go func() {
 			defer s.wg.Done()
 			err := session.Serve(s.ctx, c, s, session.Config{RPCTimeout: s.cfg.RPCTimeout, Observer: s}, id)
-			if err != nil && s.ctx.Err() == nil {
+			var rd *session.Redirect
+			if err != nil && s.ctx.Err() == nil && !errors.As(err, &rd) {
 				s.rl.Warn(c.RemoteAddr().String(), "daemon session ended", "err", err)
 			}
 		}()
@@ -405,6 +440,9 @@ func (s *Server) host(id uint32) *host {
 
 // Hello registers a host and answers with its session id.
 func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, error) {
+	if !s.leading.Load() {
+		return nil, s.notLeader()
+	}
 	cores := int64(h.GetCores())
 	if cores <= 0 || cores > 1<<16 {
 		cores = 1
@@ -442,13 +480,17 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 		o.Close()
 	}
 	s.hosts.Store(ss.ID, hs)
+	if !s.leading.Load() { // stepped down meanwhile
+		s.hosts.Delete(ss.ID)
+		return nil, s.notLeader()
+	}
 	s.log.Info("daemon connected", "host", h.GetHostId(), "session", ss.ID, "cores", h.GetCores(),
 		"backend", h.GetBackend().String(), "peer", ss.Peer)
 	taddr := s.UDPAddr()
 	if s.cfg.TelemetryAdvertise != "" {
 		taddr = s.cfg.TelemetryAdvertise
 	}
-	return &pb.HelloAck{SessionId: ss.ID, PeriodUs: uint32(s.cfg.Params.PeriodUs()), TelemetryAddr: taddr}, nil
+	return &pb.HelloAck{SessionId: ss.ID, PeriodUs: uint32(s.cfg.Params.PeriodUs()), TelemetryAddr: taddr, Term: s.term.Load()}, nil
 }
 
 // Register adds a container to its app (auto-creating the app).
@@ -460,11 +502,20 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 	if len(r.GetContainerId()) > 128 || len(r.GetName()) > 256 {
 		return errors.New("register: oversized container id or name")
 	}
+	if allowed, ok := s.cfg.HostApps[h.hello.GetHostId()]; ok && !slices.Contains(allowed, r.GetApp()) {
+		s.met.bad("app_not_allowed", 1)
+		return fmt.Errorf("register: host %s may not register containers of app %q (controller --host-apps)", h.hello.GetHostId(), r.GetApp())
+	}
 	h.mu.RLock()
 	_, dup := h.cont[r.GetHandle()]
+	n := len(h.cont)
 	h.mu.RUnlock()
 	if dup {
 		return fmt.Errorf("register: handle %d already registered on this session", r.GetHandle())
+	}
+	if limit := s.cfg.MaxContainersPerHost; limit > 0 && n >= limit {
+		s.met.bad("too_many_containers", 1)
+		return fmt.Errorf("register: host %s already has %d containers registered, the controller's --max-containers-per-host", h.hello.GetHostId(), limit)
 	}
 	lim := r.GetLimits()
 	pUs := float64(s.cfg.Params.PeriodUs())
@@ -480,16 +531,25 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 		}
 	}
 	mem = max(mem, 4*allocator.MiB)
-	a, err := s.shardFor(r.GetApp(), cores, mem)
-	if err != nil {
-		return err
-	}
 	k := key(ss.ID, r.GetHandle())
 	mi := app.MemberInfo{Key: k, Host: ss, HostID: h.hello.GetHostId(), Handle: r.GetHandle(),
 		ContainerID: r.GetContainerId(), Name: r.GetName(), HostMaxUs: h.maxUs,
 		MemUsage: int64(min(r.GetMemoryUsageBytes(), 1<<50)), ContribCores: cores, ContribMem: mem}
-	if err := a.Join(mi); err != nil {
-		return err
+	var a *app.Shard
+	for try := 0; ; try++ {
+		var err error
+		if a, err = s.shardFor(r.GetApp(), cores, mem); err != nil {
+			return err
+		}
+		err = a.Join(mi)
+		if err == nil {
+			break
+		}
+		// The auto app emptied just now: it is forgotten, make it anew.
+		if !errors.Is(err, app.ErrRetired) || try == 3 {
+			return err
+		}
+		s.forget(a)
 	}
 	h.mu.Lock()
 	h.cont[r.GetHandle()] = &ref{shard: a, key: k, app: r.GetApp(), id: r.GetContainerId()}
@@ -512,6 +572,26 @@ func (s *Server) Unregister(ss *session.Session, u *pb.ContainerUnregister) {
 		return
 	}
 	r.shard.Leave(r.key, u.GetReason())
+	s.reap(r.shard)
+}
+
+// reap forgets an auto-created app once its last member left: its state
+// and metrics go with it (a defined app stays until deleted).
+func (s *Server) reap(a *app.Shard) {
+	if a.RetireIfEmpty() {
+		s.forget(a)
+		s.log.Info("auto-created app emptied and deleted", "app", a.Name)
+	}
+}
+
+// forget removes a retired shard and stops it.
+func (s *Server) forget(a *app.Shard) {
+	s.mu.Lock()
+	if s.apps[a.Name] == a {
+		delete(s.apps, a.Name)
+		a.Stop()
+	}
+	s.mu.Unlock()
 }
 
 // MemoryUsage routes usage samples.
@@ -604,6 +684,9 @@ func (s *Server) Closed(ss *session.Session) {
 	h.mu.Unlock()
 	for _, r := range refs {
 		r.shard.Leave(r.key, "daemon session closed")
+	}
+	for _, r := range refs {
+		s.reap(r.shard)
 	}
 	// The daemon dropped its lease credit with the session (issue 11).
 	for _, a := range s.shards() {

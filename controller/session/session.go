@@ -35,6 +35,18 @@ type Handler interface {
 	Closed(s *Session)
 }
 
+// Redirect is what a Handler's Hello returns when another controller
+// leads: the daemon gets a HelloAck naming the leader instead of a
+// session ("" while none is elected).
+type Redirect struct{ Leader string }
+
+func (r *Redirect) Error() string {
+	if r.Leader == "" {
+		return "not the leader, and no leader is elected yet"
+	}
+	return "not the leader; the leader is at " + r.Leader
+}
+
 // LeaseHandler is implemented by a Handler that takes host-local lease
 // messages (issue 11); others count them as unexpected.
 type LeaseHandler interface {
@@ -172,6 +184,11 @@ func Serve(ctx context.Context, conn net.Conn, h Handler, cfg Config, id uint32)
 	ack, err := h.Hello(s, hello)
 	if err != nil {
 		conn.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
+		var rd *Redirect
+		if errors.As(err, &rd) {
+			w.Write(&pb.Envelope{RequestId: env.RequestId, Body: &pb.Envelope_HelloAck{HelloAck: &pb.HelloAck{Leader: rd.Leader}}})
+			return err
+		}
 		w.Write(&pb.Envelope{RequestId: env.RequestId, Body: &pb.Envelope_Error{Error: &pb.Error{Message: err.Error()}}})
 		return err
 	}

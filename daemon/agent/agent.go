@@ -46,7 +46,7 @@ type KernelSourceFunc func(period time.Duration, log *slog.Logger) (telemetry.So
 // Config configures an agent.
 type Config struct {
 	HostID      string
-	Controller  string        // TCP address of escra-controller
+	Controller  string        // TCP address of escra-controller; A,B,… for several (one leads)
 	Period      time.Duration // telemetry period (CFS period), 100 ms
 	OOMDeadline time.Duration // verdict deadline, 200 ms
 	Heartbeat   time.Duration // heartbeat and usage snapshot interval, 1 s
@@ -83,6 +83,10 @@ type Config struct {
 	// OnLeaseRaise, when set, sees every raise from host-local lease
 	// credit: the event seen to the raising write returned (issue 11).
 	OnLeaseRaise func(h uint32, took time.Duration)
+	// RestoreAfter puts back the limits Docker knows (or, for configured
+	// cgroups, the ones found at start) once no controller session has
+	// been up for this long; 0: never (escrad --restore-after).
+	RestoreAfter time.Duration
 }
 
 // Agent manages one host's labelled containers.
@@ -122,9 +126,12 @@ type managed struct {
 	g       *cgroups.Group
 	e       *limits.Entry
 	cgID    uint64
-	pending atomic.Bool // an OOM request is out
-	armed   atomic.Bool // telemetry and OOM trap set up
-	again   atomic.Bool // an OOM event came while one was pending
+	orig    limits.Current // the limits to put back without a controller
+	pending atomic.Bool    // an OOM request is out
+	armed   atomic.Bool    // telemetry and OOM trap set up
+	again   atomic.Bool    // an OOM event came while one was pending
+	// restored: its limits were put back since the last session ended.
+	restored atomic.Bool
 
 	thrMu    sync.Mutex
 	thrAt    time.Time // last throttle event not yet answered by a raise
@@ -239,7 +246,7 @@ func New(cfg Config) (*Agent, error) {
 		cgv = pb.CgroupVersion_CGROUP_VERSION_V2
 	}
 	a.link = link.New(link.Config{
-		Addr: cfg.Controller, Heartbeat: cfg.Heartbeat, Log: cfg.Log, TLS: cfg.TLS,
+		Addr: cfg.Controller, Addrs: strings.Split(cfg.Controller, ","), Heartbeat: cfg.Heartbeat, Log: cfg.Log, TLS: cfg.TLS,
 		Hello: &pb.HostHello{
 			HostId: cfg.HostID, Cores: uint32(runtime.NumCPU()), MemoryBytes: mem,
 			Backend: a.src.Backend(), CgroupVersion: cgv,
@@ -286,6 +293,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.rec != nil {
 		goRun(func() { a.rec.Run(ctx) })
+	}
+	if a.cfg.RestoreAfter > 0 {
+		goRun(func() { a.restoreLoop(ctx) })
 	}
 	if a.cfg.Docker != nil {
 		d := &containers.Docker{Client: a.cfg.Docker, Log: a.log}
@@ -376,6 +386,10 @@ func (a *Agent) add(c containers.Container) {
 		return
 	}
 	m := &managed{c: c, g: g, e: e}
+	m.orig, _ = e.Current()
+	if c.Docker {
+		m.orig = dockerLimits(c.Limits, m.orig)
+	}
 	if p.Version == cgroups.V2 {
 		var st unix.Stat_t
 		if unix.Stat(p.Unified, &st) == nil {

@@ -14,6 +14,7 @@ type metrics struct {
 	leaseRaise   prometheus.Histogram
 	leaseUses    prometheus.Counter
 	reclaimed    prometheus.Counter
+	restored     prometheus.Counter
 }
 
 func newMetrics(r *prometheus.Registry, a *Agent) metrics {
@@ -30,8 +31,12 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		leaseRaise:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_lease_raise_seconds", Help: "Throttle event seen to the quota raised from host-local lease credit (issue 11).", Buckets: us}),
 		leaseUses:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_lease_uses_total", Help: "Throttle events answered from host-local lease credit (not forwarded)."}),
 		reclaimed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (seed 000 §IV-C)."}),
+		restored:     prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_limits_restored_total", Help: "Containers whose own limits were put back for want of a controller (--restore-after)."}),
 	}
-	r.MustRegister(m.applyLatency, m.applyErrors, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed,
+	r.MustRegister(m.applyLatency, m.applyErrors, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_controller_term", Help: "Highest controller leadership term seen (0: no leader election)."}, func() float64 {
+			return float64(a.link.Term())
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_containers_managed", Help: "Managed containers."}, func() float64 {
 			a.mu.Lock()
 			defer a.mu.Unlock()

@@ -43,6 +43,7 @@ type Limits struct {
 	MemoryBytes int64
 	MemswBytes  int64 // Docker's MemorySwap (memory + swap); -1 unlimited
 	CpusetCpus  string
+	NanoCPUs    int64 // docker run --cpus, in 1e-9 cores (0: not set)
 }
 
 // Container is one managed workload: a Docker container or a plain cgroup.

@@ -159,7 +159,7 @@ func (d *Docker) inspect(ctx context.Context, id string) (Container, bool) {
 		ID: j.ID, Name: name, App: app, Pid: j.State.Pid, Docker: true,
 		Limits: Limits{
 			CPUQuotaUs: r.CPUQuota, CPUPeriodUs: uint32(r.CPUPeriod),
-			MemoryBytes: r.Memory, MemswBytes: r.MemorySwap, CpusetCpus: r.CpusetCpus,
+			MemoryBytes: r.Memory, MemswBytes: r.MemorySwap, CpusetCpus: r.CpusetCpus, NanoCPUs: r.NanoCPUs,
 		},
 	}, true
 }

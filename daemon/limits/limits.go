@@ -366,3 +366,43 @@ func (a *Applier) Reclaim(margin uint64, hs []uint32) []*pb.ReclaimResult_Reclai
 	}
 	return out
 }
+
+// ResetGenerations forgets the newest generation applied to every entry:
+// generations count per controller session, so a new session (after a
+// restart or a failover) starts again from 1.
+func (a *Applier) ResetGenerations() {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for _, e := range a.entries {
+		e.mu.Lock()
+		e.gen = 0
+		e.mu.Unlock()
+	}
+}
+
+// Restore writes l (zero fields unchanged, -1 unlimited) to h's cgroup
+// unless a controller decision was applied since the last
+// ResetGenerations: a session that came back first wins over the restore.
+// It reports whether it wrote.
+func (a *Applier) Restore(h uint32, l Current) (bool, error) {
+	e := a.Get(h)
+	if e == nil {
+		return false, ErrUnknown
+	}
+	e.mu.Lock()
+	if e.gen != 0 {
+		e.mu.Unlock()
+		return false, nil
+	}
+	err := e.write(l.CPUQuotaUs, l.CPUPeriodUs, l.MemoryBytes, "")
+	docker := e.Docker
+	e.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	a.Writes.Add(1)
+	if docker && a.Reconcile != nil {
+		a.Reconcile.Mark(h)
+	}
+	return true, nil
+}

@@ -54,9 +54,19 @@ type LeaseHandler interface {
 	LeasesLost()
 }
 
+// SessionObserver is implemented by a Handler that wants to know when a
+// session ends (called from the same place as LeasesLost).
+type SessionObserver interface {
+	SessionEnded()
+}
+
 // Config of a link.
 type Config struct {
-	Addr      string // controller TCP address
+	Addr string // controller TCP address
+	// Addrs are several controllers (one leads, docs/operator.md); they
+	// are tried in turn and a follower's pointer to the leader is
+	// followed. Empty: Addr alone.
+	Addrs     []string
 	Hello     *escrapb.HostHello
 	Heartbeat time.Duration // heartbeat and usage snapshot interval (1 s)
 	// DeadAfter ends a session on which the controller, once it has
@@ -91,6 +101,10 @@ type Client struct {
 	used    int
 	sess    *udpSession
 
+	// maxTerm is the highest leadership term any session announced.
+	maxTerm atomic.Uint64
+	addr    atomic.Pointer[string] // the session's controller, when up
+
 	Connects  atomic.Uint64
 	Datagrams atomic.Uint64
 }
@@ -109,6 +123,9 @@ func New(cfg Config, h Handler) *Client {
 	if cfg.DeadAfter <= 0 {
 		cfg.DeadAfter = 3 * time.Second
 	}
+	if len(cfg.Addrs) == 0 {
+		cfg.Addrs = []string{cfg.Addr}
+	}
 	return &Client{cfg: cfg, h: h, pending: map[uint64]func(*escrapb.OomVerdict){}}
 }
 
@@ -119,19 +136,48 @@ func (c *Client) Connected() bool {
 	return c.conn != nil
 }
 
-// Run keeps a session up until ctx ends.
+// Addr is the controller the session is up with ("" when down).
+func (c *Client) Addr() string {
+	if p := c.addr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Term is the highest leadership term seen.
+func (c *Client) Term() uint64 { return c.maxTerm.Load() }
+
+// Run keeps a session up until ctx ends. It tries the controllers in
+// turn, at once while some are untried, and follows a follower's pointer
+// to the leader once per try; after a round that failed it backs off.
 func (c *Client) Run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
+	i, failed, leader := 0, 0, ""
 	for ctx.Err() == nil {
-		up, err := c.session(ctx)
+		addr := c.cfg.Addrs[i]
+		redirected := leader != ""
+		if redirected {
+			addr = leader
+		}
+		up, next, err := c.session(ctx, addr)
 		if ctx.Err() != nil {
 			return
 		}
-		if up {
-			backoff = 100 * time.Millisecond
+		leader = ""
+		if next != "" && !redirected && next != addr {
+			c.cfg.Log.Info("controller is not the leader; following it to the leader", "addr", addr, "leader", next)
+			leader = next
+			continue
 		}
+		i = (i + 1) % len(c.cfg.Addrs)
+		if up {
+			backoff, failed = 100*time.Millisecond, 0
+		} else if failed++; failed < len(c.cfg.Addrs) {
+			continue // another controller may answer: no wait
+		}
+		failed = 0
 		wait := backoff/2 + rand.N(backoff) // jitter: 0.5–1.5 × backoff
-		c.cfg.Log.Warn("controller link down; reconnecting", "addr", c.cfg.Addr, "err", err, "in", wait.Round(time.Millisecond))
+		c.cfg.Log.Warn("controller link down; reconnecting", "addr", addr, "err", err, "in", wait.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return
@@ -143,18 +189,17 @@ func (c *Client) Run(ctx context.Context) {
 	}
 }
 
-func (c *Client) session(ctx context.Context) (bool, error) {
+func (c *Client) session(ctx context.Context, addr string) (up bool, leader string, err error) {
 	d := net.Dialer{Timeout: 2 * time.Second}
 	var conn net.Conn
-	var err error
 	if c.cfg.TLS != nil {
 		td := tls.Dialer{NetDialer: &d, Config: c.cfg.TLS}
-		conn, err = td.DialContext(ctx, "tcp", c.cfg.Addr)
+		conn, err = td.DialContext(ctx, "tcp", addr)
 	} else {
-		conn, err = d.DialContext(ctx, "tcp", c.cfg.Addr)
+		conn, err = d.DialContext(ctx, "tcp", addr)
 	}
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
@@ -165,29 +210,42 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 	var env escrapb.Envelope
 	conn.SetDeadline(time.Now().Add(5 * time.Second))
 	if err := w.Write(&escrapb.Envelope{Body: &escrapb.Envelope_Hello{Hello: c.cfg.Hello}}); err != nil {
-		return false, err
+		return false, "", err
 	}
 	if err := r.Read(&env); err != nil {
-		return false, fmt.Errorf("waiting for hello ack: %w", err)
+		return false, "", fmt.Errorf("waiting for hello ack: %w", err)
 	}
 	ack := env.GetHelloAck()
-	if ack == nil || ack.SessionId == 0 {
-		if e := env.GetError(); e != nil {
-			return false, fmt.Errorf("controller refused hello: %s", e.Message)
+	if ack != nil && ack.SessionId == 0 {
+		if ack.Leader == "" {
+			return false, "", errors.New("controller is not the leader, and none is elected yet")
 		}
-		return false, errors.New("controller answered hello without a session")
+		return false, ack.Leader, fmt.Errorf("controller is not the leader (the leader is at %s)", ack.Leader)
 	}
+	if ack == nil {
+		if e := env.GetError(); e != nil {
+			return false, "", fmt.Errorf("controller refused hello: %s", e.Message)
+		}
+		return false, "", errors.New("controller answered hello without a session")
+	}
+	// Terms only grow: a lower one is a deposed leader that has not
+	// noticed yet; its limits are not applied.
+	term := ack.Term
+	if seen := c.maxTerm.Load(); term < seen {
+		return false, "", fmt.Errorf("controller is at term %d, below the term %d already seen: a deposed leader", term, seen)
+	}
+	c.maxTerm.Store(term)
 	conn.SetDeadline(time.Time{})
 	us, err := dialTelemetry(ack.TelemetryAddr, conn.RemoteAddr())
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	defer us.conn.Close()
 	us.id = ack.SessionId
 	if tc, ok := conn.(*tls.Conn); ok {
 		key, err := auth.TelemetryKey(tc.ConnectionState(), us.id)
 		if err != nil {
-			return false, err
+			return false, "", err
 		}
 		us.mac = wire.NewDatagramMAC(key)
 	}
@@ -202,14 +260,16 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 		if err := c.sendLocked(0, &escrapb.Envelope_Register{Register: reg}); err != nil {
 			c.mu.Unlock()
 			c.drop()
-			return true, err
+			return true, "", err
 		}
 		c.sent[reg.Handle] = true
 	}
 	c.mu.Unlock()
 	defer c.drop()
 	c.Connects.Add(1)
-	c.cfg.Log.Info("controller session up", "addr", c.cfg.Addr, "session", ack.SessionId, "telemetry", us.conn.RemoteAddr().String())
+	c.addr.Store(&addr)
+	defer c.addr.Store(nil)
+	c.cfg.Log.Info("controller session up", "addr", addr, "session", ack.SessionId, "term", term, "telemetry", us.conn.RemoteAddr().String())
 
 	hbDone := make(chan struct{})
 	defer close(hbDone)
@@ -226,17 +286,22 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 		}
 		if err := r.Read(&env); err != nil {
 			if errors.Is(err, io.EOF) {
-				return true, errors.New("controller closed the session")
+				return true, "", errors.New("controller closed the session")
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return true, fmt.Errorf("controller silent for %v: session declared dead", c.cfg.DeadAfter)
+				return true, "", fmt.Errorf("controller silent for %v: session declared dead", c.cfg.DeadAfter)
 			}
-			return true, err
+			return true, "", err
 		}
 		recv := time.Now()
 		switch b := env.Body.(type) {
 		case *escrapb.Envelope_SetLimits:
-			ack := c.h.SetLimits(recv, b.SetLimits)
+			var ack *escrapb.SetLimitsAck
+			if seen := c.maxTerm.Load(); term < seen {
+				ack = staleTerm(b.SetLimits, term, seen)
+			} else {
+				ack = c.h.SetLimits(recv, b.SetLimits)
+			}
 			err = c.send(env.RequestId, &escrapb.Envelope_SetLimitsAck{SetLimitsAck: ack})
 		case *escrapb.Envelope_Reclaim:
 			res := c.h.Reclaim(b.Reclaim)
@@ -267,9 +332,20 @@ func (c *Client) session(ctx context.Context) (bool, error) {
 			c.cfg.Log.Debug("unexpected envelope from controller", "type", fmt.Sprintf("%T", b))
 		}
 		if err != nil {
-			return true, err
+			return true, "", err
 		}
 	}
+}
+
+// staleTerm refuses every update of m: its session's term is below one
+// seen since.
+func staleTerm(m *escrapb.SetLimits, term, seen uint64) *escrapb.SetLimitsAck {
+	ack := &escrapb.SetLimitsAck{Applied: make([]*escrapb.SetLimitsAck_Applied, len(m.Updates))}
+	msg := fmt.Sprintf("stale term %d: term %d seen", term, seen)
+	for i, u := range m.Updates {
+		ack.Applied[i] = &escrapb.SetLimitsAck_Applied{Handle: u.Handle, Generation: u.Generation, Error: msg}
+	}
+	return ack
 }
 
 // deploy serves one create or remove request in its own goroutine (Docker
@@ -333,6 +409,9 @@ func (c *Client) drop() {
 	c.mu.Unlock()
 	if lh, ok := c.h.(LeaseHandler); ok {
 		lh.LeasesLost()
+	}
+	if so, ok := c.h.(SessionObserver); ok {
+		so.SessionEnded()
 	}
 	for _, cb := range p {
 		cb(nil)

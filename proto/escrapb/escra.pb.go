@@ -244,6 +244,14 @@ type HelloAck struct {
 	PeriodUs uint32 `protobuf:"varint,2,opt,name=period_us,json=periodUs,proto3" json:"period_us,omitempty"`
 	// UDP address to send telemetry to.
 	TelemetryAddr string `protobuf:"bytes,3,opt,name=telemetry_addr,json=telemetryAddr,proto3" json:"telemetry_addr,omitempty"`
+	// The controller's leadership term (the etcd election revision of its
+	// win; 0 without leader election). Terms only grow: a daemon applies no
+	// SetLimits from a session whose term is below the highest it has seen.
+	Term uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	// Set by a controller that is not the leader, instead of a session:
+	// the leader's session address ("" while none is elected). The daemon
+	// connects there next.
+	Leader        string `protobuf:"bytes,5,opt,name=leader,proto3" json:"leader,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,6 +303,20 @@ func (x *HelloAck) GetPeriodUs() uint32 {
 func (x *HelloAck) GetTelemetryAddr() string {
 	if x != nil {
 		return x.TelemetryAddr
+	}
+	return ""
+}
+
+func (x *HelloAck) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *HelloAck) GetLeader() string {
+	if x != nil {
+		return x.Leader
 	}
 	return ""
 }
@@ -2352,12 +2374,14 @@ const file_escra_proto_rawDesc = "" +
 	"\x0ecgroup_version\x18\x05 \x01(\x0e2\x17.escra.v1.CgroupVersionR\rcgroupVersion\x12%\n" +
 	"\x0ekernel_release\x18\x06 \x01(\tR\rkernelRelease\x12%\n" +
 	"\x0edaemon_version\x18\a \x01(\tR\rdaemonVersion\x12)\n" +
-	"\x10telemetry_source\x18\b \x01(\tR\x0ftelemetrySource\"m\n" +
+	"\x10telemetry_source\x18\b \x01(\tR\x0ftelemetrySource\"\x99\x01\n" +
 	"\bHelloAck\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\rR\tsessionId\x12\x1b\n" +
 	"\tperiod_us\x18\x02 \x01(\rR\bperiodUs\x12%\n" +
-	"\x0etelemetry_addr\x18\x03 \x01(\tR\rtelemetryAddr\"\x9d\x01\n" +
+	"\x0etelemetry_addr\x18\x03 \x01(\tR\rtelemetryAddr\x12\x12\n" +
+	"\x04term\x18\x04 \x01(\x04R\x04term\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\tR\x06leader\"\x9d\x01\n" +
 	"\x06Limits\x12 \n" +
 	"\fcpu_quota_us\x18\x01 \x01(\x03R\n" +
 	"cpuQuotaUs\x12\"\n" +

@@ -33,9 +33,10 @@ default_prefix=""
 prefix=${CONTROLLER_PREFIX-$default_prefix}
 echo "bench-controller: load average $(cut -d' ' -f1-3 /proc/loadavg); controller prefix: '${prefix}'"
 
-# Ports are picked by the kernel (":0"); the ready line names them.
+# Ports are picked by the kernel (":0"); the ready line names them. No cap
+# on registrations per host: CONTAINERS/HOSTS may exceed the default 1,000.
 ${prefix} bin/escra-controller "${tlsargs[@]}" --listen 127.0.0.1:0 --telemetry-listen 127.0.0.1:0 \
-	--admin-listen 127.0.0.1:0 --store none --log-level info 2>"$out/controller.log" &
+	--admin-listen 127.0.0.1:0 --store none --max-containers-per-host 0 --log-level info 2>"$out/controller.log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; [ -n "${certs:-}" ] && rm -rf "$certs"' EXIT
 wait_controller_ready bench-controller "$out/controller.log" "$pid"

@@ -19,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/controller/spec"
@@ -91,6 +92,35 @@ func parseApps(path string, data []byte) ([]server.AppSpec, error) {
 	return out, nil
 }
 
+// loadHostApps reads the --host-apps YAML: host id → the apps its
+// certificate may register.
+func loadHostApps(path string) (map[string][]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > 1<<20 {
+		return nil, fmt.Errorf("%s: over 1 MiB", path)
+	}
+	var m map[string][]string
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&m); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: %w (want host: [app, ...])", path, err)
+	}
+	for h, apps := range m {
+		if h == "" {
+			return nil, fmt.Errorf("%s: empty host id", path)
+		}
+		for _, a := range apps {
+			if !adminapi.ValidAppName(a) {
+				return nil, fmt.Errorf("%s: host %s: bad app name %q", path, h, a)
+			}
+		}
+	}
+	return m, nil
+}
+
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
 func run(args []string, stderr io.Writer) int {
@@ -124,6 +154,8 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	appsFile := fs.String("apps", "", "YAML list of app budgets: - {name, cpu, memory, sigma}")
+	hostAppsFile := fs.String("host-apps", "", "YAML map host id -> apps its daemon may register (hosts not named: any app)")
+	fs.IntVar(&cfg.MaxContainersPerHost, "max-containers-per-host", cfg.MaxContainersPerHost, "registrations one daemon session may hold; more are refused (0: no cap)")
 	// Under systemd with LoadCredential= (the unit runs as a dynamic user
 	// that cannot read /etc/escra/*-key.pem) the files are in
 	// $CREDENTIALS_DIRECTORY.
@@ -140,7 +172,10 @@ func run(args []string, stderr io.Writer) int {
 		stateDir = d
 	}
 	fs.StringVar(&stateDir, "state-dir", stateDir, "directory of the embedded state store (--store bolt)")
-	storeKind := fs.String("store", "bolt", "where apps, budgets, parameters and specs are kept: bolt (a file in --state-dir) or none (memory only: lost on restart)")
+	storeKind := fs.String("store", "bolt", "where apps, budgets, parameters and specs are kept: bolt (a file in --state-dir), none (memory only: lost on restart) or etcd://HOST:PORT[,HOST:PORT...] (shared by several controllers, one elected leader)")
+	fs.DurationVar(&cfg.LeaderTTL, "leader-ttl", 2*time.Second, "--store etcd: a leader that cannot renew its lease for this long loses the leadership (whole seconds)")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "--store etcd: session address daemons are sent to while this controller leads (default: the --listen address)")
+	fs.StringVar(&cfg.AdminAdvertise, "admin-advertise", "", "--store etcd: admin address followers redirect to while this controller leads (default: the --admin-listen address)")
 	insecure := fs.Bool("insecure", false, "plain TCP and unauthenticated telemetry: anyone who reaches the ports can move limits")
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "escra-controller: "+format+"\n", a...)
@@ -184,6 +219,16 @@ func run(args []string, stderr io.Writer) int {
 		name := *policyName
 		cfg.Policy = func(string) allocator.Policy { pol, _ := allocator.PolicyByName(name); return pol }
 	}
+	if cfg.MaxContainersPerHost < 0 {
+		return fail("--max-containers-per-host must be >= 0")
+	}
+	if *hostAppsFile != "" {
+		m, err := loadHostApps(*hostAppsFile)
+		if err != nil {
+			return fail("--host-apps: %v", err)
+		}
+		cfg.HostApps = m
+	}
 	if *appsFile != "" {
 		apps, err := loadApps(*appsFile)
 		if err != nil {
@@ -211,7 +256,22 @@ func run(args []string, stderr io.Writer) int {
 		cfg.Store = st
 	case "none":
 	default:
-		return fail("--store %q: want bolt or none", *storeKind)
+		if !strings.HasPrefix(*storeKind, "etcd://") {
+			return fail("--store %q: want bolt, none or etcd://HOST:PORT[,...]", *storeKind)
+		}
+		if cfg.LeaderTTL < time.Second {
+			return fail("--leader-ttl %v: want at least 1s", cfg.LeaderTTL)
+		}
+		eps, err := store.ParseEtcdURL(*storeKind)
+		if err != nil {
+			return fail("--store: %v", err)
+		}
+		st, err := store.OpenEtcd(eps, store.DefaultEtcdPrefix)
+		if err != nil {
+			return fail("--store: %v", err)
+		}
+		defer st.Close()
+		cfg.Store, cfg.Elector = st, st
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if *insecure {
@@ -224,7 +284,8 @@ func run(args []string, stderr io.Writer) int {
 		return fail("%v", err)
 	}
 	cfg.Logger.Info("escra-controller ready", "version", version.Version, "sessions", srv.TCPAddr(),
-		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "metrics", srv.MetricsAddr(), "store", storeName(*storeKind, stateDir), "apps", len(cfg.Apps), "tls", cfg.TLS != nil)
+		"telemetry", srv.UDPAddr(), "admin", srv.AdminAddr(), "metrics", srv.MetricsAddr(), "store", storeName(*storeKind, stateDir), "apps", len(cfg.Apps), "tls", cfg.TLS != nil,
+		"role", role(srv, cfg.Elector != nil))
 	<-ctx.Done()
 	srv.Close()
 	return 0
@@ -235,4 +296,14 @@ func storeName(kind, dir string) string {
 		return filepath.Join(dir, store.FileName)
 	}
 	return kind
+}
+
+func role(srv *server.Server, elected bool) string {
+	if !elected {
+		return "single"
+	}
+	if ok, _ := srv.Leading(); ok {
+		return "leader"
+	}
+	return "candidate"
 }

@@ -11,10 +11,30 @@ import (
 
 func TestBadFlagsOneLineExit2(t *testing.T) {
 	for _, args := range [][]string{{"--bogus"}, {"--kappa", "3"}, {"--window", "0"}, {"--period", "5s"},
-		{"--safe-margin", "lots"}, {"--log-level", "loud"}, {"--apps", "/nonexistent"}, {"extra"}} {
+		{"--safe-margin", "lots"}, {"--log-level", "loud"}, {"--apps", "/nonexistent"}, {"extra"},
+		{"--host-apps", "/nonexistent"}, {"--max-containers-per-host", "-1"},
+		{"--insecure", "--store", "etcd://nohost"}, {"--insecure", "--store", "etcd://127.0.0.1:1", "--leader-ttl", "500ms"},
+		{"--insecure", "--store", "zookeeper://x:1"}} {
 		var e bytes.Buffer
 		if rc := run(args, &e); rc != 2 || strings.Count(e.String(), "\n") != 1 {
 			t.Errorf("%v: rc %d, stderr %q", args, rc, e.String())
+		}
+	}
+}
+
+func TestLoadHostApps(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	os.WriteFile(good, []byte("h1: [web, db]\nh2: []\n"), 0o600)
+	m, err := loadHostApps(good)
+	if err != nil || len(m["h1"]) != 2 || m["h2"] == nil && len(m) != 2 {
+		t.Fatalf("%v %v", m, err)
+	}
+	for _, bad := range []string{"- web\n", "h1: [\"no space\"]\n", "h1: web\n"} {
+		p := filepath.Join(dir, "bad.yaml")
+		os.WriteFile(p, []byte(bad), 0o600)
+		if _, err := loadHostApps(p); err == nil {
+			t.Errorf("%q accepted", bad)
 		}
 	}
 }

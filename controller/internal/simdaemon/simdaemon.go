@@ -50,6 +50,8 @@ type Daemon struct {
 	NoAck atomic.Bool
 	// Mute stops the heartbeats (a wedged daemon whose socket stays open).
 	Mute atomic.Bool
+	// NoReclaim drops ReclaimRequests without an answer (a dead host).
+	NoReclaim atomic.Bool
 	// HeartbeatsIn counts heartbeats the controller echoed.
 	HeartbeatsIn atomic.Uint64
 
@@ -348,7 +350,9 @@ func (d *Daemon) readLoop(r *wire.EnvelopeReader) {
 			go d.applyLimits(env.RequestId, b.SetLimits)
 		case *pb.Envelope_Reclaim:
 			d.Reclaims.Add(1)
-			d.reclaim(env.RequestId, b.Reclaim)
+			if !d.NoReclaim.Load() {
+				d.reclaim(env.RequestId, b.Reclaim)
+			}
 		case *pb.Envelope_Heartbeat:
 			d.HeartbeatsIn.Add(1)
 		case *pb.Envelope_CpuLease:

@@ -39,6 +39,7 @@ type fileConfig struct {
 	Period        string                  `yaml:"period"`
 	OOMDeadline   string                  `yaml:"oom_deadline"`
 	ThrottlePoll  string                  `yaml:"throttle_poll"`
+	RestoreAfter  string                  `yaml:"restore_after"`
 	Backend       string                  `yaml:"backend"`
 	HostID        string                  `yaml:"host_id"`
 	LogLevel      string                  `yaml:"log_level"`
@@ -76,9 +77,10 @@ func run(args []string, restoreOnly bool) error {
 		configPath  = fs.String("config", "", "YAML config file (flags override it)")
 		dockerHost  = fs.String("docker-host", "", "Docker engine socket, e.g. unix:///var/run/docker.sock (default: DOCKER_HOST or the standard socket)")
 		noDocker    = fs.Bool("no-docker", false, "manage only the cgroups listed in the config file")
-		controller  = fs.String("controller", "127.0.0.1:7470", "controller TCP address")
+		controller  = fs.String("controller", "127.0.0.1:7470", "controller TCP address; A,B,... for several controllers sharing an etcd store: tried in turn, following the elected leader")
 		period      = fs.Duration("period", 100*time.Millisecond, "telemetry period (CFS period)")
 		oomDeadline = fs.Duration("oom-deadline", 200*time.Millisecond, "wait this long for an OOM verdict before letting the kernel OOM killer act")
+		restoreAft  = fs.Duration("restore-after", 10*time.Second, "put back the limits Docker knows for every managed container once no controller has been reachable this long (0: never)")
 		thrPoll     = fs.Duration("throttle-poll", 2*time.Millisecond, "cgroupfs: read nr_throttled of every group with a quota this often between periods and report a rise to the controller at once (0: off)")
 		thrNear     = fs.Float64("throttle-near", 0.95, "cgroupfs: also report a group that has used this share of its quota within the CFS period in progress, before it is throttled (0: off)")
 		backend     = fs.String("backend", "auto", "telemetry/OOM backend: auto, kernel or cgroupfs")
@@ -149,7 +151,7 @@ func run(args []string, restoreOnly bool) error {
 		dst  *time.Duration
 		name string
 		val  string
-	}{{period, "period", fc.Period}, {oomDeadline, "oom-deadline", fc.OOMDeadline}, {thrPoll, "throttle-poll", fc.ThrottlePoll}} {
+	}{{period, "period", fc.Period}, {oomDeadline, "oom-deadline", fc.OOMDeadline}, {thrPoll, "throttle-poll", fc.ThrottlePoll}, {restoreAft, "restore-after", fc.RestoreAfter}} {
 		if !set[d.name] && d.val != "" {
 			v, err := time.ParseDuration(d.val)
 			if err != nil {
@@ -167,11 +169,16 @@ func run(args []string, restoreOnly bool) error {
 	if *thrNear < 0 || *thrNear > 1 {
 		return fmt.Errorf("--throttle-near %v out of range: want 0 (off) or (0, 1]", *thrNear)
 	}
+	if *restoreAft < 0 {
+		return fmt.Errorf("--restore-after %v: want 0 (never) or a positive duration", *restoreAft)
+	}
 	if *oomDeadline <= 0 || *oomDeadline > time.Minute {
 		return fmt.Errorf("--oom-deadline %v out of range (0, 1m]", *oomDeadline)
 	}
-	if _, _, err := net.SplitHostPort(*controller); err != nil {
-		return fmt.Errorf("--controller %q: %w", *controller, err)
+	for _, c := range strings.Split(*controller, ",") {
+		if _, _, err := net.SplitHostPort(c); err != nil {
+			return fmt.Errorf("--controller %q: %w", c, err)
+		}
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
@@ -229,6 +236,7 @@ func run(args []string, restoreOnly bool) error {
 		// --backend auto/kernel use escra.ko when its genetlink family exists.
 		Backend: *backend, KernelSource: genl.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
 		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
+		RestoreAfter: *restoreAft,
 	}
 	cfg.Apps = src.Apps
 	if !*noDocker {

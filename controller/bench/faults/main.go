@@ -1,0 +1,576 @@
+// Command faults is make bench-faults: issue 12's fault checks against the
+// real binaries (bin/), a real etcd and a real cgroup, on kernel-picked
+// loopback ports. It writes results/faults/summary.json (flat keys) and
+// report.txt. Every process it starts is killed by pid and every iptables
+// rule it adds is deleted, also on failure.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/escra-dev/escra/controller/adminapi"
+	"github.com/escra-dev/escra/internal/auth"
+)
+
+var (
+	bin   = flag.String("bin", "bin", "directory of escrad, escra-controller, escractl")
+	out   = flag.String("out", "results/faults", "output directory")
+	noIPT = flag.Bool("no-iptables", false, "skip the partition check (it adds DROP rules on one loopback port)")
+)
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  bytes.Buffer
+	seen chan string // lines matching a wanted pattern
+	want *regexp.Regexp
+}
+
+var (
+	procsMu sync.Mutex
+	procs   []*proc
+	rulesMu sync.Mutex
+	rules   [][]string // iptables rules to delete
+	tmp     string
+	summary = map[string]any{}
+	report  []string
+)
+
+func say(format string, a ...any) {
+	line := fmt.Sprintf(format, a...)
+	fmt.Fprintln(os.Stderr, "faults:", line)
+	report = append(report, line)
+}
+
+// start runs a binary; lines matching want are sent on p.seen.
+func start(name string, want string, args ...string) (*proc, error) {
+	p := &proc{name: name, cmd: exec.Command(args[0], args[1:]...), seen: make(chan string, 16)}
+	if want != "" {
+		p.want = regexp.MustCompile(want)
+	}
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	r, w := io.Pipe()
+	p.cmd.Stdout, p.cmd.Stderr = w, w
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	procsMu.Lock()
+	procs = append(procs, p)
+	procsMu.Unlock()
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+			if p.want != nil && p.want.MatchString(sc.Text()) {
+				select {
+				case p.seen <- sc.Text():
+				default:
+				}
+			}
+		}
+	}()
+	go func() { p.cmd.Wait(); w.Close() }()
+	return p, nil
+}
+
+func (p *proc) wait(d time.Duration) (string, error) {
+	select {
+	case l := <-p.seen:
+		return l, nil
+	case <-time.After(d):
+		return "", fmt.Errorf("%s: no %q line within %v", p.name, p.want, d)
+	}
+}
+
+func (p *proc) kill() {
+	if p.cmd.Process != nil {
+		p.cmd.Process.Signal(syscall.SIGKILL)
+	}
+}
+
+func cleanup() {
+	rulesMu.Lock()
+	for _, r := range rules {
+		exec.Command("iptables", append([]string{"-D"}, r...)...).Run()
+	}
+	rules = nil
+	rulesMu.Unlock()
+	procsMu.Lock()
+	for _, p := range procs {
+		p.kill()
+	}
+	procsMu.Unlock()
+	removeCgroup()
+}
+
+var ready = regexp.MustCompile(`escra-controller ready.* sessions=(\S+) telemetry=\S+ admin=(\S+)`)
+
+type ctl struct {
+	p              *proc
+	sessions, admn string
+}
+
+func startController(name string, args ...string) (*ctl, error) {
+	p, err := start(name, ready.String(), append([]string{filepath.Join(*bin, "escra-controller"), "--listen", "127.0.0.1:0",
+		"--telemetry-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--reclaim-every", "0"}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	l, err := p.wait(15 * time.Second)
+	if err != nil {
+		return nil, err
+	}
+	m := ready.FindStringSubmatch(l)
+	return &ctl{p: p, sessions: m[1], admn: m[2]}, nil
+}
+
+// client trusts the Escra CA and presents role's certificate ("": none).
+func client(certs, role string) (*http.Client, error) {
+	pem, err := os.ReadFile(auth.CAPath(certs))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	tc := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: auth.ControllerName}
+	if role != "" {
+		pair, err := tls.LoadX509KeyPair(auth.CertPath(certs, role), auth.KeyPath(certs, role))
+		if err != nil {
+			return nil, err
+		}
+		tc.Certificates = []tls.Certificate{pair}
+	}
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}, nil
+}
+
+func call(c *http.Client, method, url, body string) (int, []byte) {
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, []byte(err.Error())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// --- A: admin API roles and the bolt store across SIGKILL -----------------
+
+func adminAndRestart() error {
+	certs := filepath.Join(tmp, "certs")
+	if b, err := exec.Command(filepath.Join(*bin, "escractl"), "certs", "--dir", certs, "--hosts", "h1").CombinedOutput(); err != nil {
+		return fmt.Errorf("escractl certs: %v: %s", err, b)
+	}
+	tlsArgs := []string{"--tls-ca", auth.CAPath(certs), "--tls-cert", auth.CertPath(certs, "controller"), "--tls-key", auth.KeyPath(certs, "controller")}
+	state := filepath.Join(tmp, "state")
+	c, err := startController("controller-bolt", append(tlsArgs, "--state-dir", state)...)
+	if err != nil {
+		return err
+	}
+	base := "https://" + c.admn
+	anon, err := client(certs, "")
+	if err != nil {
+		return err
+	}
+	hostc, err := client(certs, "h1")
+	if err != nil {
+		return err
+	}
+	admin, err := client(certs, "admin")
+	if err != nil {
+		return err
+	}
+	code, _ := call(anon, "DELETE", base+"/v1/apps/web", "")
+	summary["admin_anonymous_status"] = code
+	body := `{"name":"web","cpu_cores":2,"memory_bytes":1073741824,"sigma":0.5}`
+	code, _ = call(hostc, "PUT", base+"/v1/apps/web", body)
+	summary["admin_host_cert_put_status"] = code
+	if code, b := call(admin, "PUT", base+"/v1/apps/web", body); code != 200 {
+		return fmt.Errorf("admin PUT: %d %s", code, b)
+	}
+	c.p.kill()
+	c.p.cmd.Process.Wait()
+	t0 := time.Now()
+	c2, err := startController("controller-bolt-2", append(tlsArgs, "--state-dir", state)...)
+	if err != nil {
+		return err
+	}
+	var apps []adminapi.App
+	code, b := call(admin, "GET", "https://"+c2.admn+"/v1/apps", "")
+	json.Unmarshal(b, &apps)
+	kept := code == 200 && len(apps) == 1 && apps[0].CPUCores == 2 && apps[0].MemoryBytes == 1<<30 && apps[0].Sigma == 0.5 && !apps[0].Auto
+	summary["restart_budget_kept"] = b2i(kept)
+	summary["restart_ready_ms"] = time.Since(t0).Milliseconds()
+	say("admin: anonymous DELETE %v, host certificate PUT %v; budget kept across SIGKILL: %v", summary["admin_anonymous_status"], summary["admin_host_cert_put_status"], kept)
+	c2.p.kill()
+	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// --- B: one escrad per engine ---------------------------------------------
+
+func duplicateEscrad() error {
+	dir := filepath.Join(tmp, "dup")
+	os.MkdirAll(dir, 0o700)
+	args := []string{filepath.Join(*bin, "escrad"), "--no-docker", "--insecure", "--controller", "127.0.0.1:1", "--host-id", "faults-dup",
+		"--no-oom-guard", "--oom-state", filepath.Join(dir, "oom-armed"), "--lock-dir", dir, "--backend", "cgroupfs"}
+	first, err := start("escrad-dup", "escrad starting", args...)
+	if err != nil {
+		return err
+	}
+	if _, err := first.wait(20 * time.Second); err != nil {
+		return err
+	}
+	b, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	refused := err != nil && strings.Contains(string(b), "already manages engine")
+	summary["duplicate_escrad_refused"] = b2i(refused)
+	say("second escrad on one engine refused: %v (%s)", refused, strings.TrimSpace(string(b)))
+	first.kill()
+	return nil
+}
+
+// --- C: etcd HA failover, partition, restore ------------------------------
+
+var cgRel string
+
+func makeCgroup() error {
+	cgRel = fmt.Sprintf("/escra-faults-%d", os.Getpid())
+	for _, c := range []string{"cpu", "cpuacct", "memory", "cpuset"} {
+		dir := filepath.Join("/sys/fs/cgroup", c, cgRel)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("cgroup (needs root and cgroup v1): %w", err)
+		}
+		if c == "cpuset" {
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuset", f))
+				os.WriteFile(filepath.Join(dir, f), b, 0)
+			}
+		}
+	}
+	os.WriteFile(filepath.Join("/sys/fs/cgroup/memory", cgRel, "memory.limit_in_bytes"), []byte(strconv.Itoa(64<<20)), 0)
+	return os.WriteFile(filepath.Join("/sys/fs/cgroup/cpu", cgRel, "cpu.cfs_quota_us"), []byte("50000"), 0)
+}
+
+func removeCgroup() {
+	if cgRel == "" {
+		return
+	}
+	for _, c := range []string{"cpu", "cpuacct", "memory", "cpuset"} {
+		os.Remove(filepath.Join("/sys/fs/cgroup", c, cgRel))
+	}
+}
+
+func readCg(c, f string) string {
+	b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup", c, cgRel, f))
+	return strings.TrimSpace(string(b))
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startEtcd() (string, error) {
+	etcd, err := exec.LookPath("etcd")
+	if err != nil {
+		return "", errors.New("etcd not installed (scripts/setup.sh installs etcd-server)")
+	}
+	cp, pp := freePort(), freePort()
+	client, peer := fmt.Sprintf("http://127.0.0.1:%d", cp), fmt.Sprintf("http://127.0.0.1:%d", pp)
+	p, err := start("etcd", "ready to serve client requests", etcd, "--name", "faults", "--data-dir", filepath.Join(tmp, "etcd"),
+		"--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
+		"--initial-advertise-peer-urls", peer, "--initial-cluster", "faults="+peer)
+	if err != nil {
+		return "", err
+	}
+	if _, err := p.wait(20 * time.Second); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("127.0.0.1:%d", cp), nil
+}
+
+type state struct {
+	Apps       []adminapi.App       `json:"apps"`
+	Hosts      []adminapi.Host      `json:"hosts"`
+	Containers []adminapi.Container `json:"containers"`
+}
+
+var plain = &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
+func getState(admin string) (state, bool) {
+	var st state
+	resp, err := plain.Get("http://" + admin + "/v1/state")
+	if err != nil {
+		return st, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return st, false
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st) == nil
+}
+
+// watchBudgets samples a controller's state every 100 ms and counts
+// samples where an app's allocation exceeds its budget.
+func watchBudgets(ctx context.Context, admins func() []string, violations *int, samples *int, mu *sync.Mutex) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, a := range admins() {
+			st, ok := getState(a)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			*samples++
+			for _, app := range st.Apps {
+				if app.CPUAllocatedCores+app.CPULeasedCores > app.CPUCores+1e-6 || app.MemoryAllocatedBytes > app.MemoryBytes {
+					*violations++
+				}
+			}
+			mu.Unlock()
+		}
+	}
+}
+
+func until(d time.Duration, cond func() bool) (time.Duration, bool) {
+	t0 := time.Now()
+	for time.Since(t0) < d {
+		if cond() {
+			return time.Since(t0), true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(t0), false
+}
+
+func hasContainer(admin string) bool {
+	st, ok := getState(admin)
+	return ok && len(st.Containers) == 1 && st.Containers[0].CPUQuotaUs > 0
+}
+
+func ha() error {
+	if err := makeCgroup(); err != nil {
+		return err
+	}
+	ep, err := startEtcd()
+	if err != nil {
+		return err
+	}
+	args := []string{"--insecure", "--store", "etcd://" + ep, "--leader-ttl", "2s"}
+	a, err := startController("controller-a", args...)
+	if err != nil {
+		return err
+	}
+	if _, ok := until(10*time.Second, func() bool { _, ok := getState(a.admn); return ok }); !ok {
+		return errors.New("controller a never led")
+	}
+	b, err := startController("controller-b", args...)
+	if err != nil {
+		return err
+	}
+	body := `{"name":"vms","cpu_cores":1,"memory_bytes":268435456,"sigma":0}`
+	if code, out := call(plain, "PUT", "http://"+a.admn+"/v1/apps/vms", body); code != 200 {
+		return fmt.Errorf("PUT on the leader: %d %s", code, out)
+	}
+	cfg := filepath.Join(tmp, "escrad.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("cgroups:\n  - {name: vm1, app: vms, path: %s}\n", cgRel)), 0o600)
+	dir := filepath.Join(tmp, "escrad")
+	os.MkdirAll(dir, 0o700)
+	d, err := start("escrad", "", filepath.Join(*bin, "escrad"), "--no-docker", "--insecure", "--config", cfg,
+		"--controller", b.sessions+","+a.sessions, "--host-id", "faults-h1", "--no-oom-guard", "--oom-state", filepath.Join(dir, "oom-armed"),
+		"--lock-dir", dir, "--backend", "cgroupfs", "--restore-after", "6s")
+	if err != nil {
+		return err
+	}
+	_ = d
+	var mu sync.Mutex
+	violations, samples := 0, 0
+	admins := []string{a.admn, b.admn}
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
+	go watchBudgets(wctx, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), admins...) }, &violations, &samples, &mu)
+	if _, ok := until(15*time.Second, func() bool { return hasContainer(a.admn) }); !ok {
+		return errors.New("escrad's cgroup never joined on the leader")
+	}
+	say("escrad (given the follower first) registered with the leader")
+
+	a.p.kill()
+	took, ok := until(30*time.Second, func() bool { return hasContainer(b.admn) })
+	if !ok {
+		return errors.New("no failover within 30 s")
+	}
+	summary["failover_s"] = round(took.Seconds())
+	say("failover: leader SIGKILLed → follower holds escrad's container in %.2f s", took.Seconds())
+	mu.Lock()
+	admins = []string{b.admn}
+	mu.Unlock()
+	time.Sleep(3 * time.Second) // steady control under the new leader, sampled
+
+	if !*noIPT {
+		if err := partition(b); err != nil {
+			return err
+		}
+	}
+
+	// No controller at all: escrad puts back the limits it found (the
+	// controller's must be in place first, or nothing is measured).
+	found := func() bool {
+		return readCg("cpu", "cpu.cfs_quota_us") == "50000" && readCg("memory", "memory.limit_in_bytes") == strconv.Itoa(64<<20)
+	}
+	if _, ok := until(10*time.Second, func() bool { return !found() }); !ok {
+		return errors.New("the controller never changed the cgroup's limits")
+	}
+	say("controller's limits in the cgroup: quota %s, memory %s", readCg("cpu", "cpu.cfs_quota_us"), readCg("memory", "memory.limit_in_bytes"))
+	b.p.kill()
+	took, ok = until(20*time.Second, found)
+	summary["restore_after_setting_s"] = 6
+	if ok {
+		summary["restore_s"] = round(took.Seconds())
+	}
+	say("no controller: limits put back %.2f s after the last one died (--restore-after 6s): %v", took.Seconds(), ok)
+	wcancel()
+	mu.Lock()
+	summary["budget_violations"] = violations
+	summary["budget_samples"] = samples
+	mu.Unlock()
+	return nil
+}
+
+// partition drops the session port both ways on loopback, measures when
+// the controller declares escrad's session dead, heals, and counts the
+// host's sessions after the heal.
+func partition(b *ctl) error {
+	_, port, _ := net.SplitHostPort(b.sessions)
+	for _, r := range [][]string{{"INPUT", "-i", "lo", "-p", "tcp", "--dport", port, "-j", "DROP"},
+		{"INPUT", "-i", "lo", "-p", "tcp", "--sport", port, "-j", "DROP"}} {
+		if out, err := exec.Command("iptables", append([]string{"-I"}, r...)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("iptables: %v: %s", err, out)
+		}
+		rulesMu.Lock()
+		rules = append(rules, r)
+		rulesMu.Unlock()
+	}
+	took, ok := until(15*time.Second, func() bool { st, ok := getState(b.admn); return ok && len(st.Hosts) == 0 })
+	if !ok {
+		return errors.New("partitioned session never declared dead")
+	}
+	summary["partition_detect_s"] = round(took.Seconds())
+	say("partition: controller declared escrad's session dead after %.2f s", took.Seconds())
+	rulesMu.Lock()
+	for _, r := range rules {
+		exec.Command("iptables", append([]string{"-D"}, r...)...).Run()
+	}
+	rules = nil
+	rulesMu.Unlock()
+	if _, ok := until(15*time.Second, func() bool { return hasContainer(b.admn) }); !ok {
+		return errors.New("escrad never came back after the heal")
+	}
+	time.Sleep(4 * time.Second) // a stale session would have shown by now
+	st, _ := getState(b.admn)
+	n := 0
+	for _, h := range st.Hosts {
+		if h.HostID == "faults-h1" {
+			n++
+		}
+	}
+	summary["sessions_per_host_after_heal"] = n
+	say("after the heal: %d session(s) for the host", n)
+	return nil
+}
+
+func round(f float64) float64 { return float64(int(f*1000+0.5)) / 1000 }
+
+// --- D: cgroup v1 trap re-armed (the real-cgroup test) --------------------
+
+func v1Rearm() {
+	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestV1TrapRearmedAfterRelease$", "./daemon/oom")
+	b, err := cmd.CombinedOutput()
+	ok := err == nil && bytes.Contains(b, []byte("ok ")) && !bytes.Contains(b, []byte("no tests to run")) && !bytes.Contains(b, []byte("SKIP"))
+	summary["v1_rearmed"] = b2i(ok)
+	say("cgroup v1 OOM trap re-armed after a release (TestV1TrapRearmedAfterRelease): %v", ok)
+}
+
+func main() {
+	flag.Parse()
+	start := time.Now()
+	var err error
+	if tmp, err = os.MkdirTemp("", "escra-faults-"); err != nil {
+		fmt.Fprintln(os.Stderr, "faults:", err)
+		os.Exit(1)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() { <-sig; cleanup(); os.RemoveAll(tmp); os.Exit(1) }()
+	failed := 0
+	for _, step := range []struct {
+		name string
+		f    func() error
+	}{{"admin and restart", adminAndRestart}, {"duplicate escrad", duplicateEscrad}, {"HA, partition, restore", ha}} {
+		if err := step.f(); err != nil {
+			failed++
+			say("%s: FAILED: %v", step.name, err)
+		}
+	}
+	cleanup()
+	v1Rearm()
+	os.RemoveAll(tmp)
+	summary["failed_steps"] = failed
+	summary["duration_s"] = round(time.Since(start).Seconds())
+	os.MkdirAll(*out, 0o755)
+	b, _ := json.MarshalIndent(summary, "", "  ")
+	os.WriteFile(filepath.Join(*out, "summary.json"), append(b, '\n'), 0o644)
+	keys := make([]string, 0, len(summary))
+	for k := range summary {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		report = append(report, fmt.Sprintf("%-32s %v", k, summary[k]))
+	}
+	os.WriteFile(filepath.Join(*out, "report.txt"), []byte(strings.Join(report, "\n")+"\n"), 0o644)
+	fmt.Printf("%s\n", b)
+	if failed > 0 {
+		os.Exit(1)
+	}
+}
