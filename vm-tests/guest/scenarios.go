@@ -75,12 +75,7 @@ func unloadWithWaiter() error {
 	if err := cg.set("memory.max", strconv.Itoa(16<<20)); err != nil {
 		return err
 	}
-	l, err := listen(genl.GroupOOM)
-	if err != nil {
-		return err
-	}
-	defer l.close()
-	ctl, err := genl.Dial()
+	ctl, err := genl.DialOwner()
 	if err != nil {
 		return err
 	}
@@ -94,7 +89,7 @@ func unloadWithWaiter() error {
 	}
 	defer func() { _ = hog.Process.Kill(); _, _ = hog.Process.Wait() }()
 	select {
-	case req := <-l.oom:
+	case req := <-ctl.Requests():
 		fmt.Printf("    waiter pending: request %d for cgroup %d (usage %d, max %d)\n", req.ID, req.CgroupID, req.UsageBytes, req.MaxBytes)
 	case <-time.After(60 * time.Second):
 		return errors.New("no OOM request from the hog within 60s")
@@ -271,7 +266,7 @@ type oomResult struct {
 
 // runOOM puts a 64 MiB hog in a cgroup with memory.max 32 MiB while a
 // handler (escrad's role) answers the module's OOM requests.
-func runOOM(name string, timeoutMs int, handle func(ctl *genl.Conn, cg *cgroup, req genl.OOMRequest) error) (*oomResult, error) {
+func runOOM(name string, timeoutMs int, handle func(ctl *genl.Owner, cg *cgroup, req genl.OOMRequest) error) (*oomResult, error) {
 	restore, err := setOOMTimeout(timeoutMs)
 	if err != nil {
 		return nil, err
@@ -285,12 +280,7 @@ func runOOM(name string, timeoutMs int, handle func(ctl *genl.Conn, cg *cgroup, 
 	if err := cg.set("memory.max", strconv.Itoa(32<<20)); err != nil {
 		return nil, err
 	}
-	l, err := listen(genl.GroupOOM)
-	if err != nil {
-		return nil, err
-	}
-	defer l.close()
-	ctl, err := genl.Dial()
+	ctl, err := genl.DialOwner()
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +309,7 @@ func runOOM(name string, timeoutMs int, handle func(ctl *genl.Conn, cg *cgroup, 
 loop:
 	for {
 		select {
-		case req := <-l.oom:
+		case req := <-ctl.Requests():
 			if req.CgroupID != cg.id {
 				continue
 			}
@@ -354,7 +344,7 @@ func must(s string, _ error) string { return s }
 // scenarioOOMGrant: the handler raises memory.max, then grants; the hog
 // completes with exit 0 and no OOM kill (seed 000 §III, reactive memory).
 func scenarioOOMGrant(*env) error {
-	res, err := runOOM("oom-grant", 2000, func(ctl *genl.Conn, cg *cgroup, req genl.OOMRequest) error {
+	res, err := runOOM("oom-grant", 2000, func(ctl *genl.Owner, cg *cgroup, req genl.OOMRequest) error {
 		newMax := req.MaxBytes + 16<<20
 		if err := cg.set("memory.max", strconv.FormatUint(newMax, 10)); err != nil {
 			_ = ctl.ReplyOOM(req.ID, false)
@@ -379,7 +369,7 @@ func scenarioOOMGrant(*env) error {
 
 // scenarioOOMDeny: a denial lets the normal OOM path kill the hog.
 func scenarioOOMDeny(*env) error {
-	res, err := runOOM("oom-deny", 2000, func(ctl *genl.Conn, _ *cgroup, req genl.OOMRequest) error {
+	res, err := runOOM("oom-deny", 2000, func(ctl *genl.Owner, _ *cgroup, req genl.OOMRequest) error {
 		return ctl.ReplyOOM(req.ID, false)
 	})
 	if err != nil {
@@ -397,7 +387,7 @@ func scenarioOOMDeny(*env) error {
 // scenarioOOMTimeout: nobody answers (controller absent); after
 // oom_timeout_ms the OOM killer runs, well within the deadline.
 func scenarioOOMTimeout(*env) error {
-	res, err := runOOM("oom-timeout", 100, func(*genl.Conn, *cgroup, genl.OOMRequest) error { return nil })
+	res, err := runOOM("oom-timeout", 100, func(*genl.Owner, *cgroup, genl.OOMRequest) error { return nil })
 	if err != nil {
 		return err
 	}
