@@ -106,6 +106,9 @@ var scenarios = []scenario{
 	{"cgroupfs-oom-grant", scenarioCgroupfsOOMGrant, false, true},
 	{"cgroupfs-oom-deny", scenarioCgroupfsOOMDeny, false, true},
 	{"cgroupfs-oom-absent", scenarioCgroupfsOOMAbsent, false, true},
+	{"throttle-alternate", scenarioThrottleAlternate, false, false},
+	{"owner", scenarioOwner, false, false},
+	{"v1-id", scenarioV1ID, false, false}, // moves cpu to v1 and back: last
 	{"dmesg-clean", scenarioDmesgClean, false, false},
 	{"stock-refusal", scenarioStockRefusal, true, false},
 }
