@@ -283,36 +283,71 @@ func scenarioV1ID(*env) (err error) {
 		}
 	}()
 
-	// A v2 cgroup to watch; then v1 groups until one has its id or passes it.
-	v2, err := newCgroup("v1-id")
+	// A v2 cgroup and a v1 group with the same id. Every kernfs node takes
+	// an id (files too), so a new cgroup advances its hierarchy's ids by
+	// one plus its files; recreate whichever is behind. v2 cgroups
+	// alternate between the root (memory files) and a parent with no
+	// controllers (none), two step sizes, so the two sequences meet.
+	p, err := newCgroup("v1-id-p")
 	if err != nil {
 		return err
 	}
-	defer v2.remove()
+	defer p.remove()
 	g := filepath.Join(v1root, "g")
-	var v1id uint64
-	for i := 0; i < 20000; i++ {
-		if err := os.Mkdir(g, 0o755); err != nil {
-			return err
-		}
+	ino := func(path string) (uint64, error) {
 		var st unix.Stat_t
-		if err := unix.Stat(g, &st); err != nil {
+		err := unix.Stat(path, &st)
+		return st.Ino, err
+	}
+	if err := os.Mkdir(g, 0o755); err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(g) }()
+	v1id, err := ino(g)
+	if err != nil {
+		return err
+	}
+	w := filepath.Join(cgroupRoot, "v1-id")
+	if err := os.Mkdir(w, 0o755); err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(w) }()
+	v2id, err := ino(w)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < 20000 && v1id != v2id; i++ {
+		if v1id < v2id {
+			if err := os.Remove(g); err != nil {
+				return err
+			}
+			if err := os.Mkdir(g, 0o755); err != nil {
+				return err
+			}
+			if v1id, err = ino(g); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := os.Remove(w); err != nil {
 			return err
 		}
-		v1id = st.Ino
-		if v1id >= v2.id {
-			break
+		w = filepath.Join(cgroupRoot, "v1-id")
+		if i%2 == 1 {
+			w = filepath.Join(p.path, "w")
 		}
-		if err := os.Remove(g); err != nil {
+		if err := os.Mkdir(w, 0o755); err != nil {
+			return err
+		}
+		if v2id, err = ino(w); err != nil {
 			return err
 		}
 	}
-	defer func() { _ = os.Remove(g) }()
-	same := v1id == v2.id
-	fmt.Printf("    v2 cgroup id %d, v1 cpu group id %d (equal: %v)\n", v2.id, v1id, same)
-	// Files take ids too, so the v1 ids may step over the v2 one; the
-	// hook_calls check below covers that case.
-	watchID := v2.id
+	same := v1id == v2id
+	fmt.Printf("    v2 cgroup %s id %d, v1 cpu group id %d (equal: %v)\n", w, v2id, v1id, same)
+	// Should the sequences not meet, the hook_calls check below still
+	// shows no v1 group reaches the hook.
+	watchID := v2id
 
 	l, err := listen(genl.GroupTelemetry)
 	if err != nil {
@@ -391,4 +426,110 @@ func retry(d time.Duration, fn func() error) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// scenarioPageCacheOOM (kernels with tmpfs: the debug flavour). Page cache
+// charged inside write(2) - with i_rwsem held - must never wait for a
+// verdict: the owner gets no request and the OOM path runs as without the
+// module. The same kind of pages touched through mmap are charged in a
+// user fault: the request comes, a grant lets the toucher finish. Lockdep
+// and the atomic-sleep checks watch both (dmesg-clean).
+func scenarioPageCacheOOM(*env) error {
+	if !strings.Contains(readProc("/proc/filesystems"), "tmpfs") {
+		return skipError("no tmpfs in this kernel (the debug flavour has it)")
+	}
+	const dir = "/tmp/pc"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=256m"); err != nil {
+		return fmt.Errorf("mount tmpfs: %w", err)
+	}
+	defer func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }()
+	restore, err := setOOMTimeout(2000)
+	if err != nil {
+		return err
+	}
+	defer restore()
+	cg, err := newCgroup("pc-oom")
+	if err != nil {
+		return err
+	}
+	defer cg.remove()
+	if err := cg.set("memory.max", strconv.Itoa(32<<20)); err != nil {
+		return err
+	}
+	own, err := genl.DialOwner()
+	if err != nil {
+		return err
+	}
+	defer own.Close()
+	if err := own.Watch(cg.id); err != nil {
+		return err
+	}
+	defer func() { _ = own.Unwatch(cg.id) }()
+
+	// 1. write(2): charged with i_rwsem held.
+	oom0, _ := cg.keyed("memory.events", "oom")
+	wr, err := cg.start("write-file", dir+"/w", "64")
+	if err != nil {
+		return err
+	}
+	ps, err := waitTimeout(wr, 60*time.Second)
+	if err != nil {
+		return fmt.Errorf("writer: %w", err)
+	}
+	asked := 0
+	for done := false; !done; {
+		select {
+		case req := <-own.Requests():
+			asked++
+			_ = own.ReplyOOM(req.ID, false)
+		default:
+			done = true
+		}
+	}
+	oom1, _ := cg.keyed("memory.events", "oom")
+	fmt.Printf("    write(2) of 64 MiB to tmpfs under a 32 MiB limit: writer %v, memory.events oom +%d, requests to the owner %d\n", ps, oom1-oom0, asked)
+	if asked != 0 {
+		return fmt.Errorf("%d OOM requests for charges inside write(2): the task would have waited holding i_rwsem", asked)
+	}
+	if ps.Success() || oom1 == oom0 {
+		return fmt.Errorf("writer %v, oom events +%d: the OOM path did not run", ps, oom1-oom0)
+	}
+	_ = os.Remove(dir + "/w")
+
+	// 2. The same pages through mmap: a user fault, so the task asks and
+	// waits at the end of the fault.
+	mm, err := cg.start("mmap-file", dir+"/m", "48")
+	if err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() { ps, err = waitTimeout(mm, 60*time.Second); close(exited) }()
+	grants := 0
+loop:
+	for {
+		select {
+		case req := <-own.Requests():
+			if err := cg.set("memory.max", strconv.FormatUint(req.MaxBytes+16<<20, 10)); err != nil {
+				_ = own.ReplyOOM(req.ID, false)
+				return err
+			}
+			if err := own.ReplyOOM(req.ID, true); err == nil {
+				grants++
+			}
+		case <-exited:
+			break loop
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("mmap toucher: %w", err)
+	}
+	fmt.Printf("    mmap touch of 48 MiB of tmpfs: %v after %d grants, memory.max %s\n", ps, grants, must(cg.get("memory.max")))
+	_ = os.Remove(dir + "/m")
+	if !ps.Success() || grants == 0 {
+		return fmt.Errorf("mmap toucher %v after %d grants: want exit 0 after >= 1 grant", ps, grants)
+	}
+	return nil
 }

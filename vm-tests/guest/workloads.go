@@ -24,6 +24,56 @@ var workloads = map[string]func(args []string) int{
 	"hog-mem-until": hogMemUntil,
 	"burst":         burst,
 	"owner-hold":    ownerHold,
+	"write-file":    writeFile,
+	"mmap-file":     mmapFile,
+}
+
+// writeFile writes args[1] MiB to the file args[0] with write(2).
+func writeFile(args []string) int {
+	f, err := os.Create(args[0])
+	if err != nil {
+		fmt.Println("write-file:", err)
+		return 1
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = 1
+	}
+	for i := 0; i < atoiArg(args, 1, 64); i++ {
+		if _, err := f.Write(buf); err != nil {
+			fmt.Println("write-file:", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// mmapFile maps args[1] MiB of the file args[0] shared and touches every
+// page: the charges happen in user page faults.
+func mmapFile(args []string) int {
+	n := atoiArg(args, 1, 48) << 20
+	f, err := os.Create(args[0])
+	if err != nil {
+		fmt.Println("mmap-file:", err)
+		return 1
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(n)); err != nil {
+		fmt.Println("mmap-file:", err)
+		return 1
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		fmt.Println("mmap-file:", err)
+		return 1
+	}
+	for i := 0; i < n; i += 4096 {
+		b[i] = 1
+	}
+	_ = unix.Munmap(b)
+	fmt.Printf("mmap-file: touched %d MiB\n", n>>20)
+	return 0
 }
 
 // hogCPU spins until killed.
