@@ -17,7 +17,8 @@ import (
 
 // Source is escrad's kernel backend (telemetry.Source) over escra.ko:
 // per-period records taken in the scheduler (seed 000 §IV-B) and OOM
-// requests caught in try_charge_memcg. Wire it with
+// requests from page faults that hit memory.max (the faulting task waits
+// for the verdict at the end of the fault). Wire it with
 // agent.Config.KernelSource = genl.NewSource. It sends no throttle events
 // (CpuStat.mid_period) yet: the cgroupfs backend's watcher polls cpu.stat,
 // and the module would report the throttle from the scheduler instead;
