@@ -110,6 +110,7 @@ var scenarios = []scenario{
 	{"oom-grant", scenarioOOMGrant, false, false},
 	{"oom-deny", scenarioOOMDeny, false, false},
 	{"oom-timeout", scenarioOOMTimeout, false, false},
+	{"oom-noraise", scenarioOOMGrantNoRaise, false, false},
 	{"bad-input", scenarioBadInput, false, false},
 	{"kernel-source", scenarioKernelSource, false, false},
 	{"escrad-e2e", scenarioEscradE2E, false, false},

@@ -384,6 +384,30 @@ func scenarioOOMDeny(*env) error {
 	return nil
 }
 
+// scenarioOOMGrantNoRaise: a daemon that grants without raising
+// memory.max cannot keep a task faulting forever: the kernel gives a task
+// four verdicts per value of memory.max, then the OOM path runs.
+func scenarioOOMGrantNoRaise(*env) error {
+	res, err := runOOM("oom-noraise", 2000, func(ctl *genl.Owner, _ *cgroup, req genl.OOMRequest) error {
+		err := ctl.ReplyOOM(req.ID, true)
+		if errors.Is(err, unix.ENOENT) {
+			return nil // the task was killed meanwhile
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !killedBy(res.ps, syscall.SIGKILL) || res.oomKills == 0 {
+		return fmt.Errorf("hog %v, oom_kill %d: want an OOM kill after the bounded rounds", res.ps, res.oomKills)
+	}
+	// Four per faulting thread; the Go hog faults from one or two.
+	if res.requests == 0 || res.requests > 12 {
+		return fmt.Errorf("%d requests for grants that raised nothing, want 1..12 (4 per faulting thread)", res.requests)
+	}
+	return nil
+}
+
 // scenarioOOMTimeout: nobody answers (controller absent); after
 // oom_timeout_ms the OOM killer runs, well within the deadline.
 func scenarioOOMTimeout(*env) error {
