@@ -179,10 +179,10 @@ func scenarioOwner(*env) error {
 	}
 	defer b.Close()
 	if err := b.Watch(cg.id); !errors.Is(err, unix.EBUSY) {
-		return fmt.Errorf("B watching A's cgroup: got %v, want EBUSY", err)
+		return fmt.Errorf("daemon B watching A's cgroup: got %v, want EBUSY", err)
 	}
 	if err := b.Unwatch(cg.id); !errors.Is(err, unix.EBUSY) {
-		return fmt.Errorf("B unwatching A's cgroup: got %v, want EBUSY", err)
+		return fmt.Errorf("daemon B unwatching A's cgroup: got %v, want EBUSY", err)
 	}
 	fmt.Println("    B: watch and unwatch of A's cgroup refused with EBUSY")
 	st0, err := b.Stats()
@@ -202,11 +202,11 @@ func scenarioOwner(*env) error {
 	reqID, _ := strconv.ParseUint(idStr, 10, 64)
 	select {
 	case req := <-b.Requests():
-		return fmt.Errorf("B got OOM request %d of A's cgroup", req.ID)
+		return fmt.Errorf("daemon B got OOM request %d of A's cgroup", req.ID)
 	case <-time.After(500 * time.Millisecond):
 	}
 	if err := b.ReplyOOM(reqID, true); !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("B answering A's request %d: got %v, want ENOENT", reqID, err)
+		return fmt.Errorf("daemon B answering A's request %d: got %v, want ENOENT", reqID, err)
 	}
 	fmt.Printf("    request %d went to A only; B's answer refused with ENOENT\n", reqID)
 
@@ -232,14 +232,14 @@ func scenarioOwner(*env) error {
 		return err
 	}
 	if st1.WatchesReleased <= st0.WatchesReleased || st1.Watched >= st0.Watched {
-		return fmt.Errorf("A's watch not dropped: released %d -> %d, watched %d -> %d",
+		return fmt.Errorf("daemon A's watch not dropped: released %d -> %d, watched %d -> %d",
 			st0.WatchesReleased, st1.WatchesReleased, st0.Watched, st1.Watched)
 	}
 	if err := b.Watch(cg.id); err != nil {
-		return fmt.Errorf("B watching after A died: %w", err)
+		return fmt.Errorf("daemon B watching after A died: %w", err)
 	}
 	if err := b.Unwatch(cg.id); err != nil {
-		return fmt.Errorf("B unwatching its own watch: %w", err)
+		return fmt.Errorf("daemon B unwatching its own watch: %w", err)
 	}
 	fmt.Printf("    watches released %d -> %d; B now watches and unwatches the cgroup\n", st0.WatchesReleased, st1.WatchesReleased)
 	return nil
