@@ -107,6 +107,7 @@ type scenario struct {
 var scenarios = []scenario{
 	{"load-unload", scenarioLoadUnload, false, false},
 	{"telemetry", scenarioTelemetry, false, false},
+	{"telemetry-drops", scenarioTelemetryDrops, false, false},
 	{"oom-grant", scenarioOOMGrant, false, false},
 	{"oom-deny", scenarioOOMDeny, false, false},
 	{"oom-timeout", scenarioOOMTimeout, false, false},
