@@ -194,16 +194,21 @@ collect:
 		return fmt.Errorf("hog: %d records in %v, want >= %d (one per %v period)", len(hr), window, minRecs, period)
 	}
 	var gaps []time.Duration
-	ones := 0
+	ones, starved := 0, 0
 	for i, r := range hr {
 		if r.QuotaNs != uint64(quota) || r.PeriodNs != uint64(period) {
 			return fmt.Errorf("hog record %d: quota %d period %d, want %d/%d", i, r.QuotaNs, r.PeriodNs, quota, period)
 		}
-		if !r.Throttled {
-			return fmt.Errorf("hog record %d (seq %d): not throttled", i, r.Seq)
-		}
-		if time.Duration(r.UnusedNs) > tick {
-			return fmt.Errorf("hog record %d (seq %d): unused %v, want <= one tick (%v)", i, r.Seq, time.Duration(r.UnusedNs), tick)
+		switch {
+		case !r.Throttled && time.Duration(r.UnusedNs) <= tick:
+			return fmt.Errorf("hog record %d (seq %d): quota used up (unused %v) but not throttled", i, r.Seq, time.Duration(r.UnusedNs))
+		case !r.Throttled:
+			// The flag is exact since issue 13: a period in which the
+			// emulated CPU did not run the hog for its quota (host
+			// contention under TCG) was not throttled.
+			starved++
+		case time.Duration(r.UnusedNs) > tick:
+			return fmt.Errorf("hog record %d (seq %d): throttled with unused %v, want <= one tick (%v)", i, r.Seq, time.Duration(r.UnusedNs), tick)
 		}
 		if i > 0 {
 			// seq advances by the periods the timer covered: 1, or more
@@ -226,8 +231,11 @@ collect:
 	if med < period*9/10 || med > period*11/10 {
 		return fmt.Errorf("hog: median record spacing %v, want ~%v", med, period)
 	}
-	fmt.Printf("    hog: %d records, all throttled, max unused <= %v, median spacing %v, nr_throttled %d\n",
-		len(hr), tick, med, hr[len(hr)-1].NrThrottled)
+	fmt.Printf("    hog: %d records, %d throttled with unused <= %v, %d starved by the host (not throttled, quota not used), median spacing %v, nr_throttled %d\n",
+		len(hr), len(hr)-starved, tick, starved, med, hr[len(hr)-1].NrThrottled)
+	if starved > len(hr)/10 {
+		return fmt.Errorf("hog: %d of %d periods without its quota: the host starved the guest, nothing proven", starved, len(hr))
+	}
 
 	// Half-busy: unused ≈ quota − usage, usage taken from cpu.stat.
 	fr := recs[halfCg.id]
