@@ -47,8 +47,11 @@ kmod: ## build escra.ko against the patched kernel tree (W=1; STOCK=1: Debian st
 kernel: ## build the patched 6.1 kernel (cached by input hash)
 	@scripts/kernel-build.sh
 
-vm-test: ## boot the patched kernel in QEMU and run the kernel-path scenarios
-	@vm-tests/run.sh
+vm-test: ## the kernel-path scenarios in QEMU: 6.1 patched, stock, and patched-debug (lockdep, SLUB, THP, tmpfs)
+	@vm-tests/run.sh; rc=$$?; \
+	VMTEST_DEBUG=1 VMTEST_STOCK=0 vm-tests/run.sh; rc2=$$?; \
+	echo "vm-test matrix: 6.1 patched + stock $$( [ $$rc = 0 ] && echo PASS || echo FAIL ), 6.1 patched-debug $$( [ $$rc2 = 0 ] && echo PASS || echo FAIL ) (6.12 and the BPF backend: not yet)"; \
+	[ $$rc = 0 ] && [ $$rc2 = 0 ]
 
 bench: ## quick benchmark report against the peers (FULL=1 for the full matrix)
 	@scripts/setup.sh

@@ -10,11 +10,17 @@
  *   groups), drain the rings into batched multicast messages on the
  *   "telemetry" group - the net/core/drop_monitor.c pattern, with irq_work
  *   so nothing here wakes a worker while the scheduler's locks are held.
- * - OOM: try_charge_memcg() calls escra_memcg_oom() before the OOM kill.
- *   For a watched cgroup with a listener on the "oom" group the module
- *   multicasts a request with a fresh id and sleeps (killable, bounded by
- *   oom_timeout_ms) until ESCRA_CMD_OOM_REPLY arrives. Timeout, signal or
- *   unload mean "not granted": the normal OOM path runs.
+ * - OOM: in a user page fault, try_charge_memcg() calls escra_oom_ask()
+ *   before the OOM kill, with the fault's locks held. For a watched
+ *   cgroup the module unicasts a request to the socket that owns the
+ *   watch and returns; the charge fails and, at the end of the fault with
+ *   no locks held, escra_oom_wait() sleeps (killable, bounded by
+ *   oom_timeout_ms) until ESCRA_CMD_OOM_REPLY arrives from that socket.
+ *   Timeout, signal, unload or the owner closing mean "not granted": the
+ *   memcg OOM killer runs.
+ * - Owners: the socket that sends ESCRA_CMD_WATCH owns the watch (as
+ *   taskstats keeps listeners per portid); NETLINK_URELEASE drops its
+ *   watches and releases the tasks waiting for it.
  *
  * Built against a kernel without CONFIG_ESCRA_HOOKS (e.g. Debian's stock
  * headers) the module compiles to a stub whose init fails with
@@ -40,18 +46,35 @@
 #include <linux/ktime.h>
 #include <linux/list.h>
 #include <linux/mutex.h>
+#include <linux/netlink.h>
+#include <linux/notifier.h>
 #include <linux/percpu.h>
 #include <linux/sched/clock.h>
 #include <linux/slab.h>
 #include <linux/spinlock.h>
+#include <linux/u64_stats_sync.h>
 #include <linux/workqueue.h>
 #include <net/genetlink.h>
+#include <net/net_namespace.h>
 
 #include "escra_uapi.h"
 
+/* A faulting task waits at most this long, whatever the parameter says. */
+#define ESCRA_OOM_TIMEOUT_MAX_MS	30000
+
+static int escra_set_oom_timeout(const char *val, const struct kernel_param *kp)
+{
+	return param_set_uint_minmax(val, kp, 1, ESCRA_OOM_TIMEOUT_MAX_MS);
+}
+
+static const struct kernel_param_ops escra_oom_timeout_ops = {
+	.set	= escra_set_oom_timeout,
+	.get	= param_get_uint,
+};
+
 static unsigned int oom_timeout_ms = 100;
-module_param(oom_timeout_ms, uint, 0644);
-MODULE_PARM_DESC(oom_timeout_ms, "how long a blocked charge waits for a verdict (ms, default 100)");
+module_param_cb(oom_timeout_ms, &escra_oom_timeout_ops, &oom_timeout_ms, 0644);
+MODULE_PARM_DESC(oom_timeout_ms, "how long a faulting task waits for a verdict (1..30000 ms, default 100)");
 
 static unsigned int drain_delay_ms = 2;
 module_param(drain_delay_ms, uint, 0644);
@@ -77,16 +100,18 @@ struct escra_rec {
 /*
  * Per-CPU ring. The producer is the CFS hook on this CPU (hard irq, never
  * nested); the consumer is the drain work (one at a time). head and tail
- * are free-running counters published with release/acquire.
+ * are free-running counters published with release/acquire. The counters
+ * are written by the producer only; syncp keeps 32-bit readers untorn.
  */
 struct escra_ring {
 	struct escra_rec recs[ESCRA_RING_SIZE];
 	unsigned int head;
 	unsigned int tail;
 	struct irq_work kick;
-	u64 dropped;
-	u64 hook_ns;
-	u64 hook_calls;
+	struct u64_stats_sync syncp;
+	u64_stats_t dropped;
+	u64_stats_t hook_ns;
+	u64_stats_t hook_calls;
 };
 
 /* Allocated at init: too big for the module per-CPU reserve. */
@@ -96,20 +121,26 @@ struct escra_watch {
 	struct hlist_node node;
 	struct rcu_head rcu;
 	u64 cgroup_id;
+	u32 owner;	/* portid of the socket that watches; fixed */
 	/* Touched only by the CFS hook, serialized by that group's cfs_b->lock. */
 	u64 seq;
-	u64 last_throttled_ns;
-	u32 last_nr_throttled;
 };
 
 static DEFINE_HASHTABLE(escra_watched, ESCRA_HASH_BITS);
 static DEFINE_MUTEX(escra_watch_mutex);
 static unsigned int escra_nr_watched;
 
-/* A task blocked in try_charge_memcg, waiting for a verdict. */
+/*
+ * An OOM request in flight: asked in the charge, waited for at the end of
+ * the fault. The faulting task frees it; unload frees the ones no task
+ * reached, and a request asked but never waited for expires.
+ */
 struct escra_oom_waiter {
 	struct list_head node;
 	u64 id;
+	u32 owner;
+	unsigned long expires;	/* jiffies */
+	bool waiting;
 	bool answered;
 	bool granted;
 	struct completion done;
@@ -117,7 +148,6 @@ struct escra_oom_waiter {
 
 static DEFINE_SPINLOCK(escra_oom_lock);
 static LIST_HEAD(escra_oom_waiters);
-static u64 escra_oom_next_id;
 static bool escra_unloading;
 
 static atomic64_t escra_records_sent = ATOMIC64_INIT(0);
@@ -125,12 +155,14 @@ static atomic64_t escra_send_dropped = ATOMIC64_INIT(0);
 static atomic64_t escra_oom_requests = ATOMIC64_INIT(0);
 static atomic64_t escra_oom_granted = ATOMIC64_INIT(0);
 static atomic64_t escra_oom_timeouts = ATOMIC64_INIT(0);
+static atomic64_t escra_watches_released = ATOMIC64_INIT(0);
+static atomic64_t escra_oom_unsent = ATOMIC64_INIT(0);
 
 static struct genl_family escra_family;
 static void escra_drain(struct work_struct *work);
 static DECLARE_DELAYED_WORK(escra_drain_work, escra_drain);
 
-enum escra_mcgrp { ESCRA_MCGRP_TELEMETRY_IDX, ESCRA_MCGRP_OOM_IDX };
+enum escra_mcgrp { ESCRA_MCGRP_TELEMETRY_IDX };
 
 /* Caller holds rcu_read_lock() or escra_watch_mutex. */
 static struct escra_watch *escra_find_watch(u64 cgroup_id)
@@ -174,7 +206,9 @@ static void escra_cfs_period(const struct escra_cfs_period *p)
 	head = ring->head;
 	/* Pairs with the consumer's release of tail: the slot is free. */
 	if (head - smp_load_acquire(&ring->tail) >= ESCRA_RING_SIZE) {
-		ring->dropped++;
+		u64_stats_update_begin(&ring->syncp);
+		u64_stats_inc(&ring->dropped);
+		u64_stats_update_end(&ring->syncp);
 	} else {
 		r = &ring->recs[head & (ESCRA_RING_SIZE - 1)];
 		r->cgroup_id = p->cgroup_id;
@@ -186,21 +220,20 @@ static void escra_cfs_period(const struct escra_cfs_period *p)
 		r->nr_throttled = p->nr_throttled;
 		r->timestamp_ns = ktime_get_ns();
 		/*
-		 * Throttled at the boundary, or throttled and released within
-		 * the period (slack handed back by other CPUs).
+		 * The scheduler says whether the group was throttled in this
+		 * period; the counters lag (nr_throttled and throttled_time
+		 * move after the boundary) and would leak into the next one.
 		 */
-		r->throttled = p->throttled ||
-			       p->throttled_ns != w->last_throttled_ns ||
-			       p->nr_throttled != w->last_nr_throttled;
+		r->throttled = p->throttled;
 		/* Publish the record before the new head (acquired in escra_drain). */
 		smp_store_release(&ring->head, head + 1);
 		irq_work_queue(&ring->kick);
 	}
-	w->last_throttled_ns = p->throttled_ns;
-	w->last_nr_throttled = p->nr_throttled;
 out:
-	ring->hook_ns += local_clock() - start;
-	ring->hook_calls++;
+	u64_stats_update_begin(&ring->syncp);
+	u64_stats_add(&ring->hook_ns, local_clock() - start);
+	u64_stats_inc(&ring->hook_calls);
+	u64_stats_update_end(&ring->syncp);
 }
 
 /* ---- telemetry: consumer (process context) ---- */
@@ -242,10 +275,14 @@ static void escra_batch_send(struct escra_batch *b)
 	genlmsg_end(b->skb, b->hdr);
 	err = genlmsg_multicast(&escra_family, b->skb, 0,
 				ESCRA_MCGRP_TELEMETRY_IDX, GFP_KERNEL);
-	/* -ESRCH: nobody listens, the records are simply not wanted. */
+	/*
+	 * -ESRCH also means every listener's socket was full: only with no
+	 * listener left are the records simply not wanted.
+	 */
 	if (!err)
 		atomic64_add(b->n, &escra_records_sent);
-	else if (err != -ESRCH)
+	else if (err != -ESRCH ||
+		 genl_has_listeners(&escra_family, &init_net, ESCRA_MCGRP_TELEMETRY_IDX))
 		atomic64_add(b->n, &escra_send_dropped);
 	b->skb = NULL;
 	b->n = 0;
@@ -275,6 +312,8 @@ drop:
 
 static void escra_drain(struct work_struct *work)
 {
+	bool wanted = genl_has_listeners(&escra_family, &init_net,
+					 ESCRA_MCGRP_TELEMETRY_IDX);
 	struct escra_batch b = {};
 	int cpu;
 
@@ -289,7 +328,8 @@ static void escra_drain(struct work_struct *work)
 
 			/* Free the slot before the (possibly slow) send. */
 			smp_store_release(&ring->tail, tail + 1);
-			escra_batch_add(&b, &r);
+			if (wanted)
+				escra_batch_add(&b, &r);
 		}
 	}
 	escra_batch_send(&b);
@@ -297,7 +337,10 @@ static void escra_drain(struct work_struct *work)
 
 /* ---- OOM ---- */
 
-static int escra_send_oom_request(u64 id, const struct escra_memcg_oom *req)
+/* A request nobody waited for this long after it was asked is freed. */
+#define ESCRA_OOM_STALE_MS	(ESCRA_OOM_TIMEOUT_MAX_MS + 1000)
+
+static int escra_send_oom_request(u32 owner, u64 id, const struct escra_memcg_oom *req)
 {
 	struct sk_buff *skb;
 	void *hdr;
@@ -317,51 +360,114 @@ static int escra_send_oom_request(u64 id, const struct escra_memcg_oom *req)
 		return -EMSGSIZE;
 	}
 	genlmsg_end(skb, hdr);
-	return genlmsg_multicast(&escra_family, skb, 0, ESCRA_MCGRP_OOM_IDX,
-				 GFP_NOWAIT | __GFP_NOWARN);
+	/* Never blocks: a full or closed owner socket fails the request. */
+	return genlmsg_unicast(&init_net, skb, owner);
 }
 
-static bool escra_memcg_oom(const struct escra_memcg_oom *req)
+/* Caller holds escra_oom_lock. */
+static struct escra_oom_waiter *escra_find_waiter(u64 id)
 {
-	struct escra_oom_waiter w = { .granted = false };
-	bool watched;
-	long left;
+	struct escra_oom_waiter *w;
 
-	if (!genl_has_listeners(&escra_family, &init_net, ESCRA_MCGRP_OOM_IDX))
-		return false;
+	list_for_each_entry(w, &escra_oom_waiters, node)
+		if (w->id == id)
+			return w;
+	return NULL;
+}
+
+/* Caller holds escra_oom_lock. */
+static void escra_prune_waiters(void)
+{
+	struct escra_oom_waiter *w, *tmp;
+
+	list_for_each_entry_safe(w, tmp, &escra_oom_waiters, node) {
+		if (!w->waiting && time_after(jiffies, w->expires)) {
+			list_del(&w->node);
+			kfree(w);
+		}
+	}
+}
+
+/* Charge context, locks held: must not sleep. */
+static bool escra_oom_ask(u64 id, const struct escra_memcg_oom *req)
+{
+	struct escra_oom_waiter *w;
+	struct escra_watch *watch;
+	u32 owner = 0;
+
 	rcu_read_lock();
-	watched = escra_find_watch(req->cgroup_id);
+	watch = escra_find_watch(req->cgroup_id);
+	if (watch)
+		owner = watch->owner;
 	rcu_read_unlock();
-	if (!watched)
+	if (!owner)
 		return false;
 
-	init_completion(&w.done);
+	w = kzalloc(sizeof(*w), GFP_NOWAIT | __GFP_NOWARN);
+	if (!w)
+		return false;
+	w->id = id;
+	w->owner = owner;
+	w->expires = jiffies + msecs_to_jiffies(ESCRA_OOM_STALE_MS);
+	init_completion(&w->done);
+
 	spin_lock(&escra_oom_lock);
 	if (escra_unloading) {
 		spin_unlock(&escra_oom_lock);
+		kfree(w);
 		return false;
 	}
-	w.id = ++escra_oom_next_id;
-	list_add_tail(&w.node, &escra_oom_waiters);
+	escra_prune_waiters();
+	list_add_tail(&w->node, &escra_oom_waiters);
 	spin_unlock(&escra_oom_lock);
 	atomic64_inc(&escra_oom_requests);
 
-	if (escra_send_oom_request(w.id, req) == 0)
-		left = wait_for_completion_killable_timeout(&w.done,
-				msecs_to_jiffies(oom_timeout_ms));
-	else
-		left = 0;
+	if (escra_send_oom_request(owner, id, req) == 0)
+		return true;
 
-	/* The replier completes under this lock, so w may leave the stack after it. */
+	atomic64_inc(&escra_oom_unsent);
 	spin_lock(&escra_oom_lock);
-	list_del(&w.node);
-	if (!w.answered)
-		atomic64_inc(&escra_oom_timeouts);
+	list_del(&w->node);
 	spin_unlock(&escra_oom_lock);
+	kfree(w);
+	return false;
+}
 
-	if (w.granted)
-		atomic64_inc(&escra_oom_granted);
-	return w.granted && left != -ERESTARTSYS;
+/* End of the fault, no locks held. */
+static bool escra_oom_wait(u64 id, bool wait)
+{
+	struct escra_oom_waiter *w;
+	bool answered, granted;
+	long left = 0;
+
+	spin_lock(&escra_oom_lock);
+	w = escra_find_waiter(id);
+	if (w)
+		w->waiting = true;	/* not pruned, not freed but by us */
+	spin_unlock(&escra_oom_lock);
+	if (!w)
+		return false;	/* expired, or the module reloaded */
+
+	if (wait)
+		left = wait_for_completion_killable_timeout(&w->done,
+				msecs_to_jiffies(READ_ONCE(oom_timeout_ms)));
+
+	/* The replier completes under this lock. */
+	spin_lock(&escra_oom_lock);
+	list_del(&w->node);
+	answered = w->answered;
+	granted = w->granted;
+	spin_unlock(&escra_oom_lock);
+	kfree(w);
+
+	if (!wait)
+		return false;
+	if (!answered)
+		atomic64_inc(&escra_oom_timeouts);
+	if (!answered || !granted || left <= 0)
+		return false;
+	atomic64_inc(&escra_oom_granted);
+	return true;
 }
 
 static void escra_release_all_waiters(void)
@@ -374,6 +480,67 @@ static void escra_release_all_waiters(void)
 		complete(&w->done);
 	spin_unlock(&escra_oom_lock);
 }
+
+/* After the hooks are gone no task can reach these any more. */
+static void escra_free_all_waiters(void)
+{
+	struct escra_oom_waiter *w, *tmp;
+
+	spin_lock(&escra_oom_lock);
+	list_for_each_entry_safe(w, tmp, &escra_oom_waiters, node) {
+		list_del(&w->node);
+		kfree(w);
+	}
+	spin_unlock(&escra_oom_lock);
+}
+
+/*
+ * The owner's socket is gone: drop its watches and answer "not granted"
+ * to the tasks waiting for it, instead of letting them time out.
+ */
+static void escra_release_owner(u32 portid)
+{
+	struct escra_oom_waiter *ow;
+	struct escra_watch *w;
+	struct hlist_node *tmp;
+	int bkt;
+
+	mutex_lock(&escra_watch_mutex);
+	hash_for_each_safe(escra_watched, bkt, tmp, w, node) {
+		if (w->owner != portid)
+			continue;
+		hash_del_rcu(&w->node);
+		escra_nr_watched--;
+		kfree_rcu(w, rcu);
+		atomic64_inc(&escra_watches_released);
+	}
+	mutex_unlock(&escra_watch_mutex);
+
+	spin_lock(&escra_oom_lock);
+	list_for_each_entry(ow, &escra_oom_waiters, node) {
+		if (ow->owner != portid || ow->answered)
+			continue;
+		ow->answered = true;
+		ow->granted = false;
+		complete(&ow->done);
+	}
+	spin_unlock(&escra_oom_lock);
+}
+
+static int escra_netlink_notify(struct notifier_block *nb, unsigned long state,
+				void *ptr)
+{
+	struct netlink_notify *n = ptr;
+
+	if (state == NETLINK_URELEASE && n->protocol == NETLINK_GENERIC &&
+	    net_eq(n->net, &init_net) && n->portid)
+		escra_release_owner(n->portid);
+	return NOTIFY_DONE;
+}
+
+static struct notifier_block escra_netlink_nb = {
+	.notifier_call = escra_netlink_notify,
+};
 
 /* ---- generic netlink commands ---- */
 
@@ -397,8 +564,15 @@ static int escra_cmd_watch(struct sk_buff *skb, struct genl_info *info)
 	cgroup_put(cgrp);
 
 	mutex_lock(&escra_watch_mutex);
-	if (escra_find_watch(id))
-		goto out;	/* watching twice is fine: daemons restart */
+	w = escra_find_watch(id);
+	if (w) {
+		/* Twice by the owner is fine; a closed owner's watches are gone. */
+		if (w->owner != info->snd_portid) {
+			GENL_SET_ERR_MSG(info, "cgroup is watched by another socket");
+			err = -EBUSY;
+		}
+		goto out;
+	}
 	if (escra_nr_watched >= ESCRA_MAX_WATCHED) {
 		GENL_SET_ERR_MSG(info, "too many watched cgroups");
 		err = -ENOSPC;
@@ -410,6 +584,7 @@ static int escra_cmd_watch(struct sk_buff *skb, struct genl_info *info)
 		goto out;
 	}
 	w->cgroup_id = id;
+	w->owner = info->snd_portid;
 	hash_add_rcu(escra_watched, &w->node, id);
 	escra_nr_watched++;
 out:
@@ -427,13 +602,16 @@ static int escra_cmd_unwatch(struct sk_buff *skb, struct genl_info *info)
 
 	mutex_lock(&escra_watch_mutex);
 	w = escra_find_watch(nla_get_u64(info->attrs[ESCRA_A_CGROUP_ID]));
-	if (w) {
+	if (!w) {
+		GENL_SET_ERR_MSG(info, "cgroup is not watched");
+		err = -ENOENT;
+	} else if (w->owner != info->snd_portid) {
+		GENL_SET_ERR_MSG(info, "cgroup is watched by another socket");
+		err = -EBUSY;
+	} else {
 		hash_del_rcu(&w->node);
 		escra_nr_watched--;
 		kfree_rcu(w, rcu);
-	} else {
-		GENL_SET_ERR_MSG(info, "cgroup is not watched");
-		err = -ENOENT;
 	}
 	mutex_unlock(&escra_watch_mutex);
 	return err;
@@ -452,7 +630,8 @@ static int escra_cmd_oom_reply(struct sk_buff *skb, struct genl_info *info)
 
 	spin_lock(&escra_oom_lock);
 	list_for_each_entry(w, &escra_oom_waiters, node) {
-		if (w->id != id || w->answered)
+		/* Only the socket the request went to may answer it. */
+		if (w->id != id || w->answered || w->owner != info->snd_portid)
 			continue;
 		w->answered = true;
 		w->granted = nla_get_u8(info->attrs[ESCRA_A_GRANTED]);
@@ -478,10 +657,18 @@ static int escra_cmd_get_stats(struct sk_buff *skb, struct genl_info *info)
 
 	for_each_possible_cpu(cpu) {
 		struct escra_ring *ring = per_cpu_ptr(escra_rings, cpu);
+		u64 d, ns, calls;
+		unsigned int start;
 
-		dropped += READ_ONCE(ring->dropped);
-		hook_ns += READ_ONCE(ring->hook_ns);
-		hook_calls += READ_ONCE(ring->hook_calls);
+		do {
+			start = u64_stats_fetch_begin(&ring->syncp);
+			d = u64_stats_read(&ring->dropped);
+			ns = u64_stats_read(&ring->hook_ns);
+			calls = u64_stats_read(&ring->hook_calls);
+		} while (u64_stats_fetch_retry(&ring->syncp, start));
+		dropped += d;
+		hook_ns += ns;
+		hook_calls += calls;
 	}
 	mutex_lock(&escra_watch_mutex);
 	watched = escra_nr_watched;
@@ -506,7 +693,11 @@ static int escra_cmd_get_stats(struct sk_buff *skb, struct genl_info *info)
 	    nla_put_u64_64bit(msg, ESCRA_STAT_OOM_TIMEOUTS,
 			      atomic64_read(&escra_oom_timeouts), ESCRA_STAT_PAD) ||
 	    nla_put_u64_64bit(msg, ESCRA_STAT_HOOK_NS_TOTAL, hook_ns, ESCRA_STAT_PAD) ||
-	    nla_put_u64_64bit(msg, ESCRA_STAT_HOOK_CALLS, hook_calls, ESCRA_STAT_PAD))
+	    nla_put_u64_64bit(msg, ESCRA_STAT_HOOK_CALLS, hook_calls, ESCRA_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_WATCHES_RELEASED,
+			      atomic64_read(&escra_watches_released), ESCRA_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_OOM_UNSENT,
+			      atomic64_read(&escra_oom_unsent), ESCRA_STAT_PAD))
 		goto nospace;
 	nla_nest_end(msg, nest);
 	genlmsg_end(msg, hdr);
@@ -554,9 +745,10 @@ static const struct genl_small_ops escra_ops[] = {
 	},
 };
 
+/* Telemetry tells about every watched cgroup: admins only, as drop_monitor. */
 static const struct genl_multicast_group escra_mcgrps[] = {
-	[ESCRA_MCGRP_TELEMETRY_IDX]	= { .name = ESCRA_MCGRP_TELEMETRY, },
-	[ESCRA_MCGRP_OOM_IDX]		= { .name = ESCRA_MCGRP_OOM, },
+	[ESCRA_MCGRP_TELEMETRY_IDX]	= { .name = ESCRA_MCGRP_TELEMETRY,
+					    .flags = GENL_MCAST_CAP_SYS_ADMIN, },
 };
 
 static struct genl_family escra_family __ro_after_init = {
@@ -574,7 +766,8 @@ static struct genl_family escra_family __ro_after_init = {
 
 static const struct escra_hook_ops escra_hooks = {
 	.cfs_period	= escra_cfs_period,
-	.memcg_oom	= escra_memcg_oom,
+	.memcg_oom_ask	= escra_oom_ask,
+	.memcg_oom_wait	= escra_oom_wait,
 };
 
 static void escra_free_watched(void)
@@ -599,24 +792,35 @@ static int __init escra_init(void)
 	escra_rings = alloc_percpu(struct escra_ring);
 	if (!escra_rings)
 		return -ENOMEM;
-	for_each_possible_cpu(cpu)
-		init_irq_work(&per_cpu_ptr(escra_rings, cpu)->kick, escra_kick);
+	for_each_possible_cpu(cpu) {
+		struct escra_ring *ring = per_cpu_ptr(escra_rings, cpu);
+
+		init_irq_work(&ring->kick, escra_kick);
+		u64_stats_init(&ring->syncp);
+	}
 
 	err = genl_register_family(&escra_family);
-	if (err) {
-		free_percpu(escra_rings);
-		return err;
-	}
+	if (err)
+		goto free_rings;
+	err = netlink_register_notifier(&escra_netlink_nb);
+	if (err)
+		goto unregister_family;
 	err = escra_register_hooks(&escra_hooks);
 	if (err) {
 		pr_err("cannot register hooks (%d): another module holds them\n", err);
-		genl_unregister_family(&escra_family);
-		free_percpu(escra_rings);
-		return err;
+		goto unregister_notifier;
 	}
 	pr_info("loaded: genetlink family %s v%d, oom_timeout_ms=%u\n",
 		ESCRA_GENL_NAME, ESCRA_GENL_VERSION, oom_timeout_ms);
 	return 0;
+
+unregister_notifier:
+	netlink_unregister_notifier(&escra_netlink_nb);
+unregister_family:
+	genl_unregister_family(&escra_family);
+free_rings:
+	free_percpu(escra_rings);
+	return err;
 }
 
 static void __exit escra_exit(void)
@@ -626,9 +830,11 @@ static void __exit escra_exit(void)
 	/* Waiters first: unregistering waits for hook calls in flight. */
 	escra_release_all_waiters();
 	escra_unregister_hooks(&escra_hooks);
+	escra_free_all_waiters();
 	for_each_possible_cpu(cpu)
 		irq_work_sync(&per_cpu_ptr(escra_rings, cpu)->kick);
 	cancel_delayed_work_sync(&escra_drain_work);
+	netlink_unregister_notifier(&escra_netlink_nb);
 	genl_unregister_family(&escra_family);
 	escra_free_watched();
 	rcu_barrier();	/* kfree_rcu callbacks run before the module text goes */
@@ -658,5 +864,5 @@ module_init(escra_init);
 module_exit(escra_exit);
 
 MODULE_DESCRIPTION("Escra per-period CFS telemetry and memcg OOM rescue over generic netlink");
-MODULE_AUTHOR("Escra Developers <dev@escra.invalid>");
+MODULE_AUTHOR("Seed 0f09c13e maintainers <maintainers@users.noreply.a-seed-0f09c13e.example>");
 MODULE_LICENSE("GPL");

@@ -2,11 +2,14 @@
 /*
  * Escra generic netlink interface, shared by escra.ko and escrad.
  *
- * The daemon watches cgroups (by cgroup v2 id); the module multicasts one
- * telemetry record per CFS bandwidth period of each watched cgroup on the
- * "telemetry" group, and one OOM request per blocked charge on the "oom"
- * group. The daemon answers an OOM request with ESCRA_CMD_OOM_REPLY; until
- * then (or a timeout) the charging task waits in try_charge_memcg.
+ * The daemon watches cgroups (by cgroup v2 id). The socket that sent
+ * ESCRA_CMD_WATCH owns the watch: only it can unwatch the cgroup, the
+ * module sends the cgroup's OOM requests to it alone (unicast), only it
+ * can answer them, and its watches are dropped when it is closed. One
+ * telemetry record per CFS bandwidth period of each watched cgroup is
+ * multicast on the "telemetry" group (CAP_SYS_ADMIN to join). The daemon
+ * answers an OOM request with ESCRA_CMD_OOM_REPLY; until then (or a
+ * timeout) the faulting task waits at the end of its page fault.
  *
  * The Go side keeps the same numbers in daemon/genl/abi.go; a test there
  * parses this file and fails when the two disagree.
@@ -15,19 +18,18 @@
 #define _UAPI_LINUX_ESCRA_H
 
 #define ESCRA_GENL_NAME		"escra"
-#define ESCRA_GENL_VERSION	1
+#define ESCRA_GENL_VERSION	2
 
 #define ESCRA_MCGRP_TELEMETRY	"telemetry"
-#define ESCRA_MCGRP_OOM		"oom"
 
 enum escra_cmd {
 	ESCRA_CMD_UNSPEC,
-	ESCRA_CMD_WATCH,	/* admin: start reporting a cgroup */
-	ESCRA_CMD_UNWATCH,	/* admin: stop reporting a cgroup */
-	ESCRA_CMD_OOM_REPLY,	/* admin: verdict for an OOM request */
+	ESCRA_CMD_WATCH,	/* admin: start reporting a cgroup, owned by the sender */
+	ESCRA_CMD_UNWATCH,	/* admin, owner only: stop reporting a cgroup */
+	ESCRA_CMD_OOM_REPLY,	/* admin, owner only: verdict for an OOM request */
 	ESCRA_CMD_GET_STATS,	/* read module counters */
 	ESCRA_CMD_TELEMETRY,	/* event: nested ESCRA_A_RECORD list */
-	ESCRA_CMD_OOM_REQUEST,	/* event: one blocked charge */
+	ESCRA_CMD_OOM_REQUEST,	/* event, unicast to the owner: one blocked fault */
 	__ESCRA_CMD_MAX,
 };
 #define ESCRA_CMD_MAX (__ESCRA_CMD_MAX - 1)
@@ -56,10 +58,10 @@ enum escra_rec_attr {
 	ESCRA_REC_QUOTA_NS,	/* u64 */
 	ESCRA_REC_PERIOD_NS,	/* u64 */
 	ESCRA_REC_UNUSED_NS,	/* u64: runtime left at the period's end */
-	ESCRA_REC_THROTTLED,	/* u8: throttled during the period */
-	ESCRA_REC_NR_THROTTLED,	/* u32: cumulative */
-	ESCRA_REC_THROTTLED_NS,	/* u64: cumulative throttled time */
-	ESCRA_REC_TIMESTAMP_NS,	/* u64: ktime at the period boundary */
+	ESCRA_REC_THROTTLED,	/* u8: throttled at some time in the period */
+	ESCRA_REC_NR_THROTTLED,	/* u32: cumulative, as of the previous boundary */
+	ESCRA_REC_THROTTLED_NS,	/* u64: cumulative, added when a throttle ends */
+	ESCRA_REC_TIMESTAMP_NS,	/* u64: CLOCK_MONOTONIC at the period boundary */
 	__ESCRA_REC_MAX,
 };
 #define ESCRA_REC_MAX (__ESCRA_REC_MAX - 1)
@@ -70,12 +72,14 @@ enum escra_stat_attr {
 	ESCRA_STAT_PAD,
 	ESCRA_STAT_WATCHED,		/* u32 */
 	ESCRA_STAT_RECORDS_SENT,	/* u64 */
-	ESCRA_STAT_RECORDS_DROPPED,	/* u64 */
+	ESCRA_STAT_RECORDS_DROPPED,	/* u64: ring full, or no listener took them */
 	ESCRA_STAT_OOM_REQUESTS,	/* u64 */
 	ESCRA_STAT_OOM_GRANTED,		/* u64 */
 	ESCRA_STAT_OOM_TIMEOUTS,	/* u64 */
-	ESCRA_STAT_HOOK_NS_TOTAL,	/* u64 */
+	ESCRA_STAT_HOOK_NS_TOTAL,	/* u64: local_clock() time in the CFS hook */
 	ESCRA_STAT_HOOK_CALLS,		/* u64 */
+	ESCRA_STAT_WATCHES_RELEASED,	/* u64: dropped as their owner closed */
+	ESCRA_STAT_OOM_UNSENT,		/* u64: requests the owner could not get */
 	__ESCRA_STAT_MAX,
 };
 #define ESCRA_STAT_MAX (__ESCRA_STAT_MAX - 1)

@@ -10,6 +10,7 @@
 #   scripts/kernel-build.sh         build (or reuse) and print the tree's path last
 #   scripts/kernel-build.sh --dir   print the tree's path only, build nothing
 #   ESCRA_KERNEL_FLAVOR=kasan ...   add vm-tests/kernel-kasan.config (KASAN)
+#   ESCRA_KERNEL_FLAVOR=debug ...   add vm-tests/kernel-debug.config (lockdep, SLUB, THP, tmpfs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -19,7 +20,8 @@ fragments=("$repo/vm-tests/kernel.config")
 case ${ESCRA_KERNEL_FLAVOR:-} in
 "") ;;
 kasan) fragments+=("$repo/vm-tests/kernel-kasan.config") ;;
-*) echo "kernel-build: unknown ESCRA_KERNEL_FLAVOR=$ESCRA_KERNEL_FLAVOR (want kasan)" >&2; exit 1 ;;
+debug) fragments+=("$repo/vm-tests/kernel-debug.config") ;;
+*) echo "kernel-build: unknown ESCRA_KERNEL_FLAVOR=$ESCRA_KERNEL_FLAVOR (want kasan or debug)" >&2; exit 1 ;;
 esac
 cache=${ESCRA_KERNEL_CACHE:-/var/cache/escra/kernel}
 jobs=${JOBS:-$(nproc)}

@@ -16,12 +16,20 @@
 #   VMTEST_ACCEL=kvm     use KVM when /dev/kvm works (default tcg)
 #   VMTEST_STOCK=0       skip the stock-kernel boot
 #   VMTEST_KASAN=1       use the KASAN kernel flavour (vm-tests/kernel-kasan.config)
+#   VMTEST_DEBUG=1       use the debug flavour (vm-tests/kernel-debug.config: lockdep,
+#                        atomic-sleep and RCU checks, SLUB + kmem, THP, tmpfs)
+#
+# Prints one line per kernel and flavour at the end, e.g.
+# "vm-test 6.1 patched-debug: PASS".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 
 timeout_s=${VMTEST_TIMEOUT:-600}
 [ "${VMTEST_KASAN:-0}" = 1 ] && export ESCRA_KERNEL_FLAVOR=kasan
+[ "${VMTEST_DEBUG:-0}" = 1 ] && export ESCRA_KERNEL_FLAVOR=debug
+flavor=${ESCRA_KERNEL_FLAVOR:-}
+results=()
 accel=${VMTEST_ACCEL:-tcg}
 work=$(mktemp -d /tmp/escra-vmtest.XXXXXX)
 qpid=
@@ -126,7 +134,13 @@ append=""
 [ -n "${VMTEST_BENCH:-}" ] && append+=" escra_bench=1"
 initramfs patched "$ko"
 rc=0
-boot patched "$kdir/arch/x86/boot/bzImage" "$append" || rc=1
+name=patched${flavor:+-$flavor}
+if boot patched "$kdir/arch/x86/boot/bzImage" "$append"; then
+	results+=("vm-test 6.1 $name: PASS")
+else
+	results+=("vm-test 6.1 $name: FAIL")
+	rc=1
+fi
 
 if [ -n "${VMTEST_BENCH:-}" ]; then
 	mkdir -p "$(dirname "$VMTEST_BENCH")"
@@ -138,11 +152,19 @@ elif [ "${VMTEST_STOCK:-1}" != 0 ] && [ -z "${VMTEST_RUN:-}" ]; then
 		initramfs stock "$stock_ko"
 		# escrad's stock-kernel backend where it is meant to run: Debian's
 		# own kernel on cgroup v2, no module.
-		boot stock "$stock" "escra_run=stock-refusal,cgroupfs-telemetry,cgroupfs-oom-grant,cgroupfs-oom-deny,cgroupfs-oom-absent" || rc=1
+		if boot stock "$stock" "escra_run=stock-refusal,cgroupfs-telemetry,cgroupfs-oom-grant,cgroupfs-oom-deny,cgroupfs-oom-absent"; then
+			results+=("vm-test 6.1 stock: PASS")
+		else
+			results+=("vm-test 6.1 stock: FAIL")
+			rc=1
+		fi
 	else
 		say "stock kernel image not fetched (make setup): stock-refusal NOT run"
+		results+=("vm-test 6.1 stock: NOT RUN (no stock kernel image)")
 	fi
 fi
+
+for r in "${results[@]}"; do echo "$r"; done
 
 if [ $rc = 0 ]; then
 	say "PASS in $((SECONDS - t0))s"

@@ -6,10 +6,11 @@ package genl
 // Family and multicast group names.
 const (
 	FamilyName    = "escra"
-	FamilyVersion = 1
+	FamilyVersion = 2
 
+	// GroupTelemetry carries every watched cgroup's records; joining it
+	// needs CAP_SYS_ADMIN. OOM requests are unicast to the owner (Owner).
 	GroupTelemetry = "telemetry"
-	GroupOOM       = "oom"
 )
 
 // Commands (enum escra_cmd).
@@ -57,15 +58,17 @@ const (
 
 // Module counters, nested in AttrStats (enum escra_stat_attr).
 const (
-	StatUnspec         = 0
-	StatPad            = 1
-	StatWatched        = 2
-	StatRecordsSent    = 3
-	StatRecordsDropped = 4
-	StatOOMRequests    = 5
-	StatOOMGranted     = 6
-	StatOOMTimeouts    = 7
-	StatHookNsTotal    = 8
-	StatHookCalls      = 9
-	StatMax            = 9
+	StatUnspec          = 0
+	StatPad             = 1
+	StatWatched         = 2
+	StatRecordsSent     = 3
+	StatRecordsDropped  = 4
+	StatOOMRequests     = 5
+	StatOOMGranted      = 6
+	StatOOMTimeouts     = 7
+	StatHookNsTotal     = 8
+	StatHookCalls       = 9
+	StatWatchesReleased = 10
+	StatOOMUnsent       = 11
+	StatMax             = 11
 )

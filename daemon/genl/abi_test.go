@@ -83,7 +83,6 @@ func TestGoConstantsMatchUAPIHeader(t *testing.T) {
 		"ESCRA_GENL_NAME":       strconv.Quote(FamilyName),
 		"ESCRA_GENL_VERSION":    strconv.Itoa(FamilyVersion),
 		"ESCRA_MCGRP_TELEMETRY": strconv.Quote(GroupTelemetry),
-		"ESCRA_MCGRP_OOM":       strconv.Quote(GroupOOM),
 
 		"ESCRA_CMD_UNSPEC":      strconv.Itoa(CmdUnspec),
 		"ESCRA_CMD_WATCH":       strconv.Itoa(CmdWatch),
@@ -119,17 +118,19 @@ func TestGoConstantsMatchUAPIHeader(t *testing.T) {
 		"ESCRA_REC_TIMESTAMP_NS": strconv.Itoa(RecTimestampNs),
 		"ESCRA_REC_MAX":          strconv.Itoa(RecMax),
 
-		"ESCRA_STAT_UNSPEC":          strconv.Itoa(StatUnspec),
-		"ESCRA_STAT_PAD":             strconv.Itoa(StatPad),
-		"ESCRA_STAT_WATCHED":         strconv.Itoa(StatWatched),
-		"ESCRA_STAT_RECORDS_SENT":    strconv.Itoa(StatRecordsSent),
-		"ESCRA_STAT_RECORDS_DROPPED": strconv.Itoa(StatRecordsDropped),
-		"ESCRA_STAT_OOM_REQUESTS":    strconv.Itoa(StatOOMRequests),
-		"ESCRA_STAT_OOM_GRANTED":     strconv.Itoa(StatOOMGranted),
-		"ESCRA_STAT_OOM_TIMEOUTS":    strconv.Itoa(StatOOMTimeouts),
-		"ESCRA_STAT_HOOK_NS_TOTAL":   strconv.Itoa(StatHookNsTotal),
-		"ESCRA_STAT_HOOK_CALLS":      strconv.Itoa(StatHookCalls),
-		"ESCRA_STAT_MAX":             strconv.Itoa(StatMax),
+		"ESCRA_STAT_UNSPEC":           strconv.Itoa(StatUnspec),
+		"ESCRA_STAT_PAD":              strconv.Itoa(StatPad),
+		"ESCRA_STAT_WATCHED":          strconv.Itoa(StatWatched),
+		"ESCRA_STAT_RECORDS_SENT":     strconv.Itoa(StatRecordsSent),
+		"ESCRA_STAT_RECORDS_DROPPED":  strconv.Itoa(StatRecordsDropped),
+		"ESCRA_STAT_OOM_REQUESTS":     strconv.Itoa(StatOOMRequests),
+		"ESCRA_STAT_OOM_GRANTED":      strconv.Itoa(StatOOMGranted),
+		"ESCRA_STAT_OOM_TIMEOUTS":     strconv.Itoa(StatOOMTimeouts),
+		"ESCRA_STAT_HOOK_NS_TOTAL":    strconv.Itoa(StatHookNsTotal),
+		"ESCRA_STAT_HOOK_CALLS":       strconv.Itoa(StatHookCalls),
+		"ESCRA_STAT_WATCHES_RELEASED": strconv.Itoa(StatWatchesReleased),
+		"ESCRA_STAT_OOM_UNSENT":       strconv.Itoa(StatOOMUnsent),
+		"ESCRA_STAT_MAX":              strconv.Itoa(StatMax),
 	}
 	for name, w := range want {
 		got, ok := c[name]

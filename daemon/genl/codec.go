@@ -42,6 +42,10 @@ type Stats struct {
 	OOMTimeouts    uint64
 	HookNsTotal    uint64
 	HookCalls      uint64
+	// WatchesReleased counts watches dropped because their owner's socket
+	// closed; OOMUnsent requests the owner's socket could not take.
+	WatchesReleased uint64
+	OOMUnsent       uint64
 }
 
 // ErrMalformed marks a message from the kernel that does not follow the ABI.
@@ -201,6 +205,10 @@ func DecodeStats(b []byte) (Stats, error) {
 					s.OOMTimeouts = nad.Uint64()
 				case StatHookNsTotal:
 					s.HookNsTotal = nad.Uint64()
+				case StatWatchesReleased:
+					s.WatchesReleased = nad.Uint64()
+				case StatOOMUnsent:
+					s.OOMUnsent = nad.Uint64()
 				case StatHookCalls:
 					s.HookCalls = nad.Uint64()
 				}

@@ -56,7 +56,7 @@ func (c *Conn) FamilyID() uint16 { return c.family.ID }
 // Raw is the underlying socket, for tests that send malformed requests.
 func (c *Conn) Raw() *genetlink.Conn { return c.c }
 
-// Join subscribes to a multicast group (GroupTelemetry or GroupOOM).
+// Join subscribes to a multicast group (GroupTelemetry; needs CAP_SYS_ADMIN).
 func (c *Conn) Join(group string) error {
 	id, ok := c.groups[group]
 	if !ok {
@@ -90,6 +90,8 @@ func (c *Conn) do(cmd uint8, attrs []byte, flags netlink.HeaderFlags) ([]genetli
 
 // Watch starts per-period telemetry and OOM interception for a cgroup v2
 // cgroup (its id is the inode number of its directory). Needs CAP_NET_ADMIN.
+// This socket becomes the watch's owner and gets its OOM requests, which a
+// Conn does not read: use Owner where OOMs are expected.
 func (c *Conn) Watch(cgroupID uint64) error {
 	b, err := EncodeCgroup(cgroupID)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -18,14 +17,15 @@ import (
 
 // Source is escrad's kernel backend (telemetry.Source) over escra.ko:
 // per-period records taken in the scheduler (seed 000 §IV-B) and OOM
-// requests caught in try_charge_memcg. Wire it with
+// requests from page faults that hit memory.max (the faulting task waits
+// for the verdict at the end of the fault). Wire it with
 // agent.Config.KernelSource = genl.NewSource. It sends no throttle events
 // (CpuStat.mid_period) yet: the cgroupfs backend's watcher polls cpu.stat,
 // and the module would report the throttle from the scheduler instead;
 // --throttle-poll does not apply here.
 type Source struct {
-	events *Conn // multicast groups only
-	ctl    *Conn // commands: a reply must not race a blocked Receive
+	events *Conn  // the telemetry group only
+	ctl    *Owner // owns the watches; OOM requests come here, not with telemetry
 	log    *slog.Logger
 
 	mu      sync.Mutex
@@ -59,18 +59,16 @@ func NewSource(period time.Duration, log *slog.Logger) (telemetry.Source, error)
 	if err != nil {
 		return nil, err
 	}
-	ctl, err := Dial()
+	ctl, err := DialOwner()
 	if err != nil {
 		ev.Close()
 		return nil, err
 	}
 	_ = ev.SetReadBuffer(4 << 20)
-	for _, g := range []string{GroupTelemetry, GroupOOM} {
-		if err := ev.Join(g); err != nil {
-			ev.Close()
-			ctl.Close()
-			return nil, err
-		}
+	if err := ev.Join(GroupTelemetry); err != nil {
+		ev.Close()
+		ctl.Close()
+		return nil, err
 	}
 	if log == nil {
 		log = slog.Default()
@@ -123,47 +121,74 @@ func (s *Source) Unwatch(h uint32) {
 	s.reply(h, false)
 }
 
-// Run delivers records and OOM events until ctx ends.
+// Run delivers records and OOM events until ctx ends. Telemetry and OOM
+// requests arrive on separate sockets; the sink is called from this
+// goroutine only.
 func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
-	stop := context.AfterFunc(ctx, func() { _ = s.events.SetReadDeadline(time.Now()) })
-	defer stop()
 	defer s.events.Close()
 	defer s.ctl.Close()
+	type batch struct {
+		evs []Event
+		err error
+	}
+	tel := make(chan batch, 64)
+	go func() {
+		for {
+			evs, err := s.events.Receive()
+			select {
+			case tel <- batch{evs, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil && !errors.Is(err, unix.ENOBUFS) && !errors.Is(err, ErrMalformed) {
+				return
+			}
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { _ = s.events.SetReadDeadline(time.Now()) })
+	defer stop()
+	tick := time.NewTicker(redeliverAfter)
+	defer tick.Stop()
 	var st pb.CpuStat
 	for {
-		_ = s.events.SetReadDeadline(time.Now().Add(redeliverAfter))
-		evs, err := s.events.Receive()
-		if ctx.Err() != nil {
+		select {
+		case <-ctx.Done():
 			return nil
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		case <-tick.C:
 			s.redeliver(sink)
-			continue
-		}
-		if err != nil {
-			if errors.Is(err, unix.ENOBUFS) || errors.Is(err, ErrMalformed) {
-				// Lost or bad records: the next ones carry on (seq shows the gap).
-				s.log.Warn("kernel telemetry", "err", err)
-				continue
-			}
-			return fmt.Errorf("kernel backend: receive: %w", err)
-		}
-		for _, ev := range evs {
-			if ev.OOM != nil {
-				s.oom(*ev.OOM, sink)
-				continue
-			}
-			for _, r := range ev.Records {
-				// The sink runs unlocked: it may call back (Unwatch).
-				s.mu.Lock()
-				w, ok := s.byID[r.CgroupID]
-				if ok {
-					w.fill(&st, r)
-					st.Handle = w.h
+		case req, ok := <-s.ctl.Requests():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
 				}
-				s.mu.Unlock()
-				if ok {
-					sink.CPU(&st)
+				return errors.New("kernel backend: owner socket closed")
+			}
+			s.oom(req, sink)
+		case b := <-tel:
+			if b.err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if errors.Is(b.err, unix.ENOBUFS) || errors.Is(b.err, ErrMalformed) {
+					// Lost or bad records: the next ones carry on (seq shows the gap).
+					s.log.Warn("kernel telemetry", "err", b.err)
+					continue
+				}
+				return fmt.Errorf("kernel backend: receive: %w", b.err)
+			}
+			for _, ev := range b.evs {
+				for _, r := range ev.Records {
+					// The sink runs unlocked: it may call back (Unwatch).
+					s.mu.Lock()
+					w, ok := s.byID[r.CgroupID]
+					if ok {
+						w.fill(&st, r)
+						st.Handle = w.h
+					}
+					s.mu.Unlock()
+					if ok {
+						sink.CPU(&st)
+					}
 				}
 			}
 			sink.Flush()

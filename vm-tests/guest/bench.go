@@ -202,12 +202,7 @@ func benchOOM(sum map[string]any) error {
 	if err := cg.set("memory.max", strconv.Itoa(16<<20)); err != nil {
 		return err
 	}
-	l, err := listen(genl.GroupOOM)
-	if err != nil {
-		return err
-	}
-	defer l.close()
-	ctl, err := genl.Dial()
+	ctl, err := genl.DialOwner()
 	if err != nil {
 		return err
 	}
@@ -227,7 +222,7 @@ func benchOOM(sum map[string]any) error {
 loop:
 	for {
 		select {
-		case req := <-l.oom:
+		case req := <-ctl.Requests():
 			if req.CgroupID != cg.id {
 				continue
 			}

@@ -10,6 +10,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -65,6 +66,11 @@ func main() {
 			err = s.fn(&env{module: *module})
 		}
 		d := time.Since(start).Round(time.Millisecond)
+		var skip skipError
+		if errors.As(err, &skip) {
+			fmt.Printf("--- SKIP: %s (%v): %s\n", s.name, d, string(skip))
+			continue
+		}
 		if err != nil {
 			failed++
 			fmt.Printf("--- FAIL: %s (%v): %v\n", s.name, d, err)
@@ -77,6 +83,11 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// skipError is a scenario that does not apply to this kernel (says why).
+type skipError string
+
+func (e skipError) Error() string { return string(e) }
 
 type env struct {
 	module string
@@ -96,9 +107,11 @@ type scenario struct {
 var scenarios = []scenario{
 	{"load-unload", scenarioLoadUnload, false, false},
 	{"telemetry", scenarioTelemetry, false, false},
+	{"telemetry-drops", scenarioTelemetryDrops, false, false},
 	{"oom-grant", scenarioOOMGrant, false, false},
 	{"oom-deny", scenarioOOMDeny, false, false},
 	{"oom-timeout", scenarioOOMTimeout, false, false},
+	{"oom-noraise", scenarioOOMGrantNoRaise, false, false},
 	{"bad-input", scenarioBadInput, false, false},
 	{"kernel-source", scenarioKernelSource, false, false},
 	{"escrad-e2e", scenarioEscradE2E, false, false},
@@ -106,6 +119,10 @@ var scenarios = []scenario{
 	{"cgroupfs-oom-grant", scenarioCgroupfsOOMGrant, false, true},
 	{"cgroupfs-oom-deny", scenarioCgroupfsOOMDeny, false, true},
 	{"cgroupfs-oom-absent", scenarioCgroupfsOOMAbsent, false, true},
+	{"throttle-alternate", scenarioThrottleAlternate, false, false},
+	{"owner", scenarioOwner, false, false},
+	{"pagecache-oom", scenarioPageCacheOOM, false, false},
+	{"v1-id", scenarioV1ID, false, false}, // moves cpu to v1 and back: last
 	{"dmesg-clean", scenarioDmesgClean, false, false},
 	{"stock-refusal", scenarioStockRefusal, true, false},
 }
