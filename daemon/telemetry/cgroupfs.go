@@ -171,12 +171,29 @@ func (c *Cgroupfs) sampleLoop(ctx context.Context, sink Sink) error {
 	// The throttle watcher runs on this goroutine, between period samples:
 	// it reads the period state (seq) without a lock and the sink, which is
 	// not safe for concurrent use, stays single-threaded.
+	// The poll timer runs only while some group is watched: an idle
+	// escrad should not wake 500 times a second (under QEMU's emulation
+	// that alone took a quarter of a guest CPU).
 	var poll <-chan time.Time
-	if c.ThrottlePoll > 0 && c.ThrottlePoll < period {
-		pt := time.NewTicker(c.ThrottlePoll)
-		defer pt.Stop()
-		poll = pt.C
+	var pt *time.Timer
+	polling := c.ThrottlePoll > 0 && c.ThrottlePoll < period
+	armPoll := func(groups int) {
+		switch {
+		case !polling || groups == 0:
+			poll = nil
+		case pt == nil:
+			pt = time.NewTimer(c.ThrottlePoll)
+			poll = pt.C
+		default:
+			pt.Reset(c.ThrottlePoll)
+			poll = pt.C
+		}
 	}
+	defer func() {
+		if pt != nil {
+			pt.Stop()
+		}
+	}()
 	var st pb.CpuStat
 	var events []pb.CpuStat
 	buf := make([]byte, 512)
@@ -210,6 +227,7 @@ func (c *Cgroupfs) sampleLoop(ctx context.Context, sink Sink) error {
 				c.dirty = false
 			}
 			events = c.pollThrottle(parents, events[:0], buf)
+			groups := len(parents)
 			c.mu.Unlock()
 			for i := range events {
 				sink.CPU(&events[i])
@@ -217,12 +235,16 @@ func (c *Cgroupfs) sampleLoop(ctx context.Context, sink Sink) error {
 			if len(events) > 0 {
 				sink.Flush()
 			}
+			armPoll(groups)
 			continue
 		case <-t.C:
 		}
 		now := time.Now()
 		t.Reset(untilNext(now, period))
 		refresh()
+		if poll == nil {
+			armPoll(len(parents))
+		}
 		for _, pg := range parents {
 			if !c.NoParentShortcut && pg.idle(buf) {
 				for _, s := range pg.members {
