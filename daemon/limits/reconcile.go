@@ -27,7 +27,7 @@ type Reconciler struct {
 	A      *Applier
 	Docker Updater
 	Log    *slog.Logger
-	Window time.Duration // batching window (default 250 ms)
+	Window time.Duration // batching window (default DefaultReconcileWindow)
 
 	mu    sync.Mutex
 	dirty map[uint32]int // handle -> failed attempts so far
@@ -36,6 +36,13 @@ type Reconciler struct {
 	Updates atomic.Uint64
 	Errors  atomic.Uint64
 }
+
+// DefaultReconcileWindow batches Docker's view for a second. With throttle
+// events a quota moves several times a second, and at 250 ms three busy
+// containers meant a dozen runc runs a second: on a loaded 2-core host that
+// starved escrad's own telemetry (TestE2EDeployAcrossThreeHosts under two
+// busy loops). docker inspect lags the cgroup by at most this much.
+const DefaultReconcileWindow = time.Second
 
 // Mark queues h; it never blocks.
 func (r *Reconciler) Mark(h uint32) {
@@ -66,7 +73,7 @@ func (r *Reconciler) kicker() chan struct{} {
 func (r *Reconciler) Run(ctx context.Context) {
 	win := r.Window
 	if win <= 0 {
-		win = 250 * time.Millisecond
+		win = DefaultReconcileWindow
 	}
 	kick := r.kicker()
 	for {
