@@ -86,7 +86,7 @@ func TestEtcdRecordsElectionAndFence(t *testing.T) {
 }
 
 func TestParseEtcdURL(t *testing.T) {
-	if eps, err := ParseEtcdURL("etcd://127.0.0.1:2379,10.0.0.2:2379"); err != nil || len(eps) != 2 || eps[1] != "http://10.0.0.2:2379" {
+	if eps, err := ParseEtcdURL("etcd://127.0.0.1:2379,127.0.0.2:2379"); err != nil || len(eps) != 2 || eps[1] != "http://127.0.0.2:2379" {
 		t.Fatalf("%v %v", eps, err)
 	}
 	for _, bad := range []string{"etcd://", "http://x:1", "etcd://nohost"} {
