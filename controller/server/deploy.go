@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/escra-dev/escra/controller/adminapi"
+	placementpkg "github.com/escra-dev/escra/controller/placement"
 	"github.com/escra-dev/escra/controller/session"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -18,10 +20,11 @@ import (
 // The Application Deployer (seed 000 §IV-A): place an app's containers on
 // the connected hosts, have each host's escrad create and start them with
 // the escra.app label and their bootstrap limits, and roll everything back
-// when one of them fails. Placement is deliberately simple (docs/operator.md):
-// a host must have the free CPU and memory for the container's bootstrap
-// limits; among those, the one with the fewest containers of this app wins,
-// then the one with the most free CPU, then the lowest host id.
+// when one of them fails. Placement is the deployer profile of
+// controller/placement (docs/operator.md): a host must have the free CPU and
+// memory for the container's bootstrap limits; among those, the one with the
+// fewest containers of this app wins, then the least loaded (mean free
+// fraction of CPU and memory), then the lowest host id.
 
 // The deploy API's bodies (controller/adminapi).
 type (
@@ -45,93 +48,80 @@ type placement struct {
 	host *host
 }
 
-type hostRoom struct {
-	h        *host
-	cpu      float64 // free cores
-	mem      int64   // free bytes
-	appCount int
-}
-
-// place picks a host for every container, or explains why it cannot.
+// place picks a host for every container through the deployer's
+// placement profile (controller/placement), or explains why it cannot.
 func (s *Server) place(app string, cs []DeployContainer) ([]placement, error) {
 	st := s.Snapshot()
-	rooms := map[uint32]*hostRoom{}
-	var order []*hostRoom
+	byID := map[uint32]*placementpkg.Node{}
+	hosts := map[uint32]*host{}
+	var nodes []*placementpkg.Node
 	s.hosts.Range(func(_, v any) bool {
 		h := v.(*host)
-		r := &hostRoom{h: h, cpu: float64(h.hello.GetCores()), mem: int64(min(h.hello.GetMemoryBytes(), math.MaxInt64/2))}
-		rooms[h.id] = r
-		order = append(order, r)
+		mem := int64(min(h.hello.GetMemoryBytes(), math.MaxInt64/2))
+		n := &placementpkg.Node{Name: h.hello.GetHostId(), Index: int(h.id),
+			CPUCap: float64(h.hello.GetCores()), CPUFree: float64(h.hello.GetCores()),
+			MemCap: mem, MemFree: mem, AppCount: map[string]int{}}
+		byID[h.id] = n
+		hosts[h.id] = h
+		nodes = append(nodes, n)
 		return true
 	})
-	if len(order) == 0 {
+	if len(nodes) == 0 {
 		return nil, errors.New("no host is connected to the controller (start escrad on the hosts)")
 	}
-	sort.Slice(order, func(i, j int) bool {
-		if a, b := order[i].h.hello.GetHostId(), order[j].h.hello.GetHostId(); a != b {
+	sort.Slice(nodes, func(i, j int) bool {
+		if a, b := nodes[i].Name, nodes[j].Name; a != b {
 			return a < b
 		}
-		return order[i].h.id < order[j].h.id
+		return nodes[i].Index < nodes[j].Index
 	})
 	for _, c := range st.Containers {
-		r := rooms[c.SessionID]
-		if r == nil {
+		n := byID[c.SessionID]
+		if n == nil {
 			continue
 		}
 		if c.CPUQuotaUs > 0 && c.CPUPeriodUs > 0 {
-			r.cpu -= float64(c.CPUQuotaUs) / float64(c.CPUPeriodUs)
+			n.CPUFree -= float64(c.CPUQuotaUs) / float64(c.CPUPeriodUs)
 		}
 		if c.MemoryLimitBytes > 0 {
-			r.mem -= c.MemoryLimitBytes
+			n.MemFree -= c.MemoryLimitBytes
 		}
-		if c.App == app {
-			r.appCount++
-		}
+		n.Containers++
+		n.AppCount[c.App]++
 	}
-	const eps = 1e-6
+	prof := placementpkg.Deployer()
 	var out []placement
 	for _, c := range cs {
-		var best *hostRoom
-		known := false
-		for _, r := range order {
-			if c.Host != "" && r.h.hello.GetHostId() != c.Host {
-				continue
-			}
-			known = true
-			if r.cpu+eps < c.CPUCores || r.mem < c.MemoryBytes {
-				continue
-			}
-			if best == nil || r.appCount < best.appCount || r.appCount == best.appCount && r.cpu > best.cpu+eps {
-				best = r
-			}
+		if c.Host != "" && !slices.ContainsFunc(nodes, func(n *placementpkg.Node) bool { return n.Name == c.Host }) {
+			return nil, fmt.Errorf("container %s: host %q is not connected (connected: %s)", c.Name, c.Host, nodeNames(nodes))
 		}
-		if best == nil {
-			if c.Host != "" && !known {
-				return nil, fmt.Errorf("container %s: host %q is not connected (connected: %s)", c.Name, c.Host, hostList(order))
-			}
-			return nil, fmt.Errorf("container %s: no host has %.2f free cores and %d MiB free memory for it (free: %s)",
-				c.Name, c.CPUCores, c.MemoryBytes>>20, roomList(order))
+		req := &placementpkg.Request{Name: c.Name, App: app, Image: c.Image, CPU: c.CPUCores, Memory: c.MemoryBytes, Host: c.Host}
+		res, err := prof.Schedule(req, nodes)
+		if err != nil {
+			return nil, fmt.Errorf("container %s: no host has %.2f free cores and %d MiB free memory for it (%s)",
+				c.Name, c.CPUCores, c.MemoryBytes>>20, reasons(res.Rejected, nodes))
 		}
-		best.cpu -= c.CPUCores
-		best.mem -= c.MemoryBytes
-		best.appCount++
-		out = append(out, placement{c: c, host: best.h})
+		placementpkg.Assume(req, res.Node)
+		out = append(out, placement{c: c, host: hosts[uint32(res.Node.Index)]})
 	}
 	return out, nil
 }
 
-func hostList(rs []*hostRoom) string {
+func nodeNames(ns []*placementpkg.Node) string {
 	var b []string
-	for _, r := range rs {
-		b = append(b, r.h.hello.GetHostId())
+	for _, n := range ns {
+		b = append(b, n.Name)
 	}
 	return strings.Join(b, ", ")
 }
 
-func roomList(rs []*hostRoom) string {
+// reasons lists every host's rejection, in host order.
+func reasons(rej map[string]string, ns []*placementpkg.Node) string {
 	var b []string
-	for _, r := range rs {
-		b = append(b, fmt.Sprintf("%s %.2f cores %d MiB", r.h.hello.GetHostId(), max(r.cpu, 0), max(r.mem, 0)>>20))
+	for _, n := range ns {
+		if why, ok := rej[n.Name]; ok {
+			b = append(b, n.Name+": "+why)
+		}
 	}
 	return strings.Join(b, "; ")
 }
