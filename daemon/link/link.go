@@ -86,9 +86,9 @@ type Client struct {
 	cfg Config
 	h   Handler
 
-	mu      sync.Mutex // guards conn, w, pending, nextID
+	mu      sync.Mutex // guards conn, q, out, pending, nextID, sent
 	conn    net.Conn
-	w       *wire.EnvelopeWriter
+	q       chan []byte // framed envelopes for the session's writer
 	out     escrapb.Envelope
 	pending map[uint64]func(*escrapb.OomVerdict)
 	nextID  uint64
@@ -252,10 +252,19 @@ func (c *Client) session(ctx context.Context, addr string) (up bool, leader stri
 	c.udp.Store(us)
 	defer c.udp.CompareAndSwap(us, nil)
 
+	// Every envelope after the handshake goes through one queue and one
+	// writer goroutine: a caller (the sampler raising a quota from lease
+	// credit, the reader answering set-limits) never waits on the socket,
+	// and the wire order is the order of the calls.
+	q := make(chan []byte, sendQueueLen)
+	wdone := make(chan struct{})
+	defer close(wdone)
+	go c.writer(conn, q, wdone)
+
 	// Registering everything happens under c.mu, so a container the agent
 	// adds meanwhile is registered exactly once on this session.
 	c.mu.Lock()
-	c.conn, c.w, c.sent = conn, w, map[uint32]bool{}
+	c.conn, c.q, c.sent = conn, q, map[uint32]bool{}
 	for _, reg := range c.h.Registrations() {
 		if err := c.sendLocked(0, &escrapb.Envelope_Register{Register: reg}); err != nil {
 			c.mu.Unlock()
@@ -403,7 +412,7 @@ func dialTelemetry(addr string, tcpPeer net.Addr) (*udpSession, error) {
 // drop ends the session state; pending OOM requests get a nil verdict.
 func (c *Client) drop() {
 	c.mu.Lock()
-	c.conn, c.w, c.sent = nil, nil, nil
+	c.conn, c.q, c.sent = nil, nil, nil
 	p := c.pending
 	c.pending = map[uint64]func(*escrapb.OomVerdict){}
 	c.mu.Unlock()
@@ -478,17 +487,59 @@ func (c *Client) sendLocked(reqID uint64, b any) error {
 	default:
 		return fmt.Errorf("link: cannot send %T", b)
 	}
-	c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	err := c.w.Write(&c.out)
+	// Marshalled now: the caller may reuse its message once we return.
+	frame, err := wire.AppendEnvelope(nil, &c.out)
 	c.out.Body = nil
 	if err != nil {
-		c.conn.Close() // the reader sees the error and reconnects
+		return err
 	}
-	return err
+	select {
+	case c.q <- frame:
+		return nil
+	default:
+		// The controller has not read sendQueueLen envelopes: the session
+		// is as good as dead. The reader sees the close and reconnects.
+		c.conn.Close()
+		return errQueueFull
+	}
 }
 
-// LeaseUse reports a quota raise from lease credit. It is sent at once,
-// on the caller's goroutine, so it precedes on the wire any return the
+// sendQueueLen bounds the envelopes waiting for the socket: a host's
+// registrations at connect (up to a few thousand containers) fit.
+const sendQueueLen = 8192
+
+var errQueueFull = errors.New("link: controller not reading: send queue full, session closed")
+
+// writer writes the session's queued frames in order, several per write
+// when they are waiting, until the session ends or a write fails.
+func (c *Client) writer(conn net.Conn, q <-chan []byte, done <-chan struct{}) {
+	var buf []byte
+	for {
+		select {
+		case <-done:
+			return
+		case f := <-q:
+			buf = append(buf[:0], f...)
+		}
+	drain:
+		for len(buf) < 64<<10 {
+			select {
+			case f := <-q:
+				buf = append(buf, f...)
+			default:
+				break drain
+			}
+		}
+		conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Write(buf); err != nil {
+			conn.Close() // the reader sees the error and reconnects
+			return
+		}
+	}
+}
+
+// LeaseUse reports a quota raise from lease credit. It is queued at once,
+// without waiting on the socket, so it precedes on the wire any return the
 // caller's lock orders after it (docs/protocol.md).
 func (c *Client) LeaseUse(u *escrapb.CpuLeaseUse) error {
 	return c.send(0, &escrapb.Envelope_CpuLeaseUse{CpuLeaseUse: u})
