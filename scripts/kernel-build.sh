@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Build the Escra-patched Linux 6.1 for the QEMU vm-tests (make kernel).
+# Build the Escra-patched Linux 6.1 or 6.12 for the QEMU vm-tests (make kernel).
 #
-# Source: Debian's linux-source-6.1 tarball. Patches: patches/linux-6.1/*.patch.
+# Source: Debian's linux-source-<version> tarball. Patches:
+# patches/linux-<version>/*.patch (the 6.12 series is its own port, see
+# docs/kernel.md).
 # Config: `make tinyconfig` + vm-tests/kernel.config. The tree is built in
 # place under /var/cache/escra/kernel/<hash of source version, patches and
 # config fragment>, reused when complete (.done stamp). A lock serializes
@@ -11,11 +13,18 @@
 #   scripts/kernel-build.sh --dir   print the tree's path only, build nothing
 #   ESCRA_KERNEL_FLAVOR=kasan ...   add vm-tests/kernel-kasan.config (KASAN)
 #   ESCRA_KERNEL_FLAVOR=debug ...   add vm-tests/kernel-debug.config (lockdep, SLUB, THP, tmpfs)
+#   ESCRA_KERNEL_VERSION=6.12 ...   Debian's linux-source-6.12 and patches/linux-6.12 (default 6.1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 
-tarball=/usr/src/linux-source-6.1.tar.xz
+kver=${ESCRA_KERNEL_VERSION:-6.1}
+case $kver in
+6.1 | 6.12) ;;
+*) echo "kernel-build: unknown ESCRA_KERNEL_VERSION=$kver (want 6.1 or 6.12)" >&2; exit 1 ;;
+esac
+tarball=/usr/src/linux-source-$kver.tar.xz
+patchdir=patches/linux-$kver
 fragments=("$repo/vm-tests/kernel.config")
 case ${ESCRA_KERNEL_FLAVOR:-} in
 "") ;;
@@ -26,9 +35,9 @@ esac
 cache=${ESCRA_KERNEL_CACHE:-/var/cache/escra/kernel}
 jobs=${JOBS:-$(nproc)}
 
-[ -r "$tarball" ] || { echo "kernel-build: $tarball missing; run make setup (linux-source-6.1)" >&2; exit 1; }
-srcver=$(dpkg-query -W -f='${Version}' linux-source-6.1 2>/dev/null || stat -c '%s-%Y' "$tarball")
-key=$( { echo "$srcver"; cat patches/linux-6.1/*.patch "${fragments[@]}"; } | sha256sum | cut -c1-16)
+[ -r "$tarball" ] || { echo "kernel-build: $tarball missing; run make setup (linux-source-$kver)" >&2; exit 1; }
+srcver=$(dpkg-query -W -f='${Version}' "linux-source-$kver" 2>/dev/null || stat -c '%s-%Y' "$tarball")
+key=$( { echo "$srcver"; cat "$patchdir"/*.patch "${fragments[@]}"; } | sha256sum | cut -c1-16)
 dir=$cache/$key/linux
 
 if [ "${1:-}" = --dir ]; then
@@ -57,7 +66,7 @@ mkdir -p "$dir"
 log "unpacking linux-source $srcver into $cache/$key"
 tar -xJf "$tarball" -C "$dir" --strip-components=1
 
-for p in patches/linux-6.1/*.patch; do
+for p in "$patchdir"/*.patch; do
 	log "applying $(basename "$p")"
 	patch -d "$dir" -p1 -s --forward <"$p"
 done

@@ -5,8 +5,10 @@
 # to show what escra.ko does on a kernel without the Escra hooks.
 # scripts/setup.sh fetches it; tests pass --cached and never download.
 set -euo pipefail
-hdr=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -1)
-[ -n "$hdr" ] || { echo "kernel-stock: no linux-headers-*-amd64 installed" >&2; exit 1; }
+# ESCRA_KERNEL_VERSION=6.12 picks the 6.12 headers (default 6.1).
+kver=${ESCRA_KERNEL_VERSION:-6.1}
+hdr=$(ls -d /usr/src/linux-headers-"$kver".[0-9]*-amd64 2>/dev/null | grep -v -e -cloud- -e -rt- | sort -V | tail -1 || true)
+[ -n "$hdr" ] || { echo "kernel-stock: no linux-headers-$kver.*-amd64 installed" >&2; exit 1; }
 ver=${hdr#/usr/src/linux-headers-}
 cache=${ESCRA_STOCK_CACHE:-/var/cache/escra/stock}
 img=$cache/vmlinuz-$ver

@@ -16,8 +16,8 @@ die() { echo "setup: $*" >&2; exit 1; }
 pkgs=(
 	# engine and containers
 	docker.io
-	# kernel path: build Debian's 6.1 with our patches, boot it in QEMU
-	linux-source-6.1 linux-headers-amd64 build-essential bc bison flex
+	# kernel path: build Debian's 6.1 and 6.12 with our patches, boot them in QEMU
+	linux-source-6.1 linux-source-6.12 linux-headers-amd64 linux-headers-6.12-amd64 build-essential bc bison flex
 	libelf-dev libssl-dev dwarves kmod xz-utils cpio busybox-static
 	qemu-system-x86
 	# HA controllers: a real etcd for --store etcd:// and its tests
@@ -50,6 +50,7 @@ command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || die "Go is missing: i
 # kernel path: Debian's stock kernel image, unpacked into /var/cache/escra/stock
 # (apt-get download, not installed), for the vm-test of escra.ko's refusal there.
 "$(dirname "$0")"/kernel-stock.sh >/dev/null || say "stock kernel image unavailable; vm-tests skip the stock-kernel boot"
+ESCRA_KERNEL_VERSION=6.12 "$(dirname "$0")"/kernel-stock.sh >/dev/null || say "stock 6.12 kernel image unavailable; make vm-test skips the 6.12 stock boot"
 
 # --- Docker Engine -------------------------------------------------------
 # Debian's client is /usr/bin/docker; a newer client elsewhere on PATH works

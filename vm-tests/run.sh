@@ -18,6 +18,8 @@
 #   VMTEST_KASAN=1       use the KASAN kernel flavour (vm-tests/kernel-kasan.config)
 #   VMTEST_DEBUG=1       use the debug flavour (vm-tests/kernel-debug.config: lockdep,
 #                        atomic-sleep and RCU checks, SLUB + kmem, THP, tmpfs)
+#   ESCRA_KERNEL_VERSION=6.12   Debian's 6.12 with patches/linux-6.12 and the 6.12
+#                        stock kernel (default 6.1)
 #
 # Prints one line per kernel and flavour at the end, e.g.
 # "vm-test 6.1 patched-debug: PASS".
@@ -29,6 +31,8 @@ timeout_s=${VMTEST_TIMEOUT:-600}
 [ "${VMTEST_KASAN:-0}" = 1 ] && export ESCRA_KERNEL_FLAVOR=kasan
 [ "${VMTEST_DEBUG:-0}" = 1 ] && export ESCRA_KERNEL_FLAVOR=debug
 flavor=${ESCRA_KERNEL_FLAVOR:-}
+kver=${ESCRA_KERNEL_VERSION:-6.1}
+export ESCRA_KERNEL_VERSION=$kver
 results=()
 accel=${VMTEST_ACCEL:-tcg}
 work=$(mktemp -d /tmp/escra-vmtest.XXXXXX)
@@ -136,9 +140,9 @@ initramfs patched "$ko"
 rc=0
 name=patched${flavor:+-$flavor}
 if boot patched "$kdir/arch/x86/boot/bzImage" "$append"; then
-	results+=("vm-test 6.1 $name: PASS")
+	results+=("vm-test $kver $name: PASS")
 else
-	results+=("vm-test 6.1 $name: FAIL")
+	results+=("vm-test $kver $name: FAIL")
 	rc=1
 fi
 
@@ -153,14 +157,14 @@ elif [ "${VMTEST_STOCK:-1}" != 0 ] && [ -z "${VMTEST_RUN:-}" ]; then
 		# escrad's stock-kernel backend where it is meant to run: Debian's
 		# own kernel on cgroup v2, no module.
 		if boot stock "$stock" "escra_run=stock-refusal,cgroupfs-telemetry,cgroupfs-oom-grant,cgroupfs-oom-deny,cgroupfs-oom-absent"; then
-			results+=("vm-test 6.1 stock: PASS")
+			results+=("vm-test $kver stock: PASS")
 		else
-			results+=("vm-test 6.1 stock: FAIL")
+			results+=("vm-test $kver stock: FAIL")
 			rc=1
 		fi
 	else
 		say "stock kernel image not fetched (make setup): stock-refusal NOT run"
-		results+=("vm-test 6.1 stock: NOT RUN (no stock kernel image)")
+		results+=("vm-test $kver stock: NOT RUN (no stock kernel image)")
 	fi
 fi
 
