@@ -6,10 +6,10 @@ package adminapi
 
 import (
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/internal/names"
 )
 
 // AppSpec defines a Distributed Container (seed 000 §IV-A): the body of
@@ -27,15 +27,14 @@ type AppSpec struct {
 	Policy string `json:"policy,omitempty" yaml:"policy,omitempty"`
 }
 
-var appName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
-// ValidAppName reports whether name can name an app.
-func ValidAppName(name string) bool { return appName.MatchString(name) }
+// ValidAppName reports whether name can name an app: the one rule of
+// internal/names, the same as the spec's and escrad's.
+func ValidAppName(name string) bool { return names.ValidApp(name) }
 
 // Validate checks the spec.
 func (s AppSpec) Validate() error {
-	if !ValidAppName(s.Name) {
-		return fmt.Errorf("app name %q: want 1-128 of [A-Za-z0-9_.-]", s.Name)
+	if err := names.ValidateApp(s.Name); err != nil {
+		return err
 	}
 	if err := (allocator.Budget{CPUCores: s.CPUCores, MemoryBytes: s.MemoryBytes, Sigma: s.Sigma}).Validate(); err != nil {
 		return fmt.Errorf("app %s: %w", s.Name, err)

@@ -30,6 +30,7 @@ import (
 	"github.com/escra-dev/escra/controller/store"
 	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/names"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 )
@@ -405,8 +406,8 @@ func (s *Server) shardFor(name string, contribCores float64, contribMem int64) (
 	if a != nil {
 		return a, nil
 	}
-	if !adminapi.ValidAppName(name) {
-		return nil, fmt.Errorf("app name %q: want 1-128 of [A-Za-z0-9_.-]", name)
+	if err := names.ValidateApp(name); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
