@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/spec"
 	"github.com/escra-dev/escra/internal/names"
 )
 
@@ -25,6 +26,9 @@ type AppSpec struct {
 	// Policy is the allocator policy (allocator.PolicyNames; "" = the
 	// controller's default).
 	Policy string `json:"policy,omitempty" yaml:"policy,omitempty"`
+	// Spec is the spec the app was applied with, kept to be shown back
+	// (escractl get apps -o yaml); the fields above are what takes effect.
+	Spec *spec.Doc `json:"spec,omitempty" yaml:"spec,omitempty"`
 }
 
 // ValidAppName reports whether name can name an app: the one rule of
@@ -49,6 +53,9 @@ func (s AppSpec) Validate() error {
 			return fmt.Errorf("app %s: policy: %w", s.Name, err)
 		}
 	}
+	if s.Spec != nil && s.Spec.Name != s.Name {
+		return fmt.Errorf("app %s: its spec names app %q", s.Name, s.Spec.Name)
+	}
 	return nil
 }
 
@@ -69,6 +76,9 @@ type App struct {
 	Members                int              `json:"members"`
 	PendingOOMs            int              `json:"pending_ooms"`
 	Params                 allocator.Params `json:"params"`
+	// Spec is the spec the app was applied with (nil: defined without one,
+	// or auto).
+	Spec *spec.Doc `json:"spec,omitempty"`
 }
 
 // Host is one connected daemon (GET /v1/hosts).
@@ -142,9 +152,27 @@ type DeployRequest struct {
 	Containers []DeployContainer `json:"containers"`
 }
 
-// DeployResponse is its answer: the containers the deployer created.
+// DeployResponse is its answer: the containers the deployer created. For
+// an app that already ran containers (a rollout), what changed by name.
 type DeployResponse struct {
 	Containers []Placed `json:"containers"`
+	Rollout    *Rollout `json:"rollout,omitempty"`
+}
+
+// Rollout is what a declarative apply did to a running app, one replica
+// at a time: created (scale up), replaced (template changed: removed,
+// then created again), removed (scale down), unchanged.
+type Rollout struct {
+	Created   []string `json:"created,omitempty"`
+	Replaced  []string `json:"replaced,omitempty"`
+	Removed   []string `json:"removed,omitempty"`
+	Unchanged []string `json:"unchanged,omitempty"`
+}
+
+// Version is the body of GET /v1/version.
+type Version struct {
+	Version string `json:"version"`
+	Go      string `json:"go"`
 }
 
 // Placed is one container the deployer created.

@@ -151,4 +151,3 @@ func FormatBytesExact(b int64) string {
 	}
 	return strconv.FormatInt(b, 10)
 }
-
