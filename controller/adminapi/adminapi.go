@@ -6,6 +6,7 @@ package adminapi
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
@@ -57,6 +58,28 @@ func (s AppSpec) Validate() error {
 		return fmt.Errorf("app %s: its spec names app %q", s.Name, s.Spec.Name)
 	}
 	return nil
+}
+
+// FromSpec converts a validated spec into the app budget the controller
+// takes, with the spec itself so it can be shown back. The allocator
+// parameters go along only when the spec has an allocator section;
+// otherwise the controller's own (flags) apply.
+func FromSpec(a *spec.App) AppSpec {
+	d := a.Doc()
+	b := AppSpec{Name: a.Name, CPUCores: a.CPU, MemoryBytes: a.MemoryBytes, Sigma: a.Sigma, Spec: &d}
+	if a.AllocatorSet {
+		al := a.Allocator
+		// From the defaults: parameters the spec has no field for (the
+		// minimum step) keep theirs rather than becoming 0.
+		p := allocator.DefaultParams()
+		p.Window, p.Upsilon, p.Gamma, p.Kappa, p.Period = al.Window, al.Upsilon, al.Gamma, al.Kappa, al.Period
+		p.CPUFloorUs = int64(math.Round(al.CPUFloor * float64(al.Period.Microseconds())))
+		p.OOMStepBytes, p.SafeMarginBytes = al.OOMStepBytes, al.ReclaimMarginBytes
+		p.Headroom = al.Headroom
+		b.Params = &p
+		b.Policy = al.Policy
+	}
+	return b
 }
 
 // App is one Distributed Container and its pools (GET /v1/apps).

@@ -46,7 +46,10 @@ func (b bytesFlag) Set(s string) error {
 	return nil
 }
 
-// appsFile is the --apps YAML: a list of app budgets.
+// The --apps file is specs (docs/spec.md), the same format escractl apply
+// takes: one or more apps, as YAML documents or a list; their containers,
+// if any, are not deployed by the controller. appEntry is the round-1
+// format (a list of {name, cpu, memory, sigma, policy}), still read.
 type appEntry struct {
 	Name   string  `yaml:"name"`
 	CPU    string  `yaml:"cpu"`    // cores: "2", "1.5", "500m"
@@ -67,6 +70,23 @@ func parseApps(path string, data []byte) ([]server.AppSpec, error) {
 	if len(data) > 1<<20 {
 		return nil, fmt.Errorf("%s: over 1 MiB", path)
 	}
+	apps, err := spec.ParseAll(filepath.Base(path), data)
+	if err == nil {
+		out := make([]server.AppSpec, 0, len(apps))
+		for _, a := range apps {
+			out = append(out, adminapi.FromSpec(a))
+		}
+		return out, nil
+	}
+	if old, oerr := parseOldApps(path, data); oerr == nil {
+		return old, nil
+	}
+	// Every problem, one a line (the caller prints them).
+	return nil, err
+}
+
+// parseOldApps reads the round-1 --apps format.
+func parseOldApps(path string, data []byte) ([]server.AppSpec, error) {
 	var entries []appEntry
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
 	dec.KnownFields(true)
@@ -232,7 +252,11 @@ func run(args []string, stderr io.Writer) int {
 	if *appsFile != "" {
 		apps, err := loadApps(*appsFile)
 		if err != nil {
-			return fail("--apps: %v", err)
+			// Every problem of the file, one a line.
+			for _, l := range strings.Split(err.Error(), "\n") {
+				fail("--apps: %s", l)
+			}
+			return 2
 		}
 		cfg.Apps = apps
 	}

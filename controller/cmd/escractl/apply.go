@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/adminclient"
-	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/spec"
 )
 
@@ -95,27 +93,8 @@ func rolloutSummary(r *adminapi.Rollout) string {
 		fmt.Sprintf("%d unchanged", len(r.Unchanged))}, ", ")
 }
 
-// Budget converts a validated spec into the controller's app budget (with
-// the spec itself, so the controller can show it back). The
-// allocator parameters go along only when the spec has an allocator section;
-// otherwise the controller's own (flags) apply.
-func Budget(a *spec.App) adminclient.AppBudget {
-	d := a.Doc()
-	b := adminclient.AppBudget{Name: a.Name, CPUCores: a.CPU, MemoryBytes: a.MemoryBytes, Sigma: a.Sigma, Spec: &d}
-	if a.AllocatorSet {
-		al := a.Allocator
-		// From the defaults: parameters the spec has no field for (the
-		// minimum step) keep theirs rather than becoming 0.
-		p := allocator.DefaultParams()
-		p.Window, p.Upsilon, p.Gamma, p.Kappa, p.Period = al.Window, al.Upsilon, al.Gamma, al.Kappa, al.Period
-		p.CPUFloorUs = int64(math.Round(al.CPUFloor * float64(al.Period.Microseconds())))
-		p.OOMStepBytes, p.SafeMarginBytes = al.OOMStepBytes, al.ReclaimMarginBytes
-		p.Headroom = al.Headroom
-		b.Params = &p
-		b.Policy = al.Policy
-	}
-	return b
-}
+// Budget converts a validated spec into the controller's app budget.
+func Budget(a *spec.App) adminclient.AppBudget { return adminapi.FromSpec(a) }
 
 // readSpecs reads every app in the -f files ("-" is stdin), in order;
 // every problem in every file is reported.
@@ -537,12 +516,12 @@ func lineDiff(a, b []string) []string {
 		case i < n && j < m && a[i] == b[j]:
 			out = append(out, " "+a[i])
 			i, j = i+1, j+1
-		case j < m && (i == n || lcs[i][j+1] >= lcs[i+1][j]):
+		case i < n && (j == m || lcs[i+1][j] >= lcs[i][j+1]):
+			out = append(out, "-"+a[i]) // removals first, as diff -u
+			i++
+		default:
 			out = append(out, "+"+b[j])
 			j++
-		default:
-			out = append(out, "-"+a[i])
-			i++
 		}
 	}
 	return out
