@@ -173,9 +173,10 @@ func run(args []string, stderr io.Writer) int {
 	fs.Var(bytesFlag{&p.OOMStepBytes}, "oom-step", "memory granted per OOM request")
 	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	appsFile := fs.String("apps", "", "YAML list of app budgets: - {name, cpu, memory, sigma}")
+	appsFile := fs.String("apps", "", "specs (docs/spec.md) of apps to define at start, several per file; containers are not deployed")
 	hostAppsFile := fs.String("host-apps", "", "YAML map host id -> apps its daemon may register (hosts not named: any app)")
 	fs.IntVar(&cfg.MaxContainersPerHost, "max-containers-per-host", cfg.MaxContainersPerHost, "registrations one daemon session may hold; more are refused (0: no cap)")
+	fs.IntVar(&cfg.EventHistory, "events-history", cfg.EventHistory, "events kept for escractl events --since: this many limit changes and this many others (0: none)")
 	// Under systemd with LoadCredential= (the unit runs as a dynamic user
 	// that cannot read /etc/escra/*-key.pem) the files are in
 	// $CREDENTIALS_DIRECTORY.
@@ -238,6 +239,9 @@ func run(args []string, stderr io.Writer) int {
 	if *policyName != allocator.PolicyEscra {
 		name := *policyName
 		cfg.Policy = func(string) allocator.Policy { pol, _ := allocator.PolicyByName(name); return pol }
+	}
+	if cfg.EventHistory < 0 || cfg.EventHistory > 1_000_000 {
+		return fail("--events-history %d: want 0 to 1000000", cfg.EventHistory)
 	}
 	if cfg.MaxContainersPerHost < 0 {
 		return fail("--max-containers-per-host must be >= 0")
