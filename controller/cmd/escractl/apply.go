@@ -535,7 +535,7 @@ func deleteCmd(e *env) *cobra.Command {
 		Short: "Remove apps: their containers on every host, then their budgets",
 		Example: `  escractl delete shop
   escractl delete -f shop.yaml
-  escractl get apps -o name | escractl delete -f -   # no: -f takes specs; use xargs escractl delete`,
+  escractl delete --dry-run shop batch`,
 		ValidArgsFunction: completeApps(e),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			names := args

@@ -95,5 +95,5 @@ func eventLine(ev adminclient.Event) string {
 	if ev.Reason != "" {
 		what = append(what, "("+ev.Reason+")")
 	}
-	return fmt.Sprintf("%s  %-11s %s  %s", ts.Local().Format("15:04:05.000"), ev.Kind, where, strings.Join(what, " "))
+	return strings.TrimRight(fmt.Sprintf("%s  %-11s %s  %s", ts.Local().Format("15:04:05.000"), ev.Kind, where, strings.Join(what, " ")), " ")
 }

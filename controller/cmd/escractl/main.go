@@ -150,6 +150,9 @@ reached with the operator certificate in --certs (default $ESCRA_CERTS or
 	pf.StringVar(&e.tlsFiles.CA, "tls-ca", "", "the CA that signed the controller's certificate (default CERTS/ca.pem)")
 	root.Flags().BoolVar(&showVersion, "version", false, "print escractl's version and exit")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if !c.HasParent() {
+			return usageErr("%v (see escractl --help)", err)
+		}
 		return usageErr("%s: %v (see %s --help)", c.Name(), err, c.CommandPath())
 	})
 	root.AddCommand(applyCmd(e), diffCmd(e), validateCmd(e), deleteCmd(e), getCmd(e), describeCmd(e),

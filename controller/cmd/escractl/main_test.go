@@ -423,8 +423,11 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, 2, "escractl: no command given"},
 		{[]string{"frob"}, 2, "escractl: unknown command \"frob\""},
-		{[]string{"--bogus"}, 2, "escractl: escractl: unknown flag: --bogus"},
+		{[]string{"--bogus"}, 2, "escractl: unknown flag: --bogus (see escractl --help)"},
 		{[]string{"apply"}, 2, "escractl: apply: give the spec with -f FILE"},
+		{[]string{"get", "apps", "--bogus"}, 2, "escractl: get: unknown flag: --bogus (see escractl get --help)"},
+		{[]string{"get", "apps", "--format", "{{.name"}, 2, "escractl: get: --format: "},
+		{[]string{"top", "a", "b"}, 2, "escractl: top: at most one app name"},
 		{[]string{"delete"}, 2, "escractl: delete: give an app name or -f FILE"},
 		{[]string{"--controller", "ftp://x", "get", "apps"}, 1, "escractl: bad controller URL \"ftp://x\""},
 		{[]string{"apply", "-f", "/nonexistent/app.yaml"}, 1, "escractl: /nonexistent/app.yaml: no such file or directory"},

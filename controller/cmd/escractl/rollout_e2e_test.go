@@ -180,6 +180,11 @@ containers:
 		}
 	}
 	waitMembers(t, s, app, 3)
+	if testing.Verbose() {
+		for _, args := range [][]string{{"get", "apps", app, "-o", "yaml"}, {"describe", app}, {"get", "containers", app, "-o", "wide"}} {
+			t.Logf("escractl %s:\n%s", strings.Join(args, " "), runCLI(t, append(ctl, args...)...).stdout)
+		}
+	}
 	if r := runCLI(t, append(ctl, "get", "apps", app, "-o", "yaml")...); !strings.Contains(r.stdout, img2) || !strings.Contains(r.stdout, "replicas: 2") {
 		t.Errorf("the listing does not show the applied spec:\n%s", r.stdout)
 	}
