@@ -155,6 +155,12 @@ func TestRoundTripAgainstController(t *testing.T) {
 	if r := runCLI(t, append(ctl, "get", "apps", "--format", "{{.name}}={{.cpu}}")...); r.stdout != "batch=4\nshop=3\nsolo=0.5\n" {
 		t.Errorf("--format: %q", r.stdout)
 	}
+	if r := runCLI(t, append(ctl, "get", "apps", "-o", "jsonpath={.items[*].name}")...); r.stdout != "batch shop solo\n" {
+		t.Errorf("-o jsonpath: %q", r.stdout)
+	}
+	if r := runCLI(t, append(ctl, "get", "apps", "shop", "-o", `jsonpath={.memory}{"\t"}{.status.members}`)...); r.stdout != "1.5GiB\t0\n" {
+		t.Errorf("-o jsonpath of one app: %q", r.stdout)
+	}
 	if r := runCLI(t, append(ctl, "get", "apps", "-o", "wide")...); !strings.Contains(r.stdout, "POLICY") {
 		t.Errorf("-o wide: %q", r.stdout)
 	}

@@ -20,21 +20,33 @@ import (
 
 // output is get's -o, --no-headers and --format.
 type output struct {
-	format    string // table, wide, json, yaml, name, go-template=...
+	format    string // table, wide, json, yaml, name, go-template=..., jsonpath=...
 	noHeaders bool
-	tmpl      string // --format: a Go template per item
+	tmpl      string   // --format: a Go template per item
+	jp        []jpPart // -o jsonpath=
 }
 
 func (o *output) register(c *cobra.Command) {
-	c.Flags().StringVarP(&o.format, "output", "o", "table", "table|wide|json|yaml|name|go-template=TEMPLATE")
+	c.Flags().StringVarP(&o.format, "output", "o", "table", "table|wide|json|yaml|name|go-template=TEMPLATE|jsonpath=TEMPLATE")
 	c.Flags().BoolVar(&o.noHeaders, "no-headers", false, "table and wide: no header line")
 	c.Flags().StringVar(&o.tmpl, "format", "", "print each item with a Go template over its JSON fields, e.g. '{{.name}} {{.status.members}}'")
 	_ = c.RegisterFlagCompletionFunc("output", func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-		return []string{"table", "wide", "json", "yaml", "name", "go-template="}, cobra.ShellCompDirectiveNoFileComp
+		return []string{"table", "wide", "json", "yaml", "name", "go-template=", "jsonpath="}, cobra.ShellCompDirectiveNoFileComp
 	})
 }
 
 func (o *output) check(cmd string) error {
+	if t, ok := strings.CutPrefix(o.format, "jsonpath="); ok {
+		jp, err := parseJSONPath(t)
+		if err != nil {
+			return usageErr("%s: -o jsonpath: %v", cmd, err)
+		}
+		if len(jp) == 0 {
+			return usageErr("%s: -o jsonpath= needs a template, e.g. '{.items[*].name}'", cmd)
+		}
+		o.jp = jp
+		return nil
+	}
 	if t, ok := strings.CutPrefix(o.format, "go-template="); ok {
 		if o.tmpl != "" {
 			return usageErr("%s: give -o go-template= or --format, not both", cmd)
@@ -51,7 +63,7 @@ func (o *output) check(cmd string) error {
 	case "table", "wide", "json", "yaml", "name":
 		return nil
 	}
-	return usageErr("%s: -o %q: want table, wide, json, yaml, name or go-template=TEMPLATE", cmd, o.format)
+	return usageErr("%s: -o %q: want table, wide, json, yaml, name, go-template=TEMPLATE or jsonpath=TEMPLATE", cmd, o.format)
 }
 
 func parseTemplate(s string) (*template.Template, error) {
@@ -63,6 +75,16 @@ func parseTemplate(s string) (*template.Template, error) {
 // items prints items as o says. kind names them for -o name; one says a
 // single item was asked for (printed bare rather than as a list).
 func (o *output) items(w io.Writer, kind string, items []any, names []string, one bool) error {
+	if o.jp != nil {
+		// Over what -o json prints: the item, or the list.
+		if one && len(items) == 1 {
+			return writeJSONPath(w, o.jp, items[0])
+		}
+		if items == nil {
+			items = []any{}
+		}
+		return writeJSONPath(w, o.jp, items)
+	}
 	if o.tmpl != "" {
 		t, _ := parseTemplate(o.tmpl)
 		for _, it := range items {
@@ -222,7 +244,7 @@ func get(e *env, c *adminclient.Client, what, name string, o *output) error {
 			apps = kept
 		}
 		sort.Slice(apps, func(i, j int) bool { return apps[i].Name < apps[j].Name })
-		if o.format != "table" && !wide || o.tmpl != "" {
+		if o.format != "table" && !wide || o.tmpl != "" || o.jp != nil {
 			var items []any
 			var names []string
 			for _, a := range apps {
@@ -272,7 +294,7 @@ func get(e *env, c *adminclient.Client, what, name string, o *output) error {
 			}
 			return cs[i].Name < cs[j].Name
 		})
-		if o.format != "table" && !wide || o.tmpl != "" {
+		if o.format != "table" && !wide || o.tmpl != "" || o.jp != nil {
 			var items []any
 			var names []string
 			for _, ct := range cs {
@@ -323,7 +345,7 @@ func get(e *env, c *adminclient.Client, what, name string, o *output) error {
 			}
 			hs = kept
 		}
-		if o.format != "table" && !wide || o.tmpl != "" {
+		if o.format != "table" && !wide || o.tmpl != "" || o.jp != nil {
 			var items []any
 			var names []string
 			for _, h := range hs {
