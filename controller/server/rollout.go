@@ -147,6 +147,17 @@ func (s *Server) rollout(ctx context.Context, app string, req DeployRequest, mem
 			s.publishRollout(app, m, "replaced")
 		}
 		if _, err := s.createOne(ctx, app, c); err != nil {
+			if i < len(plan.replace) {
+				// The new template does not start (an image missing on
+				// the host, say): put the replica back as it was, so a bad
+				// apply costs a restart, not a replica.
+				if prev, ok := lastOf(last, c.Name); ok {
+					if _, rerr := s.createOne(context.WithoutCancel(ctx), app, prev); rerr == nil {
+						cur[c.Name] = prev
+						return fail(fmt.Errorf("%w; %s restored with its previous template, the rollout stopped there", err, c.Name))
+					}
+				}
+			}
 			return fail(err)
 		}
 		cur[c.Name] = c
@@ -252,4 +263,13 @@ func (s *Server) hostOf(session uint32) *host {
 func (s *Server) publishRollout(app string, m ContainerState, reason string) {
 	s.hub.Publish(events.Event{Time: time.Now(), App: app, Host: m.HostID, ContainerID: m.ContainerID,
 		Handle: m.Handle, Kind: "rollout", Reason: reason + " " + m.Name})
+}
+
+func lastOf(last []DeployContainer, name string) (DeployContainer, bool) {
+	for _, c := range last {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return DeployContainer{}, false
 }

@@ -409,6 +409,14 @@ func applyOne(e *env, c *adminclient.Client, l *live, app *spec.App, budgetOnly,
 		// rollout keeps what it did: apply again continues it.
 		if !existed {
 			_ = c.DeleteApp(context.WithoutCancel(e.ctx), app.Name)
+		} else {
+			// The budget took effect; the containers did not all follow.
+			// The controller shows the templates it had, so get -o yaml
+			// says what runs and applying the spec again retries.
+			d := want
+			d.Containers = liveDoc(cur).Containers
+			b.Spec = &d
+			_ = c.PutApp(context.WithoutCancel(e.ctx), b)
 		}
 		return wrap("apply "+app.Name, err)
 	}

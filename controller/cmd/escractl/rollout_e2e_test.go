@@ -189,6 +189,25 @@ containers:
 		t.Errorf("the listing does not show the applied spec:\n%s", r.stdout)
 	}
 
+	// An image no engine has: the first replacement fails, that replica
+	// is put back with its previous template, the rest is untouched.
+	good := running(t, dk, app)
+	bad := strings.Replace(newImg, "image: "+img2, "image: cli-roll/none:1", 1)
+	r = runIn(t, bad, append(ctl, "apply", "-f", "-")...)
+	if r.code != 1 || !strings.Contains(r.stderr, "cli-roll/none:1") || !strings.Contains(r.stderr, "restored with its previous template") ||
+		strings.Count(r.stderr, "\n") != 1 {
+		t.Fatalf("apply of a missing image: %+v", r)
+	}
+	now = running(t, dk, app)
+	same(t, good, now, app+"-web-2", app+"-db")
+	if w := now[app+"-web-1"]; w.id == "" || w.image != img2 {
+		t.Errorf("web-1 not restored with %s: %+v", img2, w)
+	}
+	waitMembers(t, s, app, 3)
+	if r := runCLI(t, append(ctl, "get", "apps", app, "-o", "yaml")...); !strings.Contains(r.stdout, img2) || strings.Contains(r.stdout, "cli-roll/none") {
+		t.Errorf("after the failed rollout the listing should still show %s:\n%s", img2, r.stdout)
+	}
+
 	if r := runCLI(t, append(ctl, "delete", app)...); r.code != 0 {
 		t.Fatalf("delete: %+v", r)
 	}
