@@ -262,6 +262,12 @@ func run(args []string, stderr io.Writer) int {
 			}
 			return 2
 		}
+		if data, err := os.ReadFile(*appsFile); err == nil {
+			if _, err := spec.ParseAll(*appsFile, data); err != nil {
+				fmt.Fprintf(stderr, "escra-controller: warning: --apps %s is in round 1's format; write specs (docs/spec.md): %s\n",
+					*appsFile, strings.SplitN(err.Error(), "\n", 2)[0])
+			}
+		}
 		cfg.Apps = apps
 	}
 	if !*insecure {
