@@ -2,12 +2,17 @@ module github.com/escra-dev/escra
 
 go 1.26.4
 
-require google.golang.org/protobuf v1.36.12
+require (
+	github.com/spf13/cobra v1.10.2
+	google.golang.org/protobuf v1.36.12
+)
 
 require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/moby/sys/atomicwriter v0.1.0 // indirect
 	github.com/moby/term v0.5.2 // indirect
 	github.com/morikuni/aec v1.1.0 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	gotest.tools/v3 v3.5.2 // indirect

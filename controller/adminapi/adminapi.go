@@ -6,10 +6,12 @@ package adminapi
 
 import (
 	"fmt"
-	"regexp"
+	"math"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/spec"
+	"github.com/escra-dev/escra/internal/names"
 )
 
 // AppSpec defines a Distributed Container (seed 000 §IV-A): the body of
@@ -25,17 +27,19 @@ type AppSpec struct {
 	// Policy is the allocator policy (allocator.PolicyNames; "" = the
 	// controller's default).
 	Policy string `json:"policy,omitempty" yaml:"policy,omitempty"`
+	// Spec is the spec the app was applied with, kept to be shown back
+	// (escractl get apps -o yaml); the fields above are what takes effect.
+	Spec *spec.Doc `json:"spec,omitempty" yaml:"spec,omitempty"`
 }
 
-var appName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
-// ValidAppName reports whether name can name an app.
-func ValidAppName(name string) bool { return appName.MatchString(name) }
+// ValidAppName reports whether name can name an app: the one rule of
+// internal/names, the same as the spec's and escrad's.
+func ValidAppName(name string) bool { return names.ValidApp(name) }
 
 // Validate checks the spec.
 func (s AppSpec) Validate() error {
-	if !ValidAppName(s.Name) {
-		return fmt.Errorf("app name %q: want 1-128 of [A-Za-z0-9_.-]", s.Name)
+	if err := names.ValidateApp(s.Name); err != nil {
+		return err
 	}
 	if err := (allocator.Budget{CPUCores: s.CPUCores, MemoryBytes: s.MemoryBytes, Sigma: s.Sigma}).Validate(); err != nil {
 		return fmt.Errorf("app %s: %w", s.Name, err)
@@ -50,7 +54,32 @@ func (s AppSpec) Validate() error {
 			return fmt.Errorf("app %s: policy: %w", s.Name, err)
 		}
 	}
+	if s.Spec != nil && s.Spec.Name != s.Name {
+		return fmt.Errorf("app %s: its spec names app %q", s.Name, s.Spec.Name)
+	}
 	return nil
+}
+
+// FromSpec converts a validated spec into the app budget the controller
+// takes, with the spec itself so it can be shown back. The allocator
+// parameters go along only when the spec has an allocator section;
+// otherwise the controller's own (flags) apply.
+func FromSpec(a *spec.App) AppSpec {
+	d := a.Doc()
+	b := AppSpec{Name: a.Name, CPUCores: a.CPU, MemoryBytes: a.MemoryBytes, Sigma: a.Sigma, Spec: &d}
+	if a.AllocatorSet {
+		al := a.Allocator
+		// From the defaults: parameters the spec has no field for (the
+		// minimum step) keep theirs rather than becoming 0.
+		p := allocator.DefaultParams()
+		p.Window, p.Upsilon, p.Gamma, p.Kappa, p.Period = al.Window, al.Upsilon, al.Gamma, al.Kappa, al.Period
+		p.CPUFloorUs = int64(math.Round(al.CPUFloor * float64(al.Period.Microseconds())))
+		p.OOMStepBytes, p.SafeMarginBytes = al.OOMStepBytes, al.ReclaimMarginBytes
+		p.Headroom = al.Headroom
+		b.Params = &p
+		b.Policy = al.Policy
+	}
+	return b
 }
 
 // App is one Distributed Container and its pools (GET /v1/apps).
@@ -70,6 +99,9 @@ type App struct {
 	Members                int              `json:"members"`
 	PendingOOMs            int              `json:"pending_ooms"`
 	Params                 allocator.Params `json:"params"`
+	// Spec is the spec the app was applied with (nil: defined without one,
+	// or auto).
+	Spec *spec.Doc `json:"spec,omitempty"`
 }
 
 // Host is one connected daemon (GET /v1/hosts).
@@ -143,9 +175,27 @@ type DeployRequest struct {
 	Containers []DeployContainer `json:"containers"`
 }
 
-// DeployResponse is its answer: the containers the deployer created.
+// DeployResponse is its answer: the containers the deployer created. For
+// an app that already ran containers (a rollout), what changed by name.
 type DeployResponse struct {
 	Containers []Placed `json:"containers"`
+	Rollout    *Rollout `json:"rollout,omitempty"`
+}
+
+// Rollout is what a declarative apply did to a running app, one replica
+// at a time: created (scale up), replaced (template changed: removed,
+// then created again), removed (scale down), unchanged.
+type Rollout struct {
+	Created   []string `json:"created,omitempty"`
+	Replaced  []string `json:"replaced,omitempty"`
+	Removed   []string `json:"removed,omitempty"`
+	Unchanged []string `json:"unchanged,omitempty"`
+}
+
+// Version is the body of GET /v1/version.
+type Version struct {
+	Version string `json:"version"`
+	Go      string `json:"go"`
 }
 
 // Placed is one container the deployer created.

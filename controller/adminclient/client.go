@@ -305,9 +305,26 @@ func (c *Client) list(ctx context.Context, path, key string, out any) error {
 // and also server-sent events ("data: {...}" lines). A line that is not an
 // event's JSON is passed on in the event's Raw, so nothing is lost.
 func (c *Client) Events(ctx context.Context, app string, fn func(Event, []byte)) error {
-	path := "/v1/events"
+	return c.EventsSince(ctx, app, "", true, fn)
+}
+
+// EventsSince is Events that first replays the controller's kept events
+// later than since (a duration back from now, "5m", or an RFC 3339 time;
+// "" for none), and ends after them unless follow.
+func (c *Client) EventsSince(ctx context.Context, app, since string, follow bool, fn func(Event, []byte)) error {
+	q := url.Values{}
 	if app != "" {
-		path += "?app=" + url.QueryEscape(app)
+		q.Set("app", app)
+	}
+	if since != "" {
+		q.Set("since", since)
+	}
+	if !follow {
+		q.Set("follow", "false")
+	}
+	path := "/v1/events"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
 	}
 	resp, err := c.send(ctx, http.MethodGet, path, nil)
 	if err != nil {
@@ -351,4 +368,24 @@ func (c *Client) Deploy(ctx context.Context, app string, cs []DeployContainer) (
 	var out adminapi.DeployResponse
 	err := c.do(ctx, http.MethodPost, "/v1/apps/"+url.PathEscape(app)+"/deploy", adminapi.DeployRequest{Containers: cs}, &out)
 	return out.Containers, err
+}
+
+// DeployOrRollout is Deploy for an app that may already run containers:
+// the controller then rolls it out to cs one replica at a time, and the
+// answer says what changed.
+func (c *Client) DeployOrRollout(ctx context.Context, app string, cs []DeployContainer) (adminapi.DeployResponse, error) {
+	var out adminapi.DeployResponse
+	err := c.do(ctx, http.MethodPost, "/v1/apps/"+url.PathEscape(app)+"/deploy", adminapi.DeployRequest{Containers: cs}, &out)
+	return out, err
+}
+
+// Version asks the controller for its version.
+func (c *Client) Version(ctx context.Context) (adminapi.Version, error) {
+	var v adminapi.Version
+	err := c.do(ctx, http.MethodGet, "/v1/version", nil, &v)
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return v, fmt.Errorf("the controller at %s is older than GET /v1/version", c.URL())
+	}
+	return v, err
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/app"
+	"github.com/escra-dev/escra/internal/version"
 )
 
 // metrics are the controller's Prometheus series. Per-app and
@@ -202,6 +204,9 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /v1/state", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, s.Snapshot())
 	})
+	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, adminapi.Version{Version: version.Version, Go: runtime.Version()})
+	})
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, s.Stats())
 	})
@@ -247,14 +252,14 @@ func (s *Server) adminHandler() http.Handler {
 			writeJSON(w, 400, map[string]string{"error": "bad deploy request: " + err.Error()})
 			return
 		}
-		placed, err := s.Deploy(r.Context(), r.PathValue("name"), req)
+		placed, roll, err := s.DeployOrRollout(r.Context(), r.PathValue("name"), req)
 		switch {
 		case errors.Is(err, ErrUnknownApp):
 			writeJSON(w, 404, map[string]string{"error": err.Error()})
 		case err != nil:
 			writeJSON(w, storeStatus(err, 409), map[string]string{"error": err.Error()})
 		default:
-			writeJSON(w, 200, adminapi.DeployResponse{Containers: placed})
+			writeJSON(w, 200, adminapi.DeployResponse{Containers: placed, Rollout: roll})
 		}
 	})
 	mux.HandleFunc("DELETE /v1/apps/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -276,12 +281,34 @@ func (s *Server) adminHandler() http.Handler {
 			http.Error(w, "streaming unsupported", 500)
 			return
 		}
-		ch, cancel := s.hub.Subscribe(r.URL.Query().Get("app"))
+		// ?since=RFC3339 time or a duration back from now: replay the
+		// kept events first; ?follow=false ends after them.
+		q := r.URL.Query()
+		var since time.Time
+		if v := q.Get("since"); v != "" {
+			if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+				since = time.Now().Add(-d)
+			} else if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				since = t
+			} else {
+				writeJSON(w, 400, map[string]string{"error": fmt.Sprintf("since %q: want a duration (5m) or an RFC 3339 time", v)})
+				return
+			}
+		}
+		follow := q.Get("follow") != "false" && q.Get("follow") != "0"
+		past, ch, cancel := s.hub.SubscribeSince(q.Get("app"), since)
 		defer cancel()
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("Cache-Control", "no-cache")
 		w.WriteHeader(200)
+		for _, e := range past {
+			b, _ := json.Marshal(e)
+			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Kind, b)
+		}
 		fl.Flush()
+		if !follow {
+			return
+		}
 		ping := time.NewTicker(15 * time.Second)
 		defer ping.Stop()
 		for {

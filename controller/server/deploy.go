@@ -159,18 +159,40 @@ func call(ctx context.Context, ss *session.Session, env *pb.Envelope) (*pb.Envel
 }
 
 // Deploy creates an app's containers across the hosts (seed 000 §IV-A).
-// The app must be defined and have no containers yet. On any failure every
+// For an app without containers it is all or nothing: on any failure every
 // container of the app is removed again and the error says what failed.
+// An app that runs containers is rolled out to req instead (rollout.go).
 func (s *Server) Deploy(ctx context.Context, app string, req DeployRequest) ([]Placed, error) {
+	placed, _, err := s.DeployOrRollout(ctx, app, req)
+	return placed, err
+}
+
+// DeployOrRollout is Deploy, also saying what a rollout changed (nil for
+// a fresh deploy).
+func (s *Server) DeployOrRollout(ctx context.Context, app string, req DeployRequest) ([]Placed, *adminapi.Rollout, error) {
 	if !s.shard(app) {
-		return nil, fmt.Errorf("%w %q: define its budget first", ErrUnknownApp, app)
+		return nil, nil, fmt.Errorf("%w %q: define its budget first", ErrUnknownApp, app)
 	}
 	if len(req.Containers) == 0 {
-		return nil, errors.New("no containers to deploy")
+		return nil, nil, errors.New("no containers to deploy")
 	}
-	if n := len(s.members(app)); n > 0 {
-		return nil, fmt.Errorf("app %s already runs %d containers: delete it first (escractl delete %s)", app, n, app)
+	seen := map[string]bool{}
+	for _, c := range req.Containers {
+		if c.Name == "" || seen[c.Name] {
+			return nil, nil, fmt.Errorf("container name %q is empty or given twice", c.Name)
+		}
+		seen[c.Name] = true
 	}
+	s.rollMu.Lock()
+	defer s.rollMu.Unlock()
+	if ms := s.members(app); len(ms) > 0 {
+		return s.rollout(ctx, app, req, ms)
+	}
+	placed, err := s.deployFresh(ctx, app, req)
+	return placed, nil, err
+}
+
+func (s *Server) deployFresh(ctx context.Context, app string, req DeployRequest) ([]Placed, error) {
 	plan, err := s.place(app, req.Containers)
 	if err != nil {
 		return nil, err
@@ -232,13 +254,14 @@ func (s *Server) Deploy(ctx context.Context, app string, req DeployRequest) ([]P
 	return placed, s.storeDeploy(app, req)
 }
 
-// firstLine keeps a joined error to its first problem plus a count.
+// firstLine joins a joined error's problems into one line, every one
+// of them listed ("; "), so the API's one-line error keeps them all.
 func firstLine(err error) error {
 	lines := strings.Split(err.Error(), "\n")
 	if len(lines) == 1 {
 		return err
 	}
-	return fmt.Errorf("%s (and %d more)", lines[0], len(lines)-1)
+	return fmt.Errorf("%d problems: %s", len(lines), strings.Join(lines, "; "))
 }
 
 // rollback removes every container of app on the hosts a plan touched.
@@ -295,6 +318,8 @@ func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 	s.mu.Lock()
 	a := s.apps[app]
 	delete(s.apps, app)
+	delete(s.docs, app)
+	delete(s.deployed, app)
 	s.mu.Unlock()
 	if a == nil {
 		return n, s.storeDelete(app)

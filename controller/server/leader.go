@@ -134,6 +134,8 @@ func (s *Server) dropApps() {
 	for n, a := range s.apps {
 		a.Stop()
 		delete(s.apps, n)
+		delete(s.docs, n)
+		delete(s.deployed, n)
 	}
 	s.mu.Unlock()
 }

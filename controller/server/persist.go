@@ -31,6 +31,11 @@ func (s *Server) loadStore() error {
 		if err := s.defineApp(r.Spec); err != nil {
 			return fmt.Errorf("%w: stored app %s: %v", ErrStore, r.Spec.Name, err)
 		}
+		if r.Deploy != nil {
+			s.mu.Lock()
+			s.deployed[r.Spec.Name] = *r.Deploy
+			s.mu.Unlock()
+		}
 	}
 	if len(recs) > 0 {
 		s.log.Info("apps restored from the state store", "apps", len(recs))
@@ -61,6 +66,11 @@ func (s *Server) storeSpec(spec AppSpec) error {
 }
 
 func (s *Server) storeDeploy(app string, req adminapi.DeployRequest) error {
+	s.mu.Lock()
+	if s.apps[app] != nil {
+		s.deployed[app] = req
+	}
+	s.mu.Unlock()
 	return s.update(app, func(r *store.Record) {
 		if r.Spec.Name == "" {
 			// Deployed into an app defined before the store had it.
@@ -89,7 +99,7 @@ func (s *Server) appSpec(name string) *AppSpec {
 	for _, a := range s.Snapshot().Apps {
 		if a.Name == name {
 			p := a.Params
-			return &AppSpec{Name: a.Name, CPUCores: a.CPUCores, MemoryBytes: a.MemoryBytes, Sigma: a.Sigma, Params: &p, Policy: a.Policy}
+			return &AppSpec{Name: a.Name, CPUCores: a.CPUCores, MemoryBytes: a.MemoryBytes, Sigma: a.Sigma, Params: &p, Policy: a.Policy, Spec: a.Spec}
 		}
 	}
 	return nil

@@ -27,9 +27,11 @@ import (
 	"github.com/escra-dev/escra/controller/internal/hist"
 	"github.com/escra-dev/escra/controller/internal/ratelog"
 	"github.com/escra-dev/escra/controller/session"
+	"github.com/escra-dev/escra/controller/spec"
 	"github.com/escra-dev/escra/controller/store"
 	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/names"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 )
@@ -93,6 +95,10 @@ type Config struct {
 	// Advertise and AdminAdvertise are the session and admin addresses
 	// published while leading ("": the listeners' addresses).
 	Advertise, AdminAdvertise string
+	// EventHistory is how many events of each group (limit changes;
+	// joins, leaves, OOM verdicts, reclaims, rollouts) GET /v1/events?since=
+	// can replay (0: none; DefaultConfig: events.DefaultHistory).
+	EventHistory int
 }
 
 // DefaultConfig returns the paper's parameters on the default ports.
@@ -106,6 +112,7 @@ func DefaultConfig() Config {
 		RPCTimeout:             2 * time.Second,
 		DefaultHostMemoryBytes: 1 << 30,
 		MaxContainersPerHost:   1000,
+		EventHistory:           events.DefaultHistory,
 	}
 }
 
@@ -153,6 +160,12 @@ type Server struct {
 
 	mu   sync.RWMutex
 	apps map[string]*app.Shard
+	// docs are the specs apps were applied with (escractl get -o yaml);
+	// deployed the containers last deployed for each app (the rollout
+	// compares against them). Both under mu.
+	docs     map[string]*spec.Doc
+	deployed map[string]DeployRequest
+	rollMu   sync.Mutex // one deploy or rollout at a time
 
 	hosts   sync.Map // uint32 → *host
 	nextID  atomic.Uint32
@@ -182,7 +195,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.DefaultHostMemoryBytes <= 0 {
 		cfg.DefaultHostMemoryBytes = 1 << 30
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, rl: ratelog.New(cfg.Logger), apps: map[string]*app.Shard{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, rl: ratelog.New(cfg.Logger), apps: map[string]*app.Shard{},
+		docs: map[string]*spec.Doc{}, deployed: map[string]DeployRequest{}}
+	s.hub.Keep(cfg.EventHistory)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.met = newMetrics(s)
 	// Heap, goroutines and descriptors on /metrics (make soak reads them).
@@ -385,7 +400,11 @@ func (s *Server) defineApp(spec AppSpec) error {
 			a.Stop()
 			delete(s.apps, spec.Name)
 		} else {
-			return a.Define(b)
+			if err := a.Define(b); err != nil {
+				return err
+			}
+			s.docs[spec.Name] = spec.Spec
+			return nil
 		}
 	}
 	a, err := app.New(spec.Name, b, p, pol, false, s.log, &s.hub, s.met)
@@ -393,6 +412,7 @@ func (s *Server) defineApp(spec AppSpec) error {
 		return err
 	}
 	s.apps[spec.Name] = a
+	s.docs[spec.Name] = spec.Spec
 	return nil
 }
 
@@ -405,8 +425,8 @@ func (s *Server) shardFor(name string, contribCores float64, contribMem int64) (
 	if a != nil {
 		return a, nil
 	}
-	if !adminapi.ValidAppName(name) {
-		return nil, fmt.Errorf("app name %q: want 1-128 of [A-Za-z0-9_.-]", name)
+	if err := names.ValidateApp(name); err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

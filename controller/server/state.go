@@ -42,6 +42,11 @@ func (s *Server) Snapshot() State {
 				OOMGrants: m.OOMGrants, OOMDenials: m.OOMDenies})
 		}
 	}
+	s.mu.RLock()
+	for i := range st.Apps {
+		st.Apps[i].Spec = s.docs[st.Apps[i].Name]
+	}
+	s.mu.RUnlock()
 	s.hosts.Range(func(_, v any) bool {
 		h := v.(*host)
 		h.mu.RLock()

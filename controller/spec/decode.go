@@ -3,6 +3,7 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"sort"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/internal/names"
 )
 
 // maxSpecBytes bounds what Parse reads: a spec is a few kilobytes.
@@ -22,25 +24,108 @@ const maxSpecBytes = 1 << 20
 // error carries a line and a field path, and unknown fields are refused.
 func Parse(file string, data []byte) (*App, error) {
 	d := &decoder{file: file}
-	if len(data) > maxSpecBytes {
-		d.errAt(0, "", fmt.Sprintf("is %d bytes; a spec may be at most %d", len(data), maxSpecBytes))
-		return nil, d.errs
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		d.yamlErr(err)
-		return nil, d.errs
-	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		d.errAt(0, "", "is empty; a spec needs at least name, cpu, memory and containers")
+	root := d.document(data)
+	if !d.ok() {
 		return nil, d.errs
 	}
 	// yaml.Unmarshal reads the first document only; a second one would be
 	// silently ignored, so refuse it.
 	if idx := secondDocLine(data); idx > 0 {
-		d.errAt(idx, "", "holds more than one YAML document; write one app per file")
+		d.errAt(idx, "", "holds more than one YAML document; write one app per file (escractl apply -f takes several)")
 		return nil, d.errs
 	}
+	app := d.app(root)
+	if !d.ok() {
+		return nil, d.errs
+	}
+	return app, nil
+}
+
+// ParseAll decodes a stream of specs, as escractl apply -f and the
+// controller's --apps take them: YAML documents separated by "---", each
+// one app or a list of apps (what escractl get apps -o json|yaml prints).
+// Every problem in every app is reported.
+func ParseAll(file string, data []byte) ([]*App, error) {
+	d := &decoder{file: file}
+	if len(data) > maxSpecBytes {
+		d.errAt(0, "", fmt.Sprintf("is %d bytes; a spec may be at most %d", len(data), maxSpecBytes))
+		return nil, d.errs
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	var nodes []*yaml.Node
+	for {
+		var doc yaml.Node
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			d.yamlErr(err)
+			return nil, d.errs
+		}
+		if len(doc.Content) == 0 || (doc.Content[0].Kind == yaml.ScalarNode && doc.Content[0].Tag == "!!null") {
+			continue // an empty document, e.g. after a trailing ---
+		}
+		n := resolve(doc.Content[0])
+		if n != nil && n.Kind == yaml.SequenceNode {
+			nodes = append(nodes, n.Content...)
+			continue
+		}
+		nodes = append(nodes, doc.Content[0])
+	}
+	if len(nodes) == 0 {
+		d.errAt(0, "", "holds no app; a spec needs at least name, cpu and memory")
+		return nil, d.errs
+	}
+	if len(nodes) > 1000 {
+		d.errAt(0, "", fmt.Sprintf("holds %d apps; at most 1000", len(nodes)))
+		return nil, d.errs
+	}
+	var apps []*App
+	seen := map[string]int{}
+	for _, n := range nodes {
+		before := len(d.errs)
+		// Each app is checked on its own: one app's mistake does not
+		// hide another's (validate looks at d.ok()).
+		sub := &decoder{file: d.file}
+		a := sub.app(n)
+		d.errs = append(d.errs[:before], sub.errs...)
+		if len(sub.errs) > 0 {
+			continue
+		}
+		if prev, dup := seen[a.Name]; dup {
+			d.errAt(n.Line, "name", fmt.Sprintf("app %q is given twice (first on line %d)", a.Name, prev))
+			continue
+		}
+		seen[a.Name] = n.Line
+		apps = append(apps, a)
+	}
+	if !d.ok() {
+		return nil, d.errs
+	}
+	return apps, nil
+}
+
+// document reads the first YAML document of data.
+func (d *decoder) document(data []byte) *yaml.Node {
+	if len(data) > maxSpecBytes {
+		d.errAt(0, "", fmt.Sprintf("is %d bytes; a spec may be at most %d", len(data), maxSpecBytes))
+		return nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		d.yamlErr(err)
+		return nil
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		d.errAt(0, "", "is empty; a spec needs at least name, cpu and memory")
+		return nil
+	}
+	return doc.Content[0]
+}
+
+// app decodes and validates one app's mapping.
+func (d *decoder) app(n *yaml.Node) *App {
 	app := &App{
 		Sigma: DefaultSigma,
 		Allocator: Allocator{
@@ -50,12 +135,13 @@ func Parse(file string, data []byte) (*App, error) {
 			CPUFloor:           DefaultCPUFloor, OOMStepBytes: DefaultOOMStep,
 			Headroom: DefaultHeadroom,
 		},
+		Line: lineOf(n),
 	}
-	top := d.mapping(doc.Content[0], "", map[string]func(v *yaml.Node, f string){
+	top := d.mapping(n, "", map[string]func(v *yaml.Node, f string){
 		"name": func(v *yaml.Node, f string) {
 			app.Name = d.str(v, f)
-			if app.Name != "" && !nameRE.MatchString(app.Name) {
-				d.err(v, f, fmt.Sprintf("%q must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit", app.Name))
+			if app.Name != "" && !names.ValidApp(app.Name) {
+				d.err(v, f, fmt.Sprintf("%q must be %s", app.Name, names.Rule))
 			}
 		},
 		"cpu": func(v *yaml.Node, f string) {
@@ -81,12 +167,12 @@ func Parse(file string, data []byte) (*App, error) {
 			d.allocator(v, f, &app.Allocator)
 		},
 		"containers": func(v *yaml.Node, f string) { app.Containers = d.containers(v, f) },
+		// What the controller reports (escractl get -o yaml): read-only,
+		// so a listing applies back unchanged.
+		"status": func(v *yaml.Node, f string) {},
 	})
 	d.validate(app, top)
-	if !d.ok() {
-		return nil, d.errs
-	}
-	return app, nil
+	return app
 }
 
 // secondDocLine returns the line of a second document's "---" marker, or 0.
@@ -195,7 +281,9 @@ func (d *decoder) mapping(n *yaml.Node, field string, fields map[string]func(v *
 func keys(m map[string]func(v *yaml.Node, f string)) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
-		out = append(out, k)
+		if k != "status" { // read-only: not a field to suggest
+			out = append(out, k)
+		}
 	}
 	sort.Strings(out)
 	return out
@@ -372,7 +460,7 @@ func (d *decoder) containers(n *yaml.Node, field string) []Container {
 		return nil
 	}
 	if len(n.Content) == 0 {
-		d.err(n, field, "must list at least one container")
+		d.err(n, field, "must list at least one container (leave the field out for a budget-only app)")
 		return nil
 	}
 	if len(n.Content) > 1000 {
@@ -386,8 +474,8 @@ func (d *decoder) containers(n *yaml.Node, field string) []Container {
 		seen := d.mapping(item, f, map[string]func(v *yaml.Node, f string){
 			"name": func(v *yaml.Node, f string) {
 				c.Name = d.str(v, f)
-				if c.Name != "" && !nameRE.MatchString(c.Name) {
-					d.err(v, f, fmt.Sprintf("%q must be 1-63 lowercase letters, digits or '-', starting and ending with a letter or digit", c.Name))
+				if c.Name != "" && !names.ValidLabel(c.Name) {
+					d.err(v, f, fmt.Sprintf("%q must be %s", c.Name, names.Rule))
 				}
 			},
 			"image": func(v *yaml.Node, f string) {

@@ -47,7 +47,10 @@ type App struct {
 	// AllocatorSet: the spec has an allocator section. Without one the app
 	// uses the controller's configured parameters.
 	AllocatorSet bool
-	Containers   []Container
+	// Containers: none for a budget-only app, whose containers join with
+	// docker run --label escra.app=NAME.
+	Containers []Container
+	Line       int // where the app starts in its file
 }
 
 // Allocator holds the resource allocator's parameters (seed 000 §IV-C/D).
@@ -131,18 +134,19 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Errors is every problem found in one spec, in file order. Its message is the
-// first problem, plus how many more there are, so it fits on one line.
+// Errors is every problem found in one spec, in file order. Its message
+// lists them all, one a line, as kubectl does.
 type Errors []*Error
 
 func (es Errors) Error() string {
 	if len(es) == 0 {
 		return "no errors"
 	}
-	if len(es) == 1 {
-		return es[0].Error()
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
 	}
-	return fmt.Sprintf("%s (and %d more)", es[0].Error(), len(es)-1)
+	return strings.Join(lines, "\n")
 }
 
 // Load reads and validates the spec in path.
@@ -154,6 +158,15 @@ func Load(path string) (*App, error) {
 	return Parse(filepath.Base(path), data)
 }
 
+// LoadAll reads every app in path (ParseAll).
+func LoadAll(path string) ([]*App, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, unwrapPathErr(err))
+	}
+	return ParseAll(filepath.Base(path), data)
+}
+
 func unwrapPathErr(err error) error {
 	if pe, ok := err.(*os.PathError); ok {
 		return pe.Err
@@ -162,7 +175,6 @@ func unwrapPathErr(err error) error {
 }
 
 var (
-	nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 	envRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$`)
 )
@@ -171,16 +183,13 @@ var (
 // unique. It runs after decoding, so every field already has a value.
 func (d *decoder) validate(a *App, top map[string]int) {
 	if a.Name == "" && d.ok() {
-		d.errAt(1, "name", "is required")
+		d.errAt(max(a.Line, 1), "name", "is required")
 	}
 	if _, ok := top["cpu"]; !ok && d.ok() {
-		d.errAt(1, "cpu", "is required (the app's global CPU limit in cores)")
+		d.errAt(max(a.Line, 1), "cpu", "is required (the app's global CPU limit in cores)")
 	}
 	if _, ok := top["memory"]; !ok && d.ok() {
-		d.errAt(1, "memory", "is required (the app's global memory limit, e.g. 2GiB)")
-	}
-	if _, ok := top["containers"]; !ok && d.ok() {
-		d.errAt(1, "containers", "is required (at least one container)")
+		d.errAt(max(a.Line, 1), "memory", "is required (the app's global memory limit, e.g. 2GiB)")
 	}
 	if !d.ok() {
 		return

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/escra-dev/escra/internal/names"
 )
 
 // AppLabel is the Docker label that makes a container part of the
@@ -14,23 +16,16 @@ import (
 const AppLabel = "escra.app"
 
 // MaxAppLen bounds an app name (a DNS label's length).
-const MaxAppLen = 63
+const MaxAppLen = names.MaxApp
 
-// ValidateApp checks an escra.app value: non-empty, at most 63 characters
-// from [A-Za-z0-9_.-].
+// ValidateApp checks an escra.app value against the one rule for app
+// names (internal/names): the spec, the controller and escrad agree.
 func ValidateApp(app string) error {
 	if app == "" {
 		return errors.New("empty escra.app label")
 	}
-	if len(app) > MaxAppLen {
-		return fmt.Errorf("escra.app label of %d characters (max %d)", len(app), MaxAppLen)
-	}
-	for i := 0; i < len(app); i++ {
-		c := app[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-' {
-			continue
-		}
-		return fmt.Errorf("escra.app label has character %q outside [A-Za-z0-9_.-]", c)
+	if err := names.ValidateApp(app); err != nil {
+		return fmt.Errorf("escra.app label: %w", err)
 	}
 	return nil
 }

@@ -6,12 +6,12 @@ import (
 )
 
 func TestValidateApp(t *testing.T) {
-	for _, ok := range []string{"web", "a", "A-b_c.9", strings.Repeat("x", 63)} {
+	for _, ok := range []string{"web", "a", "a-b-9", strings.Repeat("x", 63)} {
 		if err := ValidateApp(ok); err != nil {
 			t.Errorf("%q rejected: %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", strings.Repeat("x", 64), "a b", "a/b", "é", "x\n", "a:b"} {
+	for _, bad := range []string{"", strings.Repeat("x", 64), "a b", "a/b", "é", "x\n", "a:b", "A-b_c.9", "Web", "-a"} {
 		if err := ValidateApp(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

@@ -46,7 +46,10 @@ func (b bytesFlag) Set(s string) error {
 	return nil
 }
 
-// appsFile is the --apps YAML: a list of app budgets.
+// The --apps file is specs (docs/spec.md), the same format escractl apply
+// takes: one or more apps, as YAML documents or a list; their containers,
+// if any, are not deployed by the controller. appEntry is the round-1
+// format (a list of {name, cpu, memory, sigma, policy}), still read.
 type appEntry struct {
 	Name   string  `yaml:"name"`
 	CPU    string  `yaml:"cpu"`    // cores: "2", "1.5", "500m"
@@ -67,6 +70,23 @@ func parseApps(path string, data []byte) ([]server.AppSpec, error) {
 	if len(data) > 1<<20 {
 		return nil, fmt.Errorf("%s: over 1 MiB", path)
 	}
+	apps, err := spec.ParseAll(filepath.Base(path), data)
+	if err == nil {
+		out := make([]server.AppSpec, 0, len(apps))
+		for _, a := range apps {
+			out = append(out, adminapi.FromSpec(a))
+		}
+		return out, nil
+	}
+	if old, oerr := parseOldApps(path, data); oerr == nil {
+		return old, nil
+	}
+	// Every problem, one a line (the caller prints them).
+	return nil, err
+}
+
+// parseOldApps reads the round-1 --apps format.
+func parseOldApps(path string, data []byte) ([]server.AppSpec, error) {
 	var entries []appEntry
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
 	dec.KnownFields(true)
@@ -153,9 +173,10 @@ func run(args []string, stderr io.Writer) int {
 	fs.Var(bytesFlag{&p.OOMStepBytes}, "oom-step", "memory granted per OOM request")
 	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	appsFile := fs.String("apps", "", "YAML list of app budgets: - {name, cpu, memory, sigma}")
+	appsFile := fs.String("apps", "", "specs (docs/spec.md) of apps to define at start, several per file; containers are not deployed")
 	hostAppsFile := fs.String("host-apps", "", "YAML map host id -> apps its daemon may register (hosts not named: any app)")
 	fs.IntVar(&cfg.MaxContainersPerHost, "max-containers-per-host", cfg.MaxContainersPerHost, "registrations one daemon session may hold; more are refused (0: no cap)")
+	fs.IntVar(&cfg.EventHistory, "events-history", cfg.EventHistory, "events kept for escractl events --since: this many limit changes and this many others (0: none)")
 	// Under systemd with LoadCredential= (the unit runs as a dynamic user
 	// that cannot read /etc/escra/*-key.pem) the files are in
 	// $CREDENTIALS_DIRECTORY.
@@ -219,6 +240,9 @@ func run(args []string, stderr io.Writer) int {
 		name := *policyName
 		cfg.Policy = func(string) allocator.Policy { pol, _ := allocator.PolicyByName(name); return pol }
 	}
+	if cfg.EventHistory < 0 || cfg.EventHistory > 1_000_000 {
+		return fail("--events-history %d: want 0 to 1000000", cfg.EventHistory)
+	}
 	if cfg.MaxContainersPerHost < 0 {
 		return fail("--max-containers-per-host must be >= 0")
 	}
@@ -232,7 +256,17 @@ func run(args []string, stderr io.Writer) int {
 	if *appsFile != "" {
 		apps, err := loadApps(*appsFile)
 		if err != nil {
-			return fail("--apps: %v", err)
+			// Every problem of the file, one a line.
+			for _, l := range strings.Split(err.Error(), "\n") {
+				fail("--apps: %s", l)
+			}
+			return 2
+		}
+		if data, err := os.ReadFile(*appsFile); err == nil {
+			if _, err := spec.ParseAll(*appsFile, data); err != nil {
+				fmt.Fprintf(stderr, "escra-controller: warning: --apps %s is in round 1's format; write specs (docs/spec.md): %s\n",
+					*appsFile, strings.SplitN(err.Error(), "\n", 2)[0])
+			}
 		}
 		cfg.Apps = apps
 	}

@@ -81,3 +81,20 @@ func writeFile(t *testing.T, p, s string) {
 		t.Fatal(err)
 	}
 }
+
+// The --apps file is the spec format (docs/spec.md): several apps as YAML
+// documents, with or without containers; the spec is kept to be shown.
+func TestParseAppsSpecFormat(t *testing.T) {
+	apps, err := parseApps("apps.yaml", []byte("name: web\ncpu: 1500m\nmemory: 2GiB\nsigma: 0.1\n---\nname: db\ncpu: 2\nmemory: 512MiB\nallocator: {policy: escra, kappa: 0.5}\ncontainers: [{name: x, image: y}]\n"))
+	if err != nil || len(apps) != 2 || apps[0].CPUCores != 1.5 || apps[0].Params != nil || apps[1].Params == nil || apps[1].Params.Kappa != 0.5 {
+		t.Fatalf("%+v %v", apps, err)
+	}
+	if apps[0].Spec == nil || apps[0].Spec.Memory != "2GiB" || len(apps[1].Spec.Containers) != 1 {
+		t.Fatalf("specs not kept: %+v %+v", apps[0].Spec, apps[1].Spec)
+	}
+	// Every problem is reported, with its line.
+	_, err = parseApps("apps.yaml", []byte("name: Web\ncpu: 1\nmemory: 1GiB\n---\nname: db\ncpu: 1\nmemory: 1GiB\ncolour: red\n"))
+	if err == nil || strings.Count(err.Error(), "\n") != 1 || !strings.Contains(err.Error(), "apps.yaml:1: name") || !strings.Contains(err.Error(), "apps.yaml:8: colour") {
+		t.Fatalf("want both problems: %v", err)
+	}
+}

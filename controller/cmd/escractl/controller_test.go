@@ -39,9 +39,14 @@ func TestAgainstController(t *testing.T) {
 		t.Fatalf("apply batch: %s", r.stderr)
 	}
 	r := runCLI(t, "--controller", url, "get", "apps", "-o", "json")
-	var apps []adminclient.App
-	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &apps) != nil {
+	var items []map[string]any
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &items) != nil || len(items) != 3 || items[2]["name"] != "shop" || items[2]["memory"] != "1.5GiB" {
 		t.Fatalf("get apps -o json: %+v", r)
+	}
+	c, _ := adminclient.New(url)
+	apps, err := c.Apps(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 	byName := map[string]adminclient.App{}
 	for _, a := range apps {

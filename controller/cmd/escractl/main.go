@@ -1,15 +1,16 @@
-// Command escractl is the command line for the controller: deploy specs, list
-// apps, containers and hosts, and watch limits follow demand.
+// Command escractl is the command line for the controller: apply specs
+// declaratively, list and describe apps, containers and hosts, and watch
+// limits follow demand. Its commands and flags follow kubectl's where one
+// exists (get -o, apply -f -, diff, --dry-run, describe, delete -f).
 //
-// Every mistake a user can make ends in one line on stderr and exit status 1
-// (2 for a bad command line).
+// A mistake ends in one line per problem on stderr, each starting
+// "escractl: ", and exit status 1 (2 for a bad command line).
 package main
 
 import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,39 +18,16 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
+
 	"github.com/escra-dev/escra/controller/adminclient"
+	"github.com/escra-dev/escra/controller/spec"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
 )
 
-const usage = `usage: escractl [--controller URL] COMMAND [ARGS]
-
-commands:
-  apply -f FILE        validate a Distributed Container spec, set its budget and
-                       create its containers on the hosts (--budget-only: budget
-                       only; containers join with docker run --label escra.app=APP)
-  delete APP           remove an app (its budget, and its containers)
-  get apps|containers|hosts [-o table|json]
-                       list what the controller knows
-  top [APP] [--once]   live table of limits, usage and slack, every second
-  events [APP]         limit changes and OOM verdicts as they happen
-  validate -f FILE     check a spec without contacting the controller
-  certs --hosts h1,h2 [--dir /etc/escra] [--controller-names n,ip] [--days 825]
-                       create the CA (or reuse DIR/ca.pem) and mutual-TLS
-                       certificates: controller.pem, HOST.pem, and the
-                       operators' admin.pem and viewer.pem (+ -key.pem)
-
-flags:
-  --controller URL     controller admin API (default $ESCRA_CONTROLLER or ` + adminclient.DefaultURL + `;
-                       http://HOST:PORT for a controller run --insecure)
-  --certs DIR          operator certificate: DIR/admin.pem, else DIR/viewer.pem,
-                       and DIR/ca.pem (default $ESCRA_CERTS or /etc/escra)
-  --tls-cert FILE --tls-key FILE --tls-ca FILE
-                       the operator certificate's files, instead of --certs
-  --version            print the version and exit
-`
-
-// exitError carries an exit status; its message is the one line to print.
+// exitError carries an exit status; its message is the one line to print
+// ("" prints nothing: diff's "differences found").
 type exitError struct {
 	code int
 	msg  string
@@ -64,6 +42,7 @@ func usageErr(format string, a ...any) error {
 // env is what a command runs with; tests give it buffers and a test server.
 type env struct {
 	ctx        context.Context
+	stdin      io.Reader
 	stdout     io.Writer
 	stderr     io.Writer
 	controller string
@@ -77,7 +56,7 @@ type env struct {
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	e := &env{ctx: ctx, stdout: os.Stdout, stderr: os.Stderr}
+	e := &env{ctx: ctx, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
 	e.width, e.tty = terminalWidth(os.Stdout)
 	if e.tty {
 		e.term = os.Stdout
@@ -87,108 +66,146 @@ func main() {
 
 // run executes one command line and returns the exit status.
 func run(e *env, args []string) int {
-	err := dispatch(e, args)
-	if err == nil {
-		return 0
+	if e.stdin == nil {
+		e.stdin = strings.NewReader("")
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(e.stdout, usage)
+	root := newRoot(e)
+	root.SetArgs(args)
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	err := root.ExecuteContext(e.ctx)
+	if err == nil {
 		return 0
 	}
 	code := 1
 	var ee *exitError
 	if errors.As(err, &ee) {
 		code = ee.code
+		if ee.msg == "" {
+			return code
+		}
 	}
-	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", " ")
-	fmt.Fprintf(e.stderr, "escractl: %s\n", msg)
+	// A spec's problems, one a line, as kubectl lists them; anything else
+	// on one line.
+	var lines []string
+	var se spec.Errors
+	if errors.As(err, &se) {
+		for _, p := range se {
+			lines = append(lines, p.Error())
+		}
+	} else {
+		lines = []string{strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", " ")}
+	}
+	for _, l := range lines {
+		fmt.Fprintf(e.stderr, "escractl: %s\n", l)
+	}
 	return code
 }
 
-func dispatch(e *env, args []string) error {
-	gf := flag.NewFlagSet("escractl", flag.ContinueOnError)
-	gf.SetOutput(io.Discard)
+// newRoot builds the command tree.
+func newRoot(e *env) *cobra.Command {
+	showVersion := false
+	root := &cobra.Command{
+		Use:   "escractl",
+		Short: "Operate Escra's Distributed Containers through the controller",
+		Long: `escractl applies Distributed Container specs (docs/spec.md) to the controller,
+lists and describes apps, containers and hosts, and shows limits following
+demand (top, events).
+
+The controller's admin API is --controller (default $ESCRA_CONTROLLER or
+` + adminclient.DefaultURL + `; http://HOST:PORT for a controller run --insecure),
+reached with the operator certificate in --certs (default $ESCRA_CERTS or
+/etc/escra: admin.pem, else viewer.pem, and ca.pem).`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// Unknown commands are a usage error (exit 2), not a cobra message.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErr("unknown command %q (commands: %s; see escractl --help)", args[0], commandList(cmd))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if showVersion {
+				fmt.Fprintln(e.stdout, "escractl", version.Version)
+				return nil
+			}
+			return usageErr("no command given (commands: %s; see escractl --help)", commandList(cmd))
+		},
+	}
 	def := os.Getenv("ESCRA_CONTROLLER")
 	if def == "" {
 		def = adminclient.DefaultURL
 	}
-	ctl := gf.String("controller", def, "")
 	certDir := os.Getenv("ESCRA_CERTS")
 	if certDir == "" {
 		certDir = auth.DefaultDir
 	}
-	gf.StringVar(&e.certs, "certs", certDir, "")
-	gf.StringVar(&e.tlsFiles.Cert, "tls-cert", "", "")
-	gf.StringVar(&e.tlsFiles.Key, "tls-key", "", "")
-	gf.StringVar(&e.tlsFiles.CA, "tls-ca", "", "")
-	showVersion := gf.Bool("version", false, "")
-	if err := gf.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
+	pf := root.PersistentFlags()
+	pf.StringVar(&e.controller, "controller", def, "controller admin API URL ($ESCRA_CONTROLLER)")
+	pf.StringVar(&e.certs, "certs", certDir, "directory of the operator certificate: admin.pem or viewer.pem, and ca.pem ($ESCRA_CERTS)")
+	pf.StringVar(&e.tlsFiles.Cert, "tls-cert", "", "operator certificate file, instead of --certs")
+	pf.StringVar(&e.tlsFiles.Key, "tls-key", "", "its key file")
+	pf.StringVar(&e.tlsFiles.CA, "tls-ca", "", "the CA that signed the controller's certificate (default CERTS/ca.pem)")
+	root.Flags().BoolVar(&showVersion, "version", false, "print escractl's version and exit")
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if !c.HasParent() {
+			return usageErr("%v (see escractl --help)", err)
 		}
-		return usageErr("%v (see escractl --help)", err)
-	}
-	if *showVersion {
-		fmt.Fprintln(e.stdout, "escractl", version.Version)
-		return nil
-	}
-	e.controller = *ctl
-	rest := gf.Args()
-	if len(rest) == 0 {
-		return usageErr("no command given (commands: apply, delete, get, top, events, validate; see escractl --help)")
-	}
-	cmd, rest := rest[0], rest[1:]
-	switch cmd {
-	case "apply":
-		return cmdApply(e, rest)
-	case "validate":
-		return cmdValidate(e, rest)
-	case "delete":
-		return cmdDelete(e, rest)
-	case "get":
-		return cmdGet(e, rest)
-	case "top":
-		return cmdTop(e, rest)
-	case "events":
-		return cmdEvents(e, rest)
-	case "certs":
-		return cmdCerts(e, rest)
-	case "help":
-		return flag.ErrHelp
-	case "version":
-		fmt.Fprintln(e.stdout, "escractl", version.Version)
-		return nil
-	}
-	return usageErr("unknown command %q (commands: apply, delete, get, top, events, validate)", cmd)
+		return usageErr("%s: %v (see %s --help)", c.Name(), err, c.CommandPath())
+	})
+	root.AddCommand(applyCmd(e), diffCmd(e), validateCmd(e), deleteCmd(e), getCmd(e), describeCmd(e),
+		topCmd(e), eventsCmd(e), versionCmd(e), certsCmd(e))
+	root.CompletionOptions.HiddenDefaultCmd = false
+	return root
 }
 
-// flags makes a command's flag set; every command also takes --controller, so
-// it may be written after the command too.
-func (e *env) flags(name string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.Func("controller", "", func(s string) error { e.controller = s; return nil })
-	fs.Func("certs", "", func(s string) error { e.certs = s; return nil })
-	return fs
+func commandList(root *cobra.Command) string {
+	var names []string
+	for _, c := range root.Commands() {
+		if c.IsAvailableCommand() && c.Name() != "help" {
+			names = append(names, c.Name())
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
-// parse parses a command's flags, allowing flags after positional arguments
-// ("top shop --once"), and returns the positional arguments.
-func parse(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+// noArgs refuses positional arguments as a usage error.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErr("%s: unexpected argument %q", cmd.Name(), args[0])
+	}
+	return nil
+}
+
+func maxArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return usageErr("%s: at most %s", cmd.Name(), what)
+		}
+		return nil
+	}
+}
+
+// completeApps offers the controller's app names to shell completion.
+func completeApps(e *env) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+		c, err := e.client()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		apps, err := c.Apps(cmd.Context())
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var out []string
+		for _, a := range apps {
+			if strings.HasPrefix(a.Name, prefix) {
+				out = append(out, a.Name)
 			}
-			return nil, usageErr("%s: %v", fs.Name(), err)
 		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
+		return out, cobra.ShellCompDirectiveNoFileComp
 	}
 }
 
@@ -236,4 +253,58 @@ func (e *env) operatorTLS() (*tls.Config, error) {
 		return nil, fmt.Errorf("no operator certificate in %s: %v (escractl certs --dir %s makes admin.pem; or --certs DIR, or --controller http://HOST:PORT for a controller run --insecure)", e.certs, err, e.certs)
 	}
 	return tc, nil
+}
+
+func versionCmd(e *env) *cobra.Command {
+	clientOnly := false
+	c := &cobra.Command{
+		Use:   "version",
+		Short: "Print escractl's version and the controller's",
+		Example: `  escractl version
+  escractl version --client`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprintln(e.stdout, "escractl", version.Version)
+			if clientOnly {
+				return nil
+			}
+			c, err := e.client()
+			if err != nil {
+				return err
+			}
+			v, err := c.Version(e.ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "controller %s (%s, %s)\n", v.Version, v.Go, c.URL())
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&clientOnly, "client", false, "only escractl's version; do not ask the controller")
+	return c
+}
+
+func certsCmd(e *env) *cobra.Command {
+	var dir, hosts, names string
+	var days int
+	c := &cobra.Command{
+		Use:   "certs --hosts h1,h2 [--dir DIR]",
+		Short: "Create the CA and the mutual-TLS certificates of the controller, hosts and operators",
+		Long: `certs creates the CA (or reuses DIR/ca.pem and ca-key.pem) and issues
+controller.pem, HOST.pem for every host, and the operators' admin.pem and
+viewer.pem (each with its -key.pem).`,
+		Example: `  escractl certs --dir /etc/escra --hosts h1,h2,h3 --controller-names ctl.example,127.0.0.1`,
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("dir") {
+				dir = e.certs
+			}
+			return runCerts(e, dir, hosts, names, days)
+		},
+	}
+	c.Flags().StringVar(&dir, "dir", auth.DefaultDir, "directory for the CA and certificates (default --certs)")
+	c.Flags().StringVar(&hosts, "hosts", "", "comma-separated host ids to issue certificates for")
+	c.Flags().StringVar(&names, "controller-names", "", "comma-separated DNS names and IPs the controller's certificate is valid for")
+	c.Flags().IntVar(&days, "days", 825, "validity in days")
+	return c
 }

@@ -121,8 +121,16 @@ func runCLICtx(t *testing.T, ctx context.Context, args ...string) result {
 	e := &env{ctx: ctx, stdout: &out, stderr: &errb}
 	code := run(e, args)
 	r := result{code, out.String(), errb.String()}
-	if code != 0 && strings.Count(r.stderr, "\n") != 1 {
-		t.Errorf("a failure must print exactly one line on stderr, got %q", r.stderr)
+	if code != 0 {
+		// One line per problem, each saying who speaks.
+		for _, l := range strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n") {
+			if !strings.HasPrefix(l, "escractl: ") {
+				t.Errorf("a failure must print lines starting \"escractl: \", got %q", r.stderr)
+			}
+		}
+		if r.stderr == "" || !strings.HasSuffix(r.stderr, "\n") {
+			t.Errorf("a failure must say why on stderr, got %q", r.stderr)
+		}
 	}
 	return r
 }
@@ -152,7 +160,10 @@ func TestApplySendsBudget(t *testing.T) {
 	if b.Params == nil || *b.Params != *want.Params {
 		t.Fatalf("params\n got %+v\nwant %+v", b.Params, want.Params)
 	}
-	b.Params, want.Params = nil, nil
+	if b.Spec == nil || b.Spec.Name != "shop" || len(b.Spec.Containers) != 2 || b.Spec.Containers[0].Replicas != 3 {
+		t.Fatalf("the spec did not go along: %+v", b.Spec)
+	}
+	b.Params, want.Params, b.Spec = nil, nil, nil
 	if b != want {
 		t.Fatalf("budget\n got %+v\nwant %+v", b, want)
 	}
@@ -280,7 +291,7 @@ func TestGet(t *testing.T) {
 	if r := runCLI(t, "--controller", srv.URL, "get", "pods"); r.code != 2 || !strings.Contains(r.stderr, "unknown kind \"pods\"") {
 		t.Fatalf("%+v", r)
 	}
-	if r := runCLI(t, "--controller", srv.URL, "get", "apps", "-o", "yaml"); r.code != 2 {
+	if r := runCLI(t, "--controller", srv.URL, "get", "apps", "-o", "xml"); r.code != 2 {
 		t.Fatalf("%+v", r)
 	}
 }
@@ -412,9 +423,12 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, 2, "escractl: no command given"},
 		{[]string{"frob"}, 2, "escractl: unknown command \"frob\""},
-		{[]string{"--bogus"}, 2, "escractl: flag provided but not defined: -bogus"},
+		{[]string{"--bogus"}, 2, "escractl: unknown flag: --bogus (see escractl --help)"},
 		{[]string{"apply"}, 2, "escractl: apply: give the spec with -f FILE"},
-		{[]string{"delete"}, 2, "escractl: delete: give exactly one app name"},
+		{[]string{"get", "apps", "--bogus"}, 2, "escractl: get: unknown flag: --bogus (see escractl get --help)"},
+		{[]string{"get", "apps", "--format", "{{.name"}, 2, "escractl: get: --format: "},
+		{[]string{"top", "a", "b"}, 2, "escractl: top: at most one app name"},
+		{[]string{"delete"}, 2, "escractl: delete: give an app name or -f FILE"},
 		{[]string{"--controller", "ftp://x", "get", "apps"}, 1, "escractl: bad controller URL \"ftp://x\""},
 		{[]string{"apply", "-f", "/nonexistent/app.yaml"}, 1, "escractl: /nonexistent/app.yaml: no such file or directory"},
 		{[]string{"certs", "--dir", "/nonexistent-escra", "--hosts", "a/b"}, 1, "escractl: certs: host name \"a/b\""},

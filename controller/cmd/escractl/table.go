@@ -22,9 +22,10 @@ func terminalWidth(f *os.File) (int, bool) {
 // table prints aligned columns; rows longer than width (when known) are cut
 // so the table never wraps in a terminal.
 type table struct {
-	head  []string
-	rows  [][]string
-	right map[int]bool // right-aligned (numeric) columns
+	noHeaders bool
+	head      []string
+	rows      [][]string
+	right     map[int]bool // right-aligned (numeric) columns
 }
 
 func newTable(right []int, head ...string) *table {
@@ -46,6 +47,9 @@ func (t *table) write(w io.Writer, width int) {
 				widths[i] = utf8.RuneCountInString(c)
 			}
 		}
+	}
+	if t.noHeaders {
+		all = all[1:] // widths still fit the header: columns stay put
 	}
 	for _, r := range all {
 		var b strings.Builder

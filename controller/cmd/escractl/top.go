@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/spec"
 )
@@ -19,30 +21,40 @@ type topState struct {
 	lastTime time.Time
 }
 
-func cmdTop(e *env, args []string) error {
-	fs := e.flags("top")
-	once := fs.Bool("once", false, "")
-	interval := fs.Duration("interval", time.Second, "")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
+func topCmd(e *env) *cobra.Command {
+	var once bool
+	var interval time.Duration
+	c := &cobra.Command{
+		Use:   "top [APP]",
+		Short: "Live table of limits, usage and slack per container and app",
+		Example: `  escractl top
+  escractl top shop --once
+  escractl top --interval 500ms`,
+		Args:              maxArgs(1, "one app name"),
+		ValidArgsFunction: completeApps(e),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if interval < 100*time.Millisecond {
+				return usageErr("top: --interval must be at least 100ms")
+			}
+			app := ""
+			if len(args) == 1 {
+				app = args[0]
+			}
+			return runTop(e, app, once, interval)
+		},
 	}
-	if len(pos) > 1 {
-		return usageErr("top: at most one app name")
-	}
-	if *interval < 100*time.Millisecond {
-		return usageErr("top: --interval must be at least 100ms")
-	}
-	app := ""
-	if len(pos) == 1 {
-		app = pos[0]
-	}
+	c.Flags().BoolVar(&once, "once", false, "print one frame and exit")
+	c.Flags().DurationVar(&interval, "interval", time.Second, "time between frames")
+	return c
+}
+
+func runTop(e *env, app string, once bool, interval time.Duration) error {
 	c, err := e.client()
 	if err != nil {
 		return err
 	}
 	st := &topState{last: map[string]uint64{}}
-	tick := time.NewTicker(*interval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		if e.term != nil {
@@ -57,11 +69,11 @@ func cmdTop(e *env, args []string) error {
 			}
 			return err
 		}
-		if e.tty && !*once {
+		if e.tty && !once {
 			io.WriteString(e.stdout, "\x1b[H\x1b[2J") // home, clear: redraw in place
 		}
 		e.stdout.Write(frame.Bytes())
-		if *once {
+		if once {
 			return nil
 		}
 		if !e.tty {

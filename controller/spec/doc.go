@@ -1,0 +1,153 @@
+package spec
+
+import (
+	"math"
+	"sort"
+	"strconv"
+)
+
+// Doc is a spec as a document: the same field names as the YAML a user
+// writes (docs/spec.md), in JSON and YAML alike, with quantities written
+// so that they parse back to the same values. The controller keeps the
+// Doc an app was applied with; escractl get apps -o yaml|json prints it,
+// and escractl apply -f takes it back unchanged.
+type Doc struct {
+	Name       string         `json:"name" yaml:"name"`
+	CPU        string         `json:"cpu" yaml:"cpu"`
+	Memory     string         `json:"memory" yaml:"memory"`
+	Sigma      float64        `json:"sigma" yaml:"sigma"`
+	Allocator  *DocAllocator  `json:"allocator,omitempty" yaml:"allocator,omitempty"`
+	Containers []DocContainer `json:"containers,omitempty" yaml:"containers,omitempty"`
+}
+
+// DocAllocator is the allocator section, every field written out.
+type DocAllocator struct {
+	Policy        string  `json:"policy" yaml:"policy"`
+	Kappa         float64 `json:"kappa" yaml:"kappa"`
+	Gamma         float64 `json:"gamma" yaml:"gamma"`
+	Upsilon       float64 `json:"upsilon" yaml:"upsilon"`
+	Window        int     `json:"window" yaml:"window"`
+	Period        string  `json:"period" yaml:"period"`
+	ReclaimMargin string  `json:"reclaim_margin" yaml:"reclaim_margin"`
+	CPUFloor      string  `json:"cpu_floor" yaml:"cpu_floor"`
+	Headroom      float64 `json:"headroom" yaml:"headroom"`
+	OOMStep       string  `json:"oom_step" yaml:"oom_step"`
+}
+
+// DocContainer is one container template.
+type DocContainer struct {
+	Name      string            `json:"name" yaml:"name"`
+	Image     string            `json:"image" yaml:"image"`
+	Command   []string          `json:"command,omitempty" yaml:"command,omitempty,flow"`
+	Env       map[string]string `json:"env,omitempty" yaml:"env,omitempty"`
+	Replicas  int               `json:"replicas" yaml:"replicas"`
+	Host      string            `json:"host,omitempty" yaml:"host,omitempty"`
+	Network   string            `json:"network" yaml:"network"`
+	MinCPU    string            `json:"min_cpu,omitempty" yaml:"min_cpu,omitempty"`
+	MinMemory string            `json:"min_memory,omitempty" yaml:"min_memory,omitempty"`
+}
+
+// Doc returns the app as a canonical document: defaults written out, so
+// two specs that mean the same have equal Docs.
+func (a *App) Doc() Doc {
+	d := Doc{Name: a.Name, CPU: FormatCPU(a.CPU), Memory: FormatBytesExact(a.MemoryBytes), Sigma: a.Sigma}
+	if a.AllocatorSet {
+		al := a.Allocator
+		d.Allocator = &DocAllocator{Policy: al.Policy, Kappa: al.Kappa, Gamma: al.Gamma, Upsilon: al.Upsilon,
+			Window: al.Window, Period: al.Period.String(), ReclaimMargin: FormatBytesExact(al.ReclaimMarginBytes),
+			CPUFloor: FormatCPU(al.CPUFloor), Headroom: al.Headroom, OOMStep: FormatBytesExact(al.OOMStepBytes)}
+	}
+	for _, c := range a.Containers {
+		dc := DocContainer{Name: c.Name, Image: c.Image, Command: c.Command, Replicas: c.Replicas, Host: c.Host, Network: c.Network}
+		if len(c.Env) > 0 {
+			dc.Env = make(map[string]string, len(c.Env))
+			for k, v := range c.Env {
+				dc.Env[k] = v
+			}
+		}
+		if c.MinCPU > 0 {
+			dc.MinCPU = FormatCPU(c.MinCPU)
+		}
+		if c.MinBytes > 0 {
+			dc.MinMemory = FormatBytesExact(c.MinBytes)
+		}
+		d.Containers = append(d.Containers, dc)
+	}
+	return d
+}
+
+// Equal reports whether two documents describe the same app.
+func (d Doc) Equal(o Doc) bool {
+	if d.Name != o.Name || d.CPU != o.CPU || d.Memory != o.Memory || d.Sigma != o.Sigma ||
+		(d.Allocator == nil) != (o.Allocator == nil) || len(d.Containers) != len(o.Containers) {
+		return false
+	}
+	if d.Allocator != nil && *d.Allocator != *o.Allocator {
+		return false
+	}
+	for i := range d.Containers {
+		if !d.Containers[i].Equal(o.Containers[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Equal reports whether two templates are the same; Template whether
+// they make the same containers (all but the replica count).
+func (c DocContainer) Equal(o DocContainer) bool { return c.Replicas == o.Replicas && c.Template(o) }
+
+// Template reports whether c and o create identical containers.
+func (c DocContainer) Template(o DocContainer) bool {
+	if c.Name != o.Name || c.Image != o.Image || c.Host != o.Host || c.Network != o.Network ||
+		c.MinCPU != o.MinCPU || c.MinMemory != o.MinMemory || len(c.Command) != len(o.Command) || len(c.Env) != len(o.Env) {
+		return false
+	}
+	for i := range c.Command {
+		if c.Command[i] != o.Command[i] {
+			return false
+		}
+	}
+	for k, v := range c.Env {
+		if w, ok := o.Env[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// EnvKeys are c's variable names, sorted.
+func (c DocContainer) EnvKeys() []string {
+	ks := make([]string, 0, len(c.Env))
+	for k := range c.Env {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// FormatCPU writes cores so that ParseCPU reads back the same float64:
+// the shortest decimal that round-trips.
+func FormatCPU(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+// FormatBytesExact writes a byte count in the largest binary unit that
+// keeps it exact with at most two decimals (1.5GiB, 640MiB), else in
+// bytes; ParseBytes reads back the same number.
+func FormatBytesExact(b int64) string {
+	for _, u := range []struct {
+		s string
+		m float64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if b < int64(u.m) {
+			continue
+		}
+		v := float64(b) / u.m
+		if v*100 == math.Trunc(v*100) {
+			s := strconv.FormatFloat(v, 'f', -1, 64) + u.s
+			if n, err := ParseBytes(s); err == nil && n == b {
+				return s
+			}
+		}
+	}
+	return strconv.FormatInt(b, 10)
+}
