@@ -7,9 +7,9 @@ cd "$(dirname "$0")/.."
 kdir=$(scripts/kernel-build.sh | tail -1)
 cp=(perl "$kdir/scripts/checkpatch.pl" --no-tree -q)
 rc=0
-for p in "$PWD"/patches/linux-6.1/*.patch; do
+for p in "$PWD"/patches/linux-6.1/*.patch "$PWD"/patches/linux-6.12/*.patch; do
 	"${cp[@]}" "$p" || rc=1
 done
 "${cp[@]}" -f "$PWD/kmod/escra.c" || rc=1
-[ $rc = 0 ] && echo "checkpatch: patches/linux-6.1 and kmod/escra.c clean"
+[ $rc = 0 ] && echo "checkpatch: patches/linux-6.1, patches/linux-6.12 and kmod/escra.c clean"
 exit $rc
