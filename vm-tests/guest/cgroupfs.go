@@ -261,7 +261,18 @@ func scenarioCgroupfsTelemetry(*env) error {
 		return err
 	}
 	defer func() { _ = hog.Process.Kill(); _, _ = hog.Process.Wait() }()
-	time.Sleep(time.Second) // warm-up
+	// Warm-up: the window starts once telemetry flows (the session can
+	// come up after the registration the controller already shows), plus
+	// a second for the quota to settle.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(usDur(periodUs)) {
+		if m, _ := member(srv, "cf-cpu"); m.CPUUsageUs > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("no telemetry for cf-cpu within 10 s of the hog starting")
+		}
+	}
+	time.Sleep(time.Second)
 	m0, _ := member(srv, "cf-cpu")
 	const window = 4 * time.Second
 	var usage []int64
