@@ -29,7 +29,12 @@ fragments=("$repo/vm-tests/kernel.config")
 case ${ESCRA_KERNEL_FLAVOR:-} in
 "") ;;
 kasan) fragments+=("$repo/vm-tests/kernel-kasan.config") ;;
-debug) fragments+=("$repo/vm-tests/kernel-debug.config") ;;
+debug) # 6.12 has no CONFIG_MEMCG_KMEM (always on) and defaults to SLUB_TINY
+	if [ "${ESCRA_KERNEL_VERSION:-6.1}" = 6.12 ]; then
+		fragments+=("$repo/vm-tests/kernel-debug-6.12.config")
+	else
+		fragments+=("$repo/vm-tests/kernel-debug.config")
+	fi ;;
 *) echo "kernel-build: unknown ESCRA_KERNEL_FLAVOR=$ESCRA_KERNEL_FLAVOR (want kasan or debug)" >&2; exit 1 ;;
 esac
 cache=${ESCRA_KERNEL_CACHE:-/var/cache/escra/kernel}
