@@ -2,7 +2,10 @@ module github.com/escra-dev/escra
 
 go 1.26.4
 
-require google.golang.org/protobuf v1.36.12
+require (
+	github.com/cilium/ebpf v0.22.0
+	google.golang.org/protobuf v1.36.12
+)
 
 require (
 	github.com/moby/sys/atomicwriter v0.1.0 // indirect

@@ -36,6 +36,7 @@ import (
 const (
 	BackendAuto     = "auto"
 	BackendKernel   = "kernel"
+	BackendBPF      = "bpf"
 	BackendCgroupfs = "cgroupfs"
 )
 
@@ -54,8 +55,11 @@ type Config struct {
 	// KernelSource builds the kernel backend (genl.NewSource); with Backend
 	// auto it is tried first. Nil: no kernel backend in this binary.
 	KernelSource KernelSourceFunc
-	Docker       *client.Client
-	Cgroups      []containers.CgroupSpec
+	// BPFSource builds the bpf backend (bpf.NewSource): stock kernels
+	// with BTF. With Backend auto it is tried after the kernel backend.
+	BPFSource KernelSourceFunc
+	Docker    *client.Client
+	Cgroups   []containers.CgroupSpec
 	// Apps, when not empty, limits management to these escra.app values
 	// (several escrads, or tests and benchmarks, sharing one engine).
 	Apps []string
@@ -195,24 +199,42 @@ func New(cfg Config) (*Agent, error) {
 		reg: prometheus.NewRegistry(), cgVer: cgroups.HostVersion(), started: make(chan struct{})}
 	a.m = newMetrics(a.reg, a)
 
+	// auto prefers kernel > bpf > cgroupfs (issue 13).
+	auto := false
 	switch cfg.Backend {
-	case BackendKernel, BackendAuto, "":
+	case BackendAuto, "":
+		auto = true
+	case BackendKernel, BackendBPF, BackendCgroupfs:
+	default:
+		return nil, fmt.Errorf("unknown backend %q (want auto, kernel, bpf or cgroupfs)", cfg.Backend)
+	}
+	if auto || cfg.Backend == BackendKernel {
 		if cfg.KernelSource != nil {
 			src, err := cfg.KernelSource(cfg.Period, cfg.Log)
 			if err == nil {
 				a.src = src
-				break
-			}
-			if cfg.Backend == BackendKernel {
+			} else if !auto {
 				return nil, fmt.Errorf("kernel backend: %w", err)
+			} else {
+				cfg.Log.Info("kernel backend unavailable", "err", err)
 			}
-			cfg.Log.Info("kernel backend unavailable; using cgroupfs", "err", err)
-		} else if cfg.Backend == BackendKernel {
+		} else if !auto {
 			return nil, errors.New("kernel backend: not built into this escrad (use --backend cgroupfs or auto)")
 		}
-	case BackendCgroupfs:
-	default:
-		return nil, fmt.Errorf("unknown backend %q (want auto, kernel or cgroupfs)", cfg.Backend)
+	}
+	if a.src == nil && (auto || cfg.Backend == BackendBPF) {
+		if cfg.BPFSource != nil {
+			src, err := cfg.BPFSource(cfg.Period, cfg.Log)
+			if err == nil {
+				a.src = src
+			} else if !auto {
+				return nil, err // already says "bpf backend: ..."
+			} else {
+				cfg.Log.Info("bpf backend unavailable; using cgroupfs", "err", err)
+			}
+		} else if !auto {
+			return nil, errors.New("bpf backend: not built into this escrad (use --backend cgroupfs or auto)")
+		}
 	}
 	if a.src == nil {
 		cs, err := telemetry.NewCgroupfs(cfg.Period, cfg.Log)
