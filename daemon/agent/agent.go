@@ -287,8 +287,11 @@ func (a *Agent) Applier() *limits.Applier { return a.app }
 
 // Backend names the telemetry source in use.
 func (a *Agent) Backend() string {
-	if a.src.Backend() == pb.Backend_BACKEND_KERNEL {
+	switch a.src.Backend() {
+	case pb.Backend_BACKEND_KERNEL:
 		return BackendKernel
+	case pb.Backend_BACKEND_BPF:
+		return BackendBPF
 	}
 	return BackendCgroupfs
 }

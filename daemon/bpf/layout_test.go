@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -77,5 +78,16 @@ func TestObjectFresh(t *testing.T) {
 		if hex.EncodeToString(h[:]) != f[0] {
 			t.Errorf("%s changed since cfs_bpfel.o was generated: run make bpf and commit the result", f[1])
 		}
+	}
+}
+
+// A kernel without BTF: one clear error, before anything is loaded.
+func TestNoBTF(t *testing.T) {
+	old := btfPath
+	btfPath = "/nonexistent/vmlinux"
+	defer func() { btfPath = old }()
+	_, err := New(nil)
+	if !errors.Is(err, ErrNoBTF) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("err %v, want ErrNoBTF", err)
 	}
 }

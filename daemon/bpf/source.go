@@ -34,8 +34,27 @@ import (
 // BTFPath is where the running kernel exposes its BTF.
 const BTFPath = "/sys/kernel/btf/vmlinux"
 
+// btfPath is BTFPath; tests point it elsewhere.
+var btfPath = BTFPath
+
 // ErrNoBTF: the kernel has no BTF, so CO-RE cannot relocate the program.
 var ErrNoBTF = errors.New("bpf backend: kernel has no BTF (" + BTFPath + " missing; needs CONFIG_DEBUG_INFO_BTF)")
+
+// ErrNotPermitted: this process may not load tracing programs.
+var ErrNotPermitted = errors.New("bpf backend: not permitted (needs root, or CAP_BPF, CAP_PERFMON and CAP_SYSLOG)")
+
+// privileged: the effective capabilities allow loading a tracing program
+// (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN before 5.8) and reading
+// kernel addresses (CAP_SYSLOG). Unknown: let the kernel decide.
+func privileged() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if unix.Capget(&hdr, &data[0]) != nil {
+		return true
+	}
+	has := func(c int) bool { return data[c/32].Effective&(1<<(uint(c)%32)) != 0 }
+	return has(unix.CAP_SYSLOG) && (has(unix.CAP_SYS_ADMIN) || has(unix.CAP_BPF) && has(unix.CAP_PERFMON))
+}
 
 // Source is the bpf backend (telemetry.Source and telemetry.LimitFollower).
 type Source struct {
@@ -71,8 +90,11 @@ func New(log *slog.Logger) (*Source, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if _, err := os.Stat(BTFPath); err != nil {
+	if _, err := os.Stat(btfPath); err != nil {
 		return nil, ErrNoBTF
+	}
+	if !privileged() {
+		return nil, ErrNotPermitted
 	}
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones
 	// to the memory cgroup, where this is a no-op.
@@ -123,7 +145,7 @@ func loadError(err error) error {
 	var ve *ebpf.VerifierError
 	switch {
 	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES):
-		return fmt.Errorf("bpf backend: not permitted to load BPF tracing programs (needs root or CAP_BPF+CAP_PERFMON): %w", err)
+		return fmt.Errorf("%w: %w", ErrNotPermitted, err)
 	case errors.As(err, &ve):
 		return fmt.Errorf("bpf backend: the kernel's verifier rejected the program: %v", ve)
 	}
