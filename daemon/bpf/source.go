@@ -56,6 +56,13 @@ func privileged() bool {
 	return has(unix.CAP_SYSLOG) && (has(unix.CAP_SYS_ADMIN) || has(unix.CAP_BPF) && has(unix.CAP_PERFMON))
 }
 
+// DrainEvery is how often the reader drains the ring buffer while groups
+// are watched: records reach the controller at most this late (the
+// kernel backend sends each at once). A tenth of the default period, like
+// the cgroupfs throttle watcher's poll; per record it costs a tenth of
+// waking for each (docs/kernel.md).
+const DrainEvery = 10 * time.Millisecond
+
 // Source is the bpf backend (telemetry.Source and telemetry.LimitFollower).
 type Source struct {
 	objs  cfsObjects
@@ -317,18 +324,35 @@ func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
 	var st pb.CpuStat
 	pending := false
 	for {
-		if err := s.rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) || ctx.Err() != nil {
-				return nil
+		// The program does not wake us per record (see WAKE_BYTES in
+		// cfs.bpf.c): the deadline drains the ring every DrainEvery while
+		// a group is watched, rarely otherwise.
+		s.mu.Lock()
+		every := time.Second
+		if len(s.byID) > 0 {
+			every = DrainEvery
+		}
+		s.mu.Unlock()
+		s.rd.SetDeadline(time.Now().Add(every))
+		err := s.rd.ReadInto(&rec)
+		switch {
+		case err == nil:
+			if s.deliver(rec.RawSample, &st, sink) {
+				pending = true
 			}
+			if pending && rec.Remaining == 0 {
+				sink.Flush()
+				pending = false
+			}
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			if pending {
+				sink.Flush()
+				pending = false
+			}
+		case errors.Is(err, ringbuf.ErrClosed) || ctx.Err() != nil:
+			return nil
+		default:
 			return fmt.Errorf("bpf backend: read: %w", err)
-		}
-		if s.deliver(rec.RawSample, &st, sink) {
-			pending = true
-		}
-		if pending && rec.Remaining == 0 {
-			sink.Flush()
-			pending = false
 		}
 	}
 }

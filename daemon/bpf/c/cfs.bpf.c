@@ -34,6 +34,14 @@ char LICENSE[] SEC("license") = "GPL";
 
 #define RUNTIME_INF ((u64)~0ULL)
 
+/*
+ * Records are submitted without waking the reader, which drains the ring
+ * on its own short timer: one wake-up for many groups' records instead of
+ * one per record (their period timers all have their own phase). A ring
+ * this full wakes it at once.
+ */
+#define WAKE_BYTES (256 << 10)
+
 /* Callback addresses from /proc/kallsyms, set by the loader. */
 volatile const u64 period_timer_fn;
 volatile const u64 slack_timer_fn;
@@ -106,7 +114,8 @@ static __always_inline bool cfs_b_throttled(struct cfs_bandwidth *cfs_b)
 static __always_inline struct cfs_bandwidth *
 timer_group(struct hrtimer *t, u64 *id, struct escra_group **g, bool *slack)
 {
-	u64 fn = (u64)BPF_CORE_READ(t, function);
+	/* Runs for every hrtimer of the host: a direct (BTF) load, no helper. */
+	u64 fn = (u64)t->function;
 	struct cfs_bandwidth *cfs_b;
 
 	if (fn == period_timer_fn) {
@@ -163,7 +172,8 @@ int BPF_PROG(escra_timer_entry, struct hrtimer *timer, ktime_t *now)
 	r->throttled = g->throttled || cfs_b_throttled(cfs_b);
 	r->pad[0] = r->pad[1] = r->pad[2] = 0;
 	g->throttled = 0;
-	bpf_ringbuf_submit(r, 0);
+	bpf_ringbuf_submit(r, bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= WAKE_BYTES ?
+			   BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 	__sync_fetch_and_add(&st->periods, 1);
 	return 0;
 }

@@ -41,6 +41,15 @@ enum {
 	BPF_ANY = 0,
 };
 
+enum {
+	BPF_RB_NO_WAKEUP = 1,
+	BPF_RB_FORCE_WAKEUP = 2,
+};
+
+enum {
+	BPF_RB_AVAIL_DATA = 0,
+};
+
 #pragma clang attribute push(__attribute__((preserve_access_index)), apply_to = record)
 
 struct list_head {
