@@ -7,6 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"unsafe"
@@ -54,8 +56,9 @@ func TestDecode(t *testing.T) {
 }
 
 // The committed object was generated from the committed sources: `make
-// bpf` writes cfs.sum with it. (Rebuilding the object here would need
-// clang; the hash catches a source edited without regenerating.)
+// bpf` writes cfs.sum with it, and the hash catches a source edited
+// without regenerating. TestObjectRebuilds checks the bytes where clang
+// is installed.
 func TestObjectFresh(t *testing.T) {
 	sum, err := os.ReadFile("cfs.sum")
 	if err != nil {
@@ -90,4 +93,74 @@ func TestNoBTF(t *testing.T) {
 	if !errors.Is(err, ErrNoBTF) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("err %v, want ErrNoBTF", err)
 	}
+}
+
+// Regenerating with gen.go's own bpf2go command reproduces the committed
+// object and bindings byte for byte (clang output is deterministic).
+func TestObjectRebuilds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds bpf2go")
+	}
+	for _, tool := range []string{"clang", "llvm-strip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (scripts/setup.sh installs it)", tool)
+		}
+	}
+	src, err := os.ReadFile("gen.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for _, l := range strings.Split(string(src), "\n") {
+		if rest, ok := strings.CutPrefix(l, "//go:generate go run github.com/cilium/ebpf/cmd/bpf2go "); ok {
+			args = splitQuoted(rest)
+		}
+	}
+	if args == nil {
+		t.Fatal("gen.go has no bpf2go line")
+	}
+	dir := t.TempDir()
+	// Flags go before the positional stem and source.
+	cmd := exec.Command("go", append([]string{"run", "github.com/cilium/ebpf/cmd/bpf2go", "-output-dir", dir}, args...)...)
+	cmd.Env = append(os.Environ(), "GOPACKAGE=bpf")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("bpf2go: %v\n%s", err, out)
+	}
+	for _, f := range []string{"cfs_bpfel.o", "cfs_bpfel.go"} {
+		a, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs from a fresh build: run make bpf and commit the result", f)
+		}
+	}
+}
+
+// splitQuoted splits a go:generate line as go generate does: on spaces,
+// with double-quoted words kept whole.
+func splitQuoted(s string) []string {
+	var out []string
+	for s = strings.TrimSpace(s); s != ""; s = strings.TrimSpace(s) {
+		if s[0] == '"' {
+			end := strings.IndexByte(s[1:], '"')
+			if end < 0 {
+				return append(out, s[1:])
+			}
+			out = append(out, s[1:end+1])
+			s = s[end+2:]
+			continue
+		}
+		end := strings.IndexByte(s, ' ')
+		if end < 0 {
+			return append(out, s)
+		}
+		out = append(out, s[:end])
+		s = s[end:]
+	}
+	return out
 }
