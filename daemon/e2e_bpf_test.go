@@ -17,6 +17,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/bpf"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/dockertest"
@@ -172,5 +173,32 @@ func TestEscradBPFBackendUnprivileged(t *testing.T) {
 	out, _ = run("auto")
 	if !strings.Contains(out, "bpf backend unavailable; using cgroupfs") || !strings.Contains(out, "backend=cgroupfs") {
 		t.Errorf("--backend auto as nobody: %q; want the bpf error logged and cgroupfs chosen", out)
+	}
+}
+
+// The bpf backend traps OOMs the stock-kernel way: a memhog past its
+// limit is granted memory and finishes, with its telemetry from BPF.
+func TestBPFBackendOOMGrantedContainerFinishes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := os.Stat(bpf.BTFPath); err != nil {
+		t.Skip("kernel without BTF: the bpf backend cannot run here")
+	}
+	p := startPeer(t)
+	p.OnOOM = func(r *pb.OomRequest) *pb.OomVerdict {
+		return &pb.OomVerdict{Handle: r.Handle, Granted: true, NewLimitBytes: int64(r.LimitBytes) + 64<<20}
+	}
+	code, kills, _, a := oomCaseAgent(t, p.Addr(), func(c *agent.Config) {
+		c.Backend, c.BPFSource = agent.BackendBPF, bpf.NewSource
+	})
+	if a.Backend() != agent.BackendBPF {
+		t.Fatalf("agent runs %s, want bpf", a.Backend())
+	}
+	if code != 0 || kills != 0 {
+		t.Fatalf("exit %d, oom_kill %d; want 0 and 0", code, kills)
+	}
+	if p.OOMRequests() == 0 {
+		t.Fatal("no OOM request reached the controller: the test proved nothing")
 	}
 }

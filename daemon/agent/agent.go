@@ -296,6 +296,14 @@ func (a *Agent) Backend() string {
 	return BackendCgroupfs
 }
 
+// stockOOM: OOMs are trapped from user space (package oom: v1 eventfd,
+// v2 memory.high brake), as the cgroupfs and bpf backends do; escra.ko
+// holds the charge in the kernel instead.
+func (a *Agent) stockOOM() bool {
+	b := a.src.Backend()
+	return b == pb.Backend_BACKEND_CGROUPFS || b == pb.Backend_BACKEND_BPF
+}
+
 // CgroupVersion is the host's cgroup version.
 func (a *Agent) CgroupVersion() cgroups.Version { return a.cgVer }
 
@@ -313,7 +321,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	})
 	goRun(func() { a.link.Run(ctx) })
-	if a.src.Backend() == pb.Backend_BACKEND_CGROUPFS {
+	if a.stockOOM() {
 		goRun(func() { a.oomWatchdog(ctx) })
 	}
 	if a.rec != nil {
@@ -777,7 +785,7 @@ func (a *Agent) OOM(ev oom.Event) {
 				a.m.oomOutcome.WithLabelValues("granted").Inc()
 			} else {
 				a.m.oomOutcome.WithLabelValues(why).Inc()
-				if m.g.Paths.Version == cgroups.V2 && a.src.Backend() == pb.Backend_BACKEND_CGROUPFS {
+				if m.g.Paths.Version == cgroups.V2 && a.stockOOM() {
 					a.log.Warn("memory not granted: memory.high brake released, the kernel acts at memory.max", "name", m.c.Name, "why", why)
 				} else {
 					a.log.Warn("OOM not rescued: kernel OOM killer re-enabled", "name", m.c.Name, "why", why)
@@ -856,7 +864,7 @@ func (a *Agent) recheck(m *managed) {
 		if v, ok := cgroups.KeyedValue(b, "oom_kill_disable"); !ok || v == 0 {
 			return // released: the kernel OOM killer handles it
 		}
-	case m.g.Paths.Version == cgroups.V2 && m.g.Has(cgroups.MemHigh) && a.src.Backend() == pb.Backend_BACKEND_CGROUPFS:
+	case m.g.Paths.Version == cgroups.V2 && m.g.Has(cgroups.MemHigh) && a.stockOOM():
 		high, err := m.g.ReadInt(cgroups.MemHigh)
 		if err != nil || high == cgroups.Max {
 			return // no brake (unlimited, or released after a denial)
