@@ -203,3 +203,67 @@ func TestHostKernelPeriodRecords(t *testing.T) {
 		t.Errorf("program stats %+v %v", stats, err)
 	}
 }
+
+// Item 3 on the bpf backend: a group that throttles in some periods and
+// not in the next (one thread on one CPU, busy 20 ms of every 200 ms
+// under a 2 % quota) gets the flag exactly in the periods that ended
+// throttled by the kernel's own count: a throttle at boundary N does not
+// mark N+1. One thread on one CPU, so no slack from another CPU's run
+// queue can release a throttle within a period, and the count is exact.
+func TestHostKernelAlternatingThrottles(t *testing.T) {
+	rel := cgtest.New(t, "bpf-alt")
+	s := newOrSkip(t)
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "2000")
+	cgtest.Write(t, "cpuset", rel, "cpuset.cpus", "0")
+	p, err := cgtest.Start(rel, cgtest.Workload(t, "spin"), "-duty", "0.1", "-slot", "200ms", "-for", "60s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := s.Watch(1, openGroup(t, rel)); err != nil {
+		t.Fatal(err)
+	}
+	sink := &recSink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, sink) }()
+	type pair struct{ flagged, counted bool }
+	pairs := func() (out []pair) {
+		all := sink.snapshot()
+		for i := 1; i < len(all); i++ {
+			if all[i-1].PeriodSeq+1 == all[i].PeriodSeq {
+				out = append(out, pair{all[i-1].Throttled, all[i].NrThrottled > all[i-1].NrThrottled})
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && len(pairs()) < 30 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ps := pairs()
+	var on, off, wrong int
+	for _, p := range ps {
+		if p.flagged {
+			on++
+		} else {
+			off++
+		}
+		if p.flagged != p.counted {
+			wrong++
+		}
+	}
+	t.Logf("%d consecutive periods: %d flagged, %d not, %d disagree with nr_throttled", len(ps), on, off, wrong)
+	if on < 3 || off < 3 {
+		t.Fatalf("%d throttled and %d unthrottled periods: the workload did not alternate", on, off)
+	}
+	// One tolerated: the kernel checks its throttled list just after the
+	// program, without a lock between them.
+	if wrong > 1 {
+		t.Errorf("%d of %d periods flagged differently from the kernel's own count", wrong, len(ps))
+	}
+}
