@@ -227,6 +227,10 @@ func New(cfg Config) (*Agent, error) {
 			src, err := cfg.BPFSource(cfg.Period, cfg.Log)
 			if err == nil {
 				a.src = src
+				// --throttle-poll 0 turns throttle events off here too.
+				if te, ok := src.(interface{ SetThrottleEvents(bool) }); ok {
+					te.SetThrottleEvents(cfg.ThrottlePoll > 0)
+				}
 			} else if !auto {
 				return nil, err // already says "bpf backend: ..."
 			} else {

@@ -29,13 +29,15 @@ type cfsEscraRec struct {
 	ThrottledNs uint64
 	NrThrottled uint32
 	Throttled   uint8
-	Pad         [3]uint8
+	Kind        uint8
+	Pad         [2]uint8
 }
 
 type cfsEscraStats struct {
-	_       structs.HostLayout
-	Periods uint64
-	Dropped uint64
+	_         structs.HostLayout
+	Periods   uint64
+	Throttles uint64
+	Dropped   uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -45,6 +47,7 @@ const (
 	cfsMapRecords          = "records"
 	cfsMapStats            = "stats"
 	cfsMapWatched          = "watched"
+	cfsProgEscraSwitch     = "escra_switch"
 	cfsProgEscraTimerEntry = "escra_timer_entry"
 	cfsProgEscraTimerExit  = "escra_timer_exit"
 	cfsVarPeriodTimerFn    = "period_timer_fn"
@@ -94,6 +97,7 @@ type cfsSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cfsProgramSpecs struct {
+	EscraSwitch     *ebpf.ProgramSpec `ebpf:"escra_switch"`
 	EscraTimerEntry *ebpf.ProgramSpec `ebpf:"escra_timer_entry"`
 	EscraTimerExit  *ebpf.ProgramSpec `ebpf:"escra_timer_exit"`
 }
@@ -162,12 +166,14 @@ type cfsVariables struct {
 //
 // It can be passed to loadCfsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cfsPrograms struct {
+	EscraSwitch     *ebpf.Program `ebpf:"escra_switch"`
 	EscraTimerEntry *ebpf.Program `ebpf:"escra_timer_entry"`
 	EscraTimerExit  *ebpf.Program `ebpf:"escra_timer_exit"`
 }
 
 func (p *cfsPrograms) Close() error {
 	return _CfsClose(
+		p.EscraSwitch,
 		p.EscraTimerEntry,
 		p.EscraTimerExit,
 	)

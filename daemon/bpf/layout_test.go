@@ -31,6 +31,7 @@ func TestRecordLayoutMatchesObject(t *testing.T) {
 		{"throttled_ns", unsafe.Offsetof(r.ThrottledNs), offThrottledNs},
 		{"nr_throttled", unsafe.Offsetof(r.NrThrottled), offNrThrottled},
 		{"throttled", unsafe.Offsetof(r.Throttled), offThrottled},
+		{"kind", unsafe.Offsetof(r.Kind), offKind},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s at %d in the object, decode uses %d", c.name, c.got, c.want)
@@ -40,17 +41,17 @@ func TestRecordLayoutMatchesObject(t *testing.T) {
 
 func TestDecode(t *testing.T) {
 	in := cfsEscraRec{CgroupId: 77, TsNs: 5e9, QuotaNs: 20e6, PeriodNs: 100e6, UnusedNs: 3e6,
-		ThrottledNs: 9e6, NrThrottled: 4, Throttled: 1}
+		ThrottledNs: 9e6, NrThrottled: 4, Throttled: 1, Kind: kindThrottle}
 	var b bytes.Buffer
 	if err := binary.Write(&b, binary.LittleEndian, in); err != nil {
 		t.Fatal(err)
 	}
-	r, ok := decode(b.Bytes())
-	if !ok || r.CgroupID != 77 || r.TimestampNs != 5e9 || r.QuotaNs != 20e6 || r.PeriodNs != 100e6 ||
+	r, kind, ok := decode(b.Bytes())
+	if !ok || kind != kindThrottle || r.CgroupID != 77 || r.TimestampNs != 5e9 || r.QuotaNs != 20e6 || r.PeriodNs != 100e6 ||
 		r.UnusedNs != 3e6 || r.ThrottledNs != 9e6 || r.NrThrottled != 4 || !r.Throttled {
 		t.Fatalf("decoded %+v", r)
 	}
-	if _, ok := decode(b.Bytes()[:recSize-1]); ok {
+	if _, _, ok := decode(b.Bytes()[:recSize-1]); ok {
 		t.Error("a short record decoded")
 	}
 }

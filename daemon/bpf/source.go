@@ -16,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -70,6 +71,10 @@ type Source struct {
 	rd    *ringbuf.Reader
 	oom   *oom.Watcher
 	log   *slog.Logger
+
+	// noThrottleEvents: throttle records are dropped (escrad
+	// --throttle-poll 0 turns throttle events off for every backend).
+	noThrottleEvents atomic.Bool
 
 	mu   sync.Mutex
 	byID map[uint64]*watched // cgroup id in the cpu controller's hierarchy
@@ -129,7 +134,7 @@ func New(log *slog.Logger) (*Source, error) {
 	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
 		return nil, loadError(err)
 	}
-	for _, p := range []*ebpf.Program{s.objs.EscraTimerEntry, s.objs.EscraTimerExit} {
+	for _, p := range []*ebpf.Program{s.objs.EscraTimerEntry, s.objs.EscraTimerExit, s.objs.EscraSwitch} {
 		l, err := link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
 			s.close()
@@ -169,6 +174,10 @@ func (s *Source) close() {
 	}
 	s.objs.Close()
 }
+
+// SetThrottleEvents turns the throttle events (CpuStat.mid_period) on or
+// off; on by default.
+func (s *Source) SetThrottleEvents(on bool) { s.noThrottleEvents.Store(!on) }
 
 // Backend implements telemetry.Source.
 func (s *Source) Backend() pb.Backend { return pb.Backend_BACKEND_BPF }
@@ -245,7 +254,7 @@ func (s *Source) Maintain(h uint32) { s.oom.Maintain(h) }
 
 // Stats are the program's counters.
 type Stats struct {
-	Periods, Dropped uint64
+	Periods, Throttles, Dropped uint64
 	// RunNs and Runs are the programs' run time and run count while BPF
 	// statistics are enabled (ebpf.EnableStats), else zero.
 	RunNs, Runs uint64
@@ -257,8 +266,8 @@ func (s *Source) Stats() (Stats, error) {
 	if err := s.objs.Stats.Lookup(uint32(0), &st); err != nil {
 		return Stats{}, err
 	}
-	out := Stats{Periods: st.Periods, Dropped: st.Dropped}
-	for _, p := range []*ebpf.Program{s.objs.EscraTimerEntry, s.objs.EscraTimerExit} {
+	out := Stats{Periods: st.Periods, Throttles: st.Throttles, Dropped: st.Dropped}
+	for _, p := range []*ebpf.Program{s.objs.EscraTimerEntry, s.objs.EscraTimerExit, s.objs.EscraSwitch} {
 		ps, err := p.Stats()
 		if err != nil {
 			continue
@@ -280,12 +289,16 @@ const (
 	offThrottledNs = 40
 	offNrThrottled = 48
 	offThrottled   = 52
+	offKind        = 53
+
+	kindPeriod   = 0
+	kindThrottle = 1
 )
 
 // decode parses one ring buffer record; false when it is too short.
-func decode(b []byte) (r genl.Record, ok bool) {
+func decode(b []byte) (r genl.Record, kind uint8, ok bool) {
 	if len(b) < recSize {
-		return r, false
+		return r, 0, false
 	}
 	le := binary.LittleEndian
 	r = genl.Record{
@@ -298,7 +311,7 @@ func decode(b []byte) (r genl.Record, ok bool) {
 		NrThrottled: le.Uint32(b[offNrThrottled:]),
 		Throttled:   b[offThrottled] != 0,
 	}
-	return r, true
+	return r, b[offKind], true
 }
 
 // Run implements telemetry.Source: records go to the sink from this
@@ -360,15 +373,29 @@ func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
 // deliver hands one record to the sink; false when it was not for a
 // watched group (unwatched since the program saw it) or malformed.
 func (s *Source) deliver(b []byte, st *pb.CpuStat, sink telemetry.Sink) bool {
-	r, ok := decode(b)
-	if !ok {
+	r, kind, ok := decode(b)
+	if !ok || kind == kindThrottle && s.noThrottleEvents.Load() {
 		return false
 	}
 	s.mu.Lock()
 	w, ok := s.byID[r.CgroupID]
 	if ok {
-		w.seq.Fill(st, r)
-		st.Handle = w.h
+		switch kind {
+		case kindPeriod:
+			w.seq.Fill(st, r)
+			st.Handle = w.h
+		case kindThrottle:
+			// A throttle event for the period in progress, as the
+			// cgroupfs watcher sends it.
+			st.Reset()
+			st.Handle = w.h
+			st.PeriodSeq = w.seq.InProgress(r.TimestampNs, r.PeriodNs)
+			st.QuotaUs = int64(r.QuotaNs / 1000)
+			st.NrThrottled = uint64(r.NrThrottled)
+			st.MidPeriod = true
+		default:
+			ok = false
+		}
 	}
 	s.mu.Unlock()
 	// The sink runs unlocked: it may call back (Unwatch).

@@ -84,8 +84,9 @@ func openGroup(t *testing.T, rel string) *cgroups.Group {
 // one record per period with its quota, flagged throttled in every period
 // at whose end the kernel counted a throttle (nr_throttled, read at the
 // next boundary) and in most periods (the host is shared: a starved loop
-// may not use its quota); a light group with a large quota gets records
-// never flagged; an unwatched group gets none.
+// may not use its quota), and throttle events, each for a period whose
+// record is flagged; a light group with a large quota gets records never
+// flagged and no events; an unwatched group gets nothing.
 func TestHostKernelPeriodRecords(t *testing.T) {
 	busy := cgtest.New(t, "bpf-busy")
 	light := cgtest.New(t, "bpf-light")
@@ -118,12 +119,12 @@ func TestHostKernelPeriodRecords(t *testing.T) {
 	// 2 s is 20 periods; a loaded host may run the timer late, never
 	// the records away.
 	deadline := time.Now().Add(20 * time.Second)
-	count := func(h uint32) (recs, throttled int) {
+	count := func(h uint32) (recs, throttled, events int) {
 		for _, st := range sink.snapshot() {
 			switch {
 			case st.Handle != h:
 			case st.MidPeriod != 0:
-				t.Errorf("a throttle event: the bpf backend sends none")
+				events++
 			default:
 				recs++
 				if st.Throttled {
@@ -134,8 +135,8 @@ func TestHostKernelPeriodRecords(t *testing.T) {
 		return
 	}
 	for time.Now().Before(deadline) {
-		if r, _ := count(1); r >= 20 {
-			if r, _ := count(2); r >= 10 {
+		if r, _, _ := count(1); r >= 20 {
+			if r, _, _ := count(2); r >= 10 {
 				break
 			}
 		}
@@ -147,22 +148,28 @@ func TestHostKernelPeriodRecords(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	recs, thr := count(1)
+	recs, thr, evs := count(1)
 	if recs < 20 {
 		t.Fatalf("busy group: %d records in 20 s, want >= 20", recs)
 	}
 	if thr*2 < recs {
 		t.Errorf("busy group: %d of %d records flagged throttled, want most", thr, recs)
 	}
-	lr, lthr := count(2)
+	t.Logf("busy group: %d records, %d flagged, %d throttle events", recs, thr, evs)
+	if evs == 0 {
+		t.Error("busy group: no throttle events")
+	}
+	lr, lthr, levs := count(2)
 	if lr < 10 {
 		t.Errorf("light group: %d records, want >= 10", lr)
 	}
-	if lthr != 0 {
-		t.Errorf("light group (5 %% duty, 4-CPU quota): %d throttled records, want none", lthr)
+	if lthr != 0 || levs != 0 {
+		t.Errorf("light group (5 %% duty, 4-CPU quota): %d throttled records, %d events, want none", lthr, levs)
 	}
 	var last uint64
 	var prev *rec
+	var events []uint64
+	flagged := map[uint64]bool{}
 	missed := 0
 	all := sink.snapshot()
 	for i := range all {
@@ -173,6 +180,11 @@ func TestHostKernelPeriodRecords(t *testing.T) {
 		if st.Handle != 1 {
 			continue
 		}
+		if st.MidPeriod != 0 {
+			events = append(events, st.PeriodSeq)
+			continue
+		}
+		flagged[st.PeriodSeq] = st.Throttled
 		if st.QuotaUs != 2000 || st.PeriodUs != 100000 {
 			t.Fatalf("busy record %+v: want quota 2000 us, period 100000 us", st)
 		}
@@ -192,6 +204,12 @@ func TestHostKernelPeriodRecords(t *testing.T) {
 		// Throttled: nearly all of the quota used.
 		if st.Throttled && st.UnusedUs > 1000 {
 			t.Errorf("throttled period with %d us unused of 2000", st.UnusedUs)
+		}
+	}
+	// An event names the period in progress; its record says throttled.
+	for _, seq := range events {
+		if f, ok := flagged[seq]; ok && !f {
+			t.Errorf("throttle event for period %d, whose record is not flagged", seq)
 		}
 	}
 	// One tolerated: the kernel checks its throttled list just after the

@@ -12,13 +12,20 @@
  * whether the group was throttled in the period. tp_btf needs no fentry
  * trampoline, which some kernels refuse (this project's host does).
  *
+ * The first throttle of a period is also sent at once (a throttle
+ * record, escrad's CpuStat.mid_period): sched_switch away from a task
+ * whose cfs_rq is throttled is where a throttle first shows without an
+ * fexit on throttle_cfs_rq() (a throttled task is switched out at once
+ * on 6.1, on its way back to user space since 6.18).
+ *
  * "Throttled in the period" is not taken from nr_throttled, which the
  * timer bumps after this point and which would mark the next period too
  * (issue 13 item 3). It is a flag per group: set when cfs_rqs are still
  * throttled when the period timer's callback returns (the new period
- * starts throttled) or when the slack timer fires with cfs_rqs throttled
- * (released within the period); reported and cleared at the next period
- * boundary, or-ed with "throttled at the boundary".
+ * starts throttled), when the slack timer fires with cfs_rqs throttled
+ * (released within the period) or when a throttled task is switched out;
+ * reported and cleared at the next period boundary, or-ed with
+ * "throttled at the boundary".
  *
  * The group is the cpu controller's task_group, so the cgroup id comes
  * from whichever hierarchy the cpu controller is mounted on (v1 or v2):
@@ -46,6 +53,11 @@ char LICENSE[] SEC("license") = "GPL";
 volatile const u64 period_timer_fn;
 volatile const u64 slack_timer_fn;
 
+enum escra_rec_kind {
+	ESCRA_REC_PERIOD = 0,		/* a period ended */
+	ESCRA_REC_THROTTLE = 1,		/* first throttle within a period */
+};
+
 /* One ring buffer record; daemon/bpf decodes it by these offsets. */
 struct escra_rec {
 	u64 cgroup_id;
@@ -56,7 +68,8 @@ struct escra_rec {
 	u64 throttled_ns;	/* cumulative throttled_time */
 	u32 nr_throttled;	/* cumulative */
 	u8 throttled;		/* throttled in the period */
-	u8 pad[3];
+	u8 kind;		/* enum escra_rec_kind */
+	u8 pad[2];
 };
 
 /* Per watched group; the key is the cgroup id. */
@@ -66,7 +79,8 @@ struct escra_group {
 };
 
 struct escra_stats {
-	u64 periods;		/* records written */
+	u64 periods;		/* period records written */
+	u64 throttles;		/* throttle records written */
 	u64 dropped;		/* ring buffer full */
 };
 
@@ -132,6 +146,21 @@ timer_group(struct hrtimer *t, u64 *id, struct escra_group **g, bool *slack)
 	return *g ? cfs_b : NULL;
 }
 
+static __always_inline void fill(struct escra_rec *r, struct cfs_bandwidth *cfs_b,
+				 u64 id, u8 kind)
+{
+	r->cgroup_id = id;
+	r->ts_ns = bpf_ktime_get_ns();
+	r->quota_ns = BPF_CORE_READ(cfs_b, quota);
+	r->period_ns = BPF_CORE_READ(cfs_b, period);
+	r->unused_ns = BPF_CORE_READ(cfs_b, runtime);
+	r->throttled_ns = BPF_CORE_READ(cfs_b, throttled_time);
+	r->nr_throttled = BPF_CORE_READ(cfs_b, nr_throttled);
+	r->throttled = 0;
+	r->kind = kind;
+	r->pad[0] = r->pad[1] = 0;
+}
+
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(escra_timer_entry, struct hrtimer *timer, ktime_t *now)
 {
@@ -162,15 +191,8 @@ int BPF_PROG(escra_timer_entry, struct hrtimer *timer, ktime_t *now)
 		__sync_fetch_and_add(&st->dropped, 1);
 		return 0;
 	}
-	r->cgroup_id = id;
-	r->ts_ns = bpf_ktime_get_ns();
-	r->quota_ns = BPF_CORE_READ(cfs_b, quota);
-	r->period_ns = BPF_CORE_READ(cfs_b, period);
-	r->unused_ns = BPF_CORE_READ(cfs_b, runtime);
-	r->throttled_ns = BPF_CORE_READ(cfs_b, throttled_time);
-	r->nr_throttled = BPF_CORE_READ(cfs_b, nr_throttled);
+	fill(r, cfs_b, id, ESCRA_REC_PERIOD);
 	r->throttled = g->throttled || cfs_b_throttled(cfs_b);
-	r->pad[0] = r->pad[1] = r->pad[2] = 0;
 	g->throttled = 0;
 	bpf_ringbuf_submit(r, bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= WAKE_BYTES ?
 			   BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
@@ -190,5 +212,50 @@ int BPF_PROG(escra_timer_exit, struct hrtimer *timer)
 	cfs_b = timer_group(timer, &id, &g, &slack);
 	if (cfs_b && !slack && cfs_b_throttled(cfs_b))
 		g->throttled = 1;
+	return 0;
+}
+
+/*
+ * Runs at every context switch of the host, so the common case is two
+ * direct loads: prev's cfs_rq and its throttle_count (non-zero while it
+ * or an ancestor is throttled). Only then is the group's own throttled
+ * bit read and the map looked up.
+ */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(escra_switch, bool preempt, struct task_struct *prev)
+{
+	struct cfs_rq *cfs_rq = prev->se.cfs_rq;
+	struct cfs_bandwidth *cfs_b;
+	struct escra_stats *st;
+	struct task_group *tg;
+	struct escra_group *g;
+	struct escra_rec *r;
+	u32 zero = 0;
+	u64 id;
+
+	if (!cfs_rq || cfs_rq->throttle_count <= 0)
+		return 0;
+	if (!BPF_CORE_READ_BITFIELD_PROBED(cfs_rq, throttled))
+		return 0;
+	tg = BPF_CORE_READ(cfs_rq, tg);
+	id = BPF_CORE_READ(tg, css.cgroup, kn, id);
+	g = bpf_map_lookup_elem(&watched, &id);
+	if (!g || g->throttled)
+		return 0;
+	g->throttled = 1;
+	st = bpf_map_lookup_elem(&stats, &zero);
+	if (!st)
+		return 0;
+	r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+	if (!r) {
+		__sync_fetch_and_add(&st->dropped, 1);
+		return 0;
+	}
+	cfs_b = (void *)tg + bpf_core_field_offset(struct task_group, cfs_bandwidth);
+	fill(r, cfs_b, id, ESCRA_REC_THROTTLE);
+	r->throttled = 1;
+	/* Worth a wake-up: escrad may raise the quota within the period. */
+	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
+	__sync_fetch_and_add(&st->throttles, 1);
 	return 0;
 }

@@ -90,6 +90,20 @@ struct task_group {
 	struct cfs_bandwidth cfs_bandwidth;
 };
 
+struct cfs_rq {
+	struct task_group *tg;
+	int throttle_count;
+	int throttled;		/* a 1-bit field since 6.18: read with CO-RE */
+};
+
+struct sched_entity {
+	struct cfs_rq *cfs_rq;
+};
+
+struct task_struct {
+	struct sched_entity se;
+};
+
 #pragma clang attribute pop
 
 #endif /* __ESCRA_CFS_H */
