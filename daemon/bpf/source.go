@@ -256,8 +256,9 @@ func (s *Source) Maintain(h uint32) { s.oom.Maintain(h) }
 type Stats struct {
 	Periods, Throttles, Dropped uint64
 	// RunNs and Runs are the programs' run time and run count while BPF
-	// statistics are enabled (ebpf.EnableStats), else zero.
-	RunNs, Runs uint64
+	// statistics are enabled (ebpf.EnableStats), else zero; SwitchNs is
+	// the sched_switch program's share.
+	RunNs, Runs, SwitchNs uint64
 }
 
 // Stats reads the program's counters.
@@ -274,6 +275,9 @@ func (s *Source) Stats() (Stats, error) {
 		}
 		out.RunNs += uint64(ps.Runtime)
 		out.Runs += ps.RunCount
+		if p == s.objs.EscraSwitch {
+			out.SwitchNs = uint64(ps.Runtime)
+		}
 	}
 	return out, nil
 }

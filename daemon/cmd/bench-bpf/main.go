@@ -84,6 +84,7 @@ type counts struct {
 	records, errors int
 	hogRecs, hogErr int
 	litRecs, litErr int
+	events          int // throttle events (mid_period)
 	// vsKernel: a period that ended throttled by the kernel's own count
 	// (nr_throttled, as the next record shows it) without the flag. Only
 	// meaningful where records are CFS periods (bpf, kernel backends).
@@ -91,11 +92,12 @@ type counts struct {
 }
 
 func (s *countSink) CPU(st *pb.CpuStat) {
-	if st.MidPeriod {
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if st.MidPeriod {
+		s.n.events++
+		return
+	}
 	hog, ok := s.hog[st.Handle]
 	if !ok {
 		return
@@ -136,6 +138,8 @@ type result struct {
 	LightErrors   int
 	VsKernel      int
 	AloneRecords  int // records in the CPU run
+	EventsPerS    float64
+	SwitchUs      float64 // of BPFRunUs, the sched_switch program
 	RecordsDrops  uint64
 	WindowSeconds float64
 }
@@ -350,6 +354,7 @@ func measure(srcs []telemetry.Source, gs []*group, b *bpf.Source) ([]result, err
 		r := result{Records: c.records, PerS: float64(c.records) / el.Seconds(), UserSysUs: cpu1 - cpu0,
 			BPFRunUs: float64(st1.RunNs-st0.RunNs) / 1e3, FlagErrors: c.errors, HogRecords: c.hogRecs, HogErrors: c.hogErr,
 			LightRecords: c.litRecs, LightErrors: c.litErr, VsKernel: c.vsKernel, RecordsDrops: st1.Dropped - st0.Dropped,
+			EventsPerS: float64(c.events) / el.Seconds(), SwitchUs: float64(st1.SwitchNs-st0.SwitchNs) / 1e3,
 			WindowSeconds: el.Seconds()}
 		if c.records > 0 {
 			r.CPUUsPerRec = (r.UserSysUs + r.BPFRunUs) / float64(c.records)
@@ -368,12 +373,13 @@ func measure(srcs []telemetry.Source, gs []*group, b *bpf.Source) ([]result, err
 // setCPU takes the CPU figures from a run of the backend alone.
 func (r *result) setCPU(alone result) {
 	r.UserSysUs, r.BPFRunUs, r.CPUUsPerRec, r.RecordsDrops = alone.UserSysUs, alone.BPFRunUs, alone.CPUUsPerRec, r.RecordsDrops+alone.RecordsDrops
+	r.SwitchUs = alone.SwitchUs
 	r.AloneRecords = alone.Records
 }
 
 func report(name string, r result) {
-	say("%s: %.1f records/s, %.2f us CPU per record (user+sys %.0f us, BPF programs %.0f us), throttle flag errors %d (busy %d/%d, light %d/%d), ring buffer drops %d",
-		name, r.PerS, r.CPUUsPerRec, r.UserSysUs, r.BPFRunUs, r.FlagErrors, r.HogErrors, r.HogRecords, r.LightErrors, r.LightRecords, r.RecordsDrops)
+	say("%s: %.1f records/s, %.1f throttle events/s, %.2f us CPU per record (user+sys %.0f us, BPF programs %.0f us, sched_switch %.0f us), throttle flag errors %d (busy %d/%d, light %d/%d), ring buffer drops %d",
+		name, r.PerS, r.EventsPerS, r.CPUUsPerRec, r.UserSysUs, r.BPFRunUs, r.SwitchUs, r.FlagErrors, r.HogErrors, r.HogRecords, r.LightErrors, r.LightRecords, r.RecordsDrops)
 }
 
 func write(b, c, w result) error {
@@ -391,23 +397,24 @@ func write(b, c, w result) error {
 	_ = unix.Uname(&un)
 	round := func(x float64) float64 { return float64(int64(x*100+0.5)) / 100 }
 	for k, v := range map[string]any{
-		"bpf_records_delivered_per_s":             round(b.PerS),
-		"bpf_cpu_us_per_record":                   round(b.CPUUsPerRec),
-		"bpf_throttle_flag_errors":                b.FlagErrors,
-		"bpf_records":                             b.Records,
-		"bpf_program_us":                          round(b.BPFRunUs),
-		"bpf_ringbuf_drops":                       b.RecordsDrops,
-		"bpf_throttle_flag_missed_vs_kernel":      b.VsKernel,
-		"host_cgroupfs_records_delivered_per_s":   round(c.PerS),
-		"host_cgroupfs_cpu_us_per_record":         round(c.CPUUsPerRec),
-		"host_cgroupfs_throttle_flag_errors":      c.FlagErrors,
-		"host_cgroupfs_records":                   c.Records,
-		"host_cgroupfs_watcher_cpu_us_per_record": round(w.CPUUsPerRec),
-		"bpf_bench_groups":                        *groups,
-		"bpf_bench_busy_groups":                   *hogs,
-		"bpf_bench_period_ms":                     period.Milliseconds(),
-		"bpf_bench_window_s":                      round(b.WindowSeconds),
-		"bpf_bench_kernel":                        unix.ByteSliceToString(un.Release[:]),
+		"bpf_records_delivered_per_s":                 round(b.PerS),
+		"bpf_cpu_us_per_record":                       round(b.CPUUsPerRec),
+		"bpf_throttle_flag_errors":                    b.FlagErrors,
+		"bpf_records":                                 b.Records,
+		"bpf_program_us":                              round(b.BPFRunUs),
+		"bpf_ringbuf_drops":                           b.RecordsDrops,
+		"bpf_throttle_flag_missed_vs_kernel":          b.VsKernel,
+		"host_cgroupfs_records_delivered_per_s":       round(c.PerS),
+		"host_cgroupfs_cpu_us_per_record":             round(c.CPUUsPerRec),
+		"host_cgroupfs_throttle_flag_errors":          c.FlagErrors,
+		"host_cgroupfs_records":                       c.Records,
+		"host_cgroupfs_watcher_cpu_us_per_record":     round(w.CPUUsPerRec),
+		"host_cgroupfs_watcher_throttle_events_per_s": round(w.EventsPerS),
+		"bpf_bench_groups":                            *groups,
+		"bpf_bench_busy_groups":                       *hogs,
+		"bpf_bench_period_ms":                         period.Milliseconds(),
+		"bpf_bench_window_s":                          round(b.WindowSeconds),
+		"bpf_bench_kernel":                            unix.ByteSliceToString(un.Release[:]),
 	} {
 		sum[k] = v
 	}
@@ -426,17 +433,18 @@ bpf       %9.1f  %21.2f  %11.0f  %6.0f  %d (%d/%d, %d/%d)
 cgroupfs  %9.1f  %21.2f  %11.0f  %6s  %d (%d/%d, %d/%d)
 
 bpf: %d periods that ended throttled by the kernel's own count
-(nr_throttled in the next record) were not flagged.
+(nr_throttled in the next record) were not flagged; %.1f throttle events/s
+(sched_switch program %.0f us of the BPF time).
 cgroupfs ran its period sampler only (--throttle-poll 0); with escrad's
 default throttle watcher (10 ms poll, throttle events) it cost %.2f us per
-period record alone. BPF us: the programs' kernel run time
+period record alone, with %.1f throttle events/s. BPF us: the programs' kernel run time
 (BPF_STATS_RUN_TIME), which includes the filter on every hrtimer expiry of
 the host. Command: make bench-bpf (or the host part of make bench-kernel).
 `, unix.ByteSliceToString(un.Release[:]), time.Now().UTC().Format(time.RFC3339), *groups, *period, b.WindowSeconds,
 		*hogs, hogQuotaUs, *groups-*hogs, lightDuty, lightQuotaUs,
 		b.PerS, b.CPUUsPerRec, b.UserSysUs, b.BPFRunUs, b.FlagErrors, b.HogErrors, b.HogRecords, b.LightErrors, b.LightRecords,
 		c.PerS, c.CPUUsPerRec, c.UserSysUs, "-", c.FlagErrors, c.HogErrors, c.HogRecords, c.LightErrors, c.LightRecords,
-		b.VsKernel, w.CPUUsPerRec)
+		b.VsKernel, b.EventsPerS, b.SwitchUs, w.CPUUsPerRec, w.EventsPerS)
 	if err := os.WriteFile(filepath.Join(*out, "bpf-report.txt"), []byte(rep), 0o644); err != nil {
 		return err
 	}
