@@ -404,6 +404,8 @@ func write(b, c, w result) error {
 		"bpf_program_us":                              round(b.BPFRunUs),
 		"bpf_ringbuf_drops":                           b.RecordsDrops,
 		"bpf_throttle_flag_missed_vs_kernel":          b.VsKernel,
+		"bpf_throttle_events_per_s":                   round(b.EventsPerS),
+		"bpf_program_sched_switch_us":                 round(b.SwitchUs),
 		"host_cgroupfs_records_delivered_per_s":       round(c.PerS),
 		"host_cgroupfs_cpu_us_per_record":             round(c.CPUUsPerRec),
 		"host_cgroupfs_throttle_flag_errors":          c.FlagErrors,
