@@ -1,9 +1,9 @@
-// Package bpf is escrad's bpf backend: per-period CFS telemetry on stock
-// kernels with BTF, from a CO-RE program (cfs.bpf.c) attached to the CFS
-// bandwidth period timer, delivered through a ring buffer. It produces
-// the same record as the escra.ko backend (daemon/genl) and traps OOMs
-// the stock-kernel way (package oom), since a BPF program cannot make a
-// charge wait.
+// Package bpf is escrad's bpf backend: per-period CFS telemetry (seed 000
+// §IV-B) on stock kernels with BTF, from a CO-RE program (c/cfs.bpf.c) on
+// the CFS bandwidth timers' expiry, delivered through a ring buffer, and
+// throttle events from context switches. It produces the same record as
+// the escra.ko backend (daemon/genl) and traps OOMs the stock-kernel way
+// (package oom), since a BPF program cannot make a charge wait.
 package bpf
 
 import (
@@ -58,10 +58,10 @@ func privileged() bool {
 }
 
 // DrainEvery is how often the reader drains the ring buffer while groups
-// are watched: records reach the controller at most this late (the
-// kernel backend sends each at once). A tenth of the default period, like
-// the cgroupfs throttle watcher's poll; per record it costs a tenth of
-// waking for each (docs/kernel.md).
+// are watched: period records reach the controller at most this late
+// (escra.ko sends each at once; throttle events wake the reader at once).
+// A tenth of the default period, like the cgroupfs throttle watcher's
+// poll: one wake-up for many groups' records (docs/kernel.md).
 const DrainEvery = 10 * time.Millisecond
 
 // Source is the bpf backend (telemetry.Source and telemetry.LimitFollower).
