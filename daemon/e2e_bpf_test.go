@@ -112,20 +112,31 @@ func TestEscradBPFBackendDeliversTelemetryOnHostKernel(t *testing.T) {
 	// Busy under its quota, so every period has a record.
 	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("bpf-e2e"), Image: img, Cmd: []string{"-for", "60s"},
 		Labels: appLabel(t), Resources: container.Resources{CPUQuota: 30000, CPUPeriod: 100000}})
+	started := time.Now() // docker start returned
 	reg := p.WaitRegistered(id, 10*time.Second)
 	if reg == nil {
 		t.Fatal("labelled container not registered")
 	}
 	deadline = time.Now().Add(10 * time.Second)
-	for p.LastCPU(reg.Handle) == nil && time.Now().Before(deadline) {
+	// The first to arrive may be a throttle event (mid_period): the
+	// container is busy under its quota. Wait for a period record.
+	record := func() *pb.CpuStat {
+		if s := p.LastCPU(reg.Handle); s != nil && !s.MidPeriod {
+			return s
+		}
+		return nil
+	}
+	for record() == nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	s := p.LastCPU(reg.Handle)
+	s := record()
 	if s == nil {
-		t.Fatal("no telemetry for the labelled container from the bpf backend")
+		t.Fatalf("no period record for the labelled container from the bpf backend (last: %v)", p.LastCPU(reg.Handle))
 	}
-	if s.QuotaUs != 30000 || s.MidPeriod {
-		t.Errorf("record %v, want a period record with quota 30000 us", s)
+	// Delivery is asserted, not its speed (shared host); for the record:
+	t.Logf("first record %v after docker start returned", time.Since(started).Round(time.Millisecond))
+	if s.QuotaUs != 30000 || s.PeriodUs != 100000 {
+		t.Errorf("record %v, want quota 30000 us, period 100000 us", s)
 	}
 }
 
