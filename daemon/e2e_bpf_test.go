@@ -213,3 +213,28 @@ func TestBPFBackendOOMGrantedContainerFinishes(t *testing.T) {
 		t.Fatal("no OOM request reached the controller: the test proved nothing")
 	}
 }
+
+// As root on a kernel with BTF, escrad's default (auto) does not settle
+// for cgroupfs: kernel when escra.ko is loaded, else bpf.
+func TestEscradAutoPrefersBPFOverCgroupfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	if _, err := os.Stat(bpf.BTFPath); err != nil {
+		t.Skip("kernel without BTF: the bpf backend cannot run here")
+	}
+	dockertest.Client(t, "") // skips without an engine
+	bin := escradBinary(t)
+	p := startPeer(t)
+	startEscrad(t, bin, p.Addr(), appLabel(t)[containers.AppLabel])
+	deadline := time.Now().Add(20 * time.Second)
+	for p.Sessions() == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if p.Sessions() == 0 {
+		t.Fatal("escrad never connected")
+	}
+	if b := pb.Backend(p.Backend.Load()); b != pb.Backend_BACKEND_BPF && b != pb.Backend_BACKEND_KERNEL {
+		t.Fatalf("escrad --backend auto chose %v, want BACKEND_KERNEL or BACKEND_BPF", b)
+	}
+}
