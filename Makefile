@@ -74,8 +74,9 @@ bench-faults: ## issue 12's fault checks on the real binaries, a real etcd and a
 	@$(MAKE) --no-print-directory build
 	$(GO) run ./controller/bench/faults -out results/faults $(if $(filter 1,$(NO_IPTABLES)),-no-iptables)
 
-bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM
+bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM, then the bpf backend on this host
 	@scripts/kernel-bench.sh
+	@$(MAKE) --no-print-directory bench-bpf
 
 soak: ## 30-minute soak, 1,000 simulated containers, TLS, OOM + churn (SOAK_MINUTES)
 	@scripts/soak.sh
@@ -86,3 +87,10 @@ deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/
 
 clean: ## remove build outputs (not the kernel cache)
 	rm -rf $(BIN) results dist
+
+.PHONY: bpf bench-bpf
+bpf: ## regenerate daemon/bpf's BPF object and Go bindings (clang, llvm, libbpf-dev; builds use the committed ones)
+	$(GO) generate ./daemon/bpf
+
+bench-bpf: ## bpf vs cgroupfs telemetry on this host's kernel, 100 groups at 100 ms -> results/kernel (~1 min; root)
+	$(GO) run ./daemon/cmd/bench-bpf -out results/kernel

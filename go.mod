@@ -3,6 +3,7 @@ module github.com/escra-dev/escra
 go 1.26.4
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/spf13/cobra v1.10.2
 	google.golang.org/protobuf v1.36.12
 )

@@ -36,6 +36,7 @@ import (
 const (
 	BackendAuto     = "auto"
 	BackendKernel   = "kernel"
+	BackendBPF      = "bpf"
 	BackendCgroupfs = "cgroupfs"
 )
 
@@ -54,8 +55,11 @@ type Config struct {
 	// KernelSource builds the kernel backend (genl.NewSource); with Backend
 	// auto it is tried first. Nil: no kernel backend in this binary.
 	KernelSource KernelSourceFunc
-	Docker       *client.Client
-	Cgroups      []containers.CgroupSpec
+	// BPFSource builds the bpf backend (bpf.NewSource): stock kernels
+	// with BTF. With Backend auto it is tried after the kernel backend.
+	BPFSource KernelSourceFunc
+	Docker    *client.Client
+	Cgroups   []containers.CgroupSpec
 	// Apps, when not empty, limits management to these escra.app values
 	// (several escrads, or tests and benchmarks, sharing one engine).
 	Apps []string
@@ -195,24 +199,46 @@ func New(cfg Config) (*Agent, error) {
 		reg: prometheus.NewRegistry(), cgVer: cgroups.HostVersion(), started: make(chan struct{})}
 	a.m = newMetrics(a.reg, a)
 
+	// auto prefers kernel > bpf > cgroupfs (issue 13).
+	auto := false
 	switch cfg.Backend {
-	case BackendKernel, BackendAuto, "":
+	case BackendAuto, "":
+		auto = true
+	case BackendKernel, BackendBPF, BackendCgroupfs:
+	default:
+		return nil, fmt.Errorf("unknown backend %q (want auto, kernel, bpf or cgroupfs)", cfg.Backend)
+	}
+	if auto || cfg.Backend == BackendKernel {
 		if cfg.KernelSource != nil {
 			src, err := cfg.KernelSource(cfg.Period, cfg.Log)
 			if err == nil {
 				a.src = src
-				break
-			}
-			if cfg.Backend == BackendKernel {
+			} else if !auto {
 				return nil, fmt.Errorf("kernel backend: %w", err)
+			} else {
+				cfg.Log.Info("kernel backend unavailable", "err", err)
 			}
-			cfg.Log.Info("kernel backend unavailable; using cgroupfs", "err", err)
-		} else if cfg.Backend == BackendKernel {
+		} else if !auto {
 			return nil, errors.New("kernel backend: not built into this escrad (use --backend cgroupfs or auto)")
 		}
-	case BackendCgroupfs:
-	default:
-		return nil, fmt.Errorf("unknown backend %q (want auto, kernel or cgroupfs)", cfg.Backend)
+	}
+	if a.src == nil && (auto || cfg.Backend == BackendBPF) {
+		if cfg.BPFSource != nil {
+			src, err := cfg.BPFSource(cfg.Period, cfg.Log)
+			if err == nil {
+				a.src = src
+				// --throttle-poll 0 turns throttle events off here too.
+				if te, ok := src.(interface{ SetThrottleEvents(bool) }); ok {
+					te.SetThrottleEvents(cfg.ThrottlePoll > 0)
+				}
+			} else if !auto {
+				return nil, err // already says "bpf backend: ..."
+			} else {
+				cfg.Log.Info("bpf backend unavailable; using cgroupfs", "err", err)
+			}
+		} else if !auto {
+			return nil, errors.New("bpf backend: not built into this escrad (use --backend cgroupfs or auto)")
+		}
 	}
 	if a.src == nil {
 		cs, err := telemetry.NewCgroupfs(cfg.Period, cfg.Log)
@@ -265,10 +291,21 @@ func (a *Agent) Applier() *limits.Applier { return a.app }
 
 // Backend names the telemetry source in use.
 func (a *Agent) Backend() string {
-	if a.src.Backend() == pb.Backend_BACKEND_KERNEL {
+	switch a.src.Backend() {
+	case pb.Backend_BACKEND_KERNEL:
 		return BackendKernel
+	case pb.Backend_BACKEND_BPF:
+		return BackendBPF
 	}
 	return BackendCgroupfs
+}
+
+// stockOOM: OOMs are trapped from user space (package oom: v1 eventfd,
+// v2 memory.high brake), as the cgroupfs and bpf backends do; escra.ko
+// holds the charge in the kernel instead.
+func (a *Agent) stockOOM() bool {
+	b := a.src.Backend()
+	return b == pb.Backend_BACKEND_CGROUPFS || b == pb.Backend_BACKEND_BPF
 }
 
 // CgroupVersion is the host's cgroup version.
@@ -288,7 +325,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	})
 	goRun(func() { a.link.Run(ctx) })
-	if a.src.Backend() == pb.Backend_BACKEND_CGROUPFS {
+	if a.stockOOM() {
 		goRun(func() { a.oomWatchdog(ctx) })
 	}
 	if a.rec != nil {
@@ -752,7 +789,7 @@ func (a *Agent) OOM(ev oom.Event) {
 				a.m.oomOutcome.WithLabelValues("granted").Inc()
 			} else {
 				a.m.oomOutcome.WithLabelValues(why).Inc()
-				if m.g.Paths.Version == cgroups.V2 && a.src.Backend() == pb.Backend_BACKEND_CGROUPFS {
+				if m.g.Paths.Version == cgroups.V2 && a.stockOOM() {
 					a.log.Warn("memory not granted: memory.high brake released, the kernel acts at memory.max", "name", m.c.Name, "why", why)
 				} else {
 					a.log.Warn("OOM not rescued: kernel OOM killer re-enabled", "name", m.c.Name, "why", why)
@@ -831,7 +868,7 @@ func (a *Agent) recheck(m *managed) {
 		if v, ok := cgroups.KeyedValue(b, "oom_kill_disable"); !ok || v == 0 {
 			return // released: the kernel OOM killer handles it
 		}
-	case m.g.Paths.Version == cgroups.V2 && m.g.Has(cgroups.MemHigh) && a.src.Backend() == pb.Backend_BACKEND_CGROUPFS:
+	case m.g.Paths.Version == cgroups.V2 && m.g.Has(cgroups.MemHigh) && a.stockOOM():
 		high, err := m.g.ReadInt(cgroups.MemHigh)
 		if err != nil || high == cgroups.Max {
 			return // no brake (unlimited, or released after a denial)

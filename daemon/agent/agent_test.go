@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/internal/cgtest"
 	"github.com/escra-dev/escra/daemon/internal/peer"
+	"github.com/escra-dev/escra/daemon/telemetry"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -148,6 +150,59 @@ func TestBadConfigRefused(t *testing.T) {
 	} {
 		if _, err := New(c); err == nil {
 			t.Errorf("config %+v accepted", c)
+		}
+	}
+}
+
+// stubSource stands in for a backend in the choice below (the real ones
+// need escra.ko or BPF privileges).
+type stubSource struct {
+	telemetry.Source
+	b pb.Backend
+}
+
+func (s stubSource) Backend() pb.Backend { return s.b }
+
+// auto prefers kernel > bpf > cgroupfs; an explicit backend that cannot
+// start is an error, not a fallback.
+func TestBackendChoice(t *testing.T) {
+	up := func(b pb.Backend) KernelSourceFunc {
+		return func(time.Duration, *slog.Logger) (telemetry.Source, error) { return stubSource{b: b}, nil }
+	}
+	down := func(time.Duration, *slog.Logger) (telemetry.Source, error) {
+		return nil, errors.New("bpf backend: not permitted")
+	}
+	for _, c := range []struct {
+		backend     string
+		kernel, bpf KernelSourceFunc
+		want        string
+		fails       bool
+	}{
+		{BackendAuto, up(pb.Backend_BACKEND_KERNEL), up(pb.Backend_BACKEND_BPF), BackendKernel, false},
+		{BackendAuto, down, up(pb.Backend_BACKEND_BPF), BackendBPF, false},
+		{BackendAuto, nil, up(pb.Backend_BACKEND_BPF), BackendBPF, false},
+		{BackendAuto, down, down, BackendCgroupfs, false},
+		{"", nil, nil, BackendCgroupfs, false},
+		{BackendBPF, up(pb.Backend_BACKEND_KERNEL), up(pb.Backend_BACKEND_BPF), BackendBPF, false},
+		{BackendBPF, nil, down, "", true},
+		{BackendBPF, nil, nil, "", true},
+		{BackendKernel, down, up(pb.Backend_BACKEND_BPF), "", true},
+		{BackendCgroupfs, up(pb.Backend_BACKEND_KERNEL), up(pb.Backend_BACKEND_BPF), BackendCgroupfs, false},
+	} {
+		a, err := New(Config{Backend: c.backend, KernelSource: c.kernel, BPFSource: c.bpf,
+			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if c.fails {
+			if err == nil {
+				t.Errorf("%q (kernel %v, bpf %v): accepted", c.backend, c.kernel != nil, c.bpf != nil)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", c.backend, err)
+			continue
+		}
+		if a.Backend() != c.want {
+			t.Errorf("%q (kernel %v, bpf %v): chose %v, want %v", c.backend, c.kernel != nil, c.bpf != nil, a.Backend(), c.want)
 		}
 	}
 }

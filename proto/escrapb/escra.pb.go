@@ -40,6 +40,9 @@ const (
 	Backend_BACKEND_CGROUPFS Backend = 1
 	// Patched kernel with escra.ko: CFS period hook and try_charge hook.
 	Backend_BACKEND_KERNEL Backend = 2
+	// Stock kernel with BTF: a CO-RE BPF program on the CFS period timer
+	// (escrad --backend bpf); OOMs trapped as for cgroupfs.
+	Backend_BACKEND_BPF Backend = 3
 )
 
 // Enum value maps for Backend.
@@ -48,11 +51,13 @@ var (
 		0: "BACKEND_UNSPECIFIED",
 		1: "BACKEND_CGROUPFS",
 		2: "BACKEND_KERNEL",
+		3: "BACKEND_BPF",
 	}
 	Backend_value = map[string]int32{
 		"BACKEND_UNSPECIFIED": 0,
 		"BACKEND_CGROUPFS":    1,
 		"BACKEND_KERNEL":      2,
+		"BACKEND_BPF":         3,
 	}
 )
 
@@ -2545,11 +2550,12 @@ const file_escra_proto_rawDesc = "" +
 	"\tcpu_lease\x18\x1b \x01(\v2\x12.escra.v1.CpuLeaseH\x00R\bcpuLease\x12;\n" +
 	"\rcpu_lease_use\x18\x1c \x01(\v2\x15.escra.v1.CpuLeaseUseH\x00R\vcpuLeaseUse\x12D\n" +
 	"\x10cpu_lease_return\x18\x1d \x01(\v2\x18.escra.v1.CpuLeaseReturnH\x00R\x0ecpuLeaseReturnB\x06\n" +
-	"\x04body*L\n" +
+	"\x04body*]\n" +
 	"\aBackend\x12\x17\n" +
 	"\x13BACKEND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10BACKEND_CGROUPFS\x10\x01\x12\x12\n" +
-	"\x0eBACKEND_KERNEL\x10\x02*]\n" +
+	"\x0eBACKEND_KERNEL\x10\x02\x12\x0f\n" +
+	"\vBACKEND_BPF\x10\x03*]\n" +
 	"\rCgroupVersion\x12\x1e\n" +
 	"\x1aCGROUP_VERSION_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11CGROUP_VERSION_V1\x10\x01\x12\x15\n" +

@@ -16,10 +16,15 @@ func main() {
 	threads := flag.Int("threads", 1, "busy goroutines")
 	dur := flag.Duration("for", 0, "run this long (0: until signalled)")
 	idle := flag.Bool("idle", false, "sleep instead of burning CPU")
-	duty := flag.Float64("duty", 1, "busy share of every 100 ms per goroutine, (0,1] (a light but steady load)")
+	duty := flag.Float64("duty", 1, "busy share of every -slot per goroutine, (0,1] (a light but steady load)")
+	slotFlag := flag.Duration("slot", 100*time.Millisecond, "cycle of -duty (busy, then asleep until the next)")
 	flag.Parse()
 	if *duty <= 0 || *duty > 1 {
 		fmt.Fprintln(os.Stderr, "spin: -duty must be in (0,1]")
+		os.Exit(2)
+	}
+	if *slotFlag <= 0 {
+		fmt.Fprintln(os.Stderr, "spin: -slot must be > 0")
 		os.Exit(2)
 	}
 	if *threads < 1 {
@@ -31,7 +36,7 @@ func main() {
 		for i := 0; i < *threads; i++ {
 			go func() {
 				x := uint64(1)
-				const slot = 100 * time.Millisecond
+				slot := *slotFlag
 				busy := time.Duration(*duty * float64(slot))
 				for {
 					start := time.Now()

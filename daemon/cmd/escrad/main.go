@@ -24,6 +24,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/escra-dev/escra/daemon/agent"
+	"github.com/escra-dev/escra/daemon/bpf"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/genl"
 	"github.com/escra-dev/escra/daemon/oom"
@@ -81,9 +82,9 @@ func run(args []string, restoreOnly bool) error {
 		period      = fs.Duration("period", 100*time.Millisecond, "telemetry period (CFS period)")
 		oomDeadline = fs.Duration("oom-deadline", 200*time.Millisecond, "wait this long for an OOM verdict before letting the kernel OOM killer act")
 		restoreAft  = fs.Duration("restore-after", 10*time.Second, "put back the limits Docker knows for every managed container once no controller has been reachable this long (0: never)")
-		thrPoll     = fs.Duration("throttle-poll", 10*time.Millisecond, "cgroupfs: read nr_throttled of every group with a quota this often between periods and report a rise to the controller at once (0: off)")
+		thrPoll     = fs.Duration("throttle-poll", 10*time.Millisecond, "cgroupfs: read nr_throttled of every group with a quota this often between periods and report a rise to the controller at once (0: off, also the bpf backend's throttle events)")
 		thrNear     = fs.Float64("throttle-near", 0.95, "cgroupfs: also report a group that has used this share of its quota within the CFS period in progress, before it is throttled (0: off)")
-		backend     = fs.String("backend", "auto", "telemetry/OOM backend: auto, kernel or cgroupfs")
+		backend     = fs.String("backend", "auto", "telemetry/OOM backend: auto (kernel, else bpf, else cgroupfs), kernel (escra.ko), bpf (stock kernel with BTF) or cgroupfs")
 		hostID      = fs.String("host-id", "", "host id reported to the controller (default: hostname)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
 		metrics     = fs.String("metrics-listen", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9470)")
@@ -233,8 +234,9 @@ func run(args []string, restoreOnly bool) error {
 
 	cfg := agent.Config{
 		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline,
-		// --backend auto/kernel use escra.ko when its genetlink family exists.
-		Backend: *backend, KernelSource: genl.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
+		// --backend auto/kernel use escra.ko when its genetlink family exists;
+		// auto/bpf then the CO-RE program when the kernel has BTF.
+		Backend: *backend, KernelSource: genl.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
 		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
 		RestoreAfter: *restoreAft,
 	}

@@ -39,6 +39,8 @@ type Peer struct {
 	lastCPU sync.Map // handle -> *pb.CpuStat
 	// MidPeriod counts throttle events received.
 	MidPeriod atomic.Uint64
+	// Backend is the last session's HostHello.backend.
+	Backend atomic.Int32
 
 	leaseUses    []*pb.CpuLeaseUse
 	leaseReturns []*pb.CpuLeaseReturn
@@ -136,6 +138,7 @@ func (p *Peer) serve(c net.Conn) {
 	if r.Read(&env) != nil || env.GetHello() == nil {
 		return
 	}
+	p.Backend.Store(int32(env.GetHello().Backend))
 	p.mu.Lock()
 	p.sessions++
 	sid := uint32(p.sessions)
