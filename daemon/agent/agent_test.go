@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/internal/cgtest"
 	"github.com/escra-dev/escra/daemon/internal/peer"
+	"github.com/escra-dev/escra/daemon/telemetry"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -149,5 +151,53 @@ func TestBadConfigRefused(t *testing.T) {
 		if _, err := New(c); err == nil {
 			t.Errorf("config %+v accepted", c)
 		}
+	}
+}
+
+// staleSampler is a period loop that stopped a minute ago.
+type staleSampler struct{}
+
+func (staleSampler) LastTick() time.Time { return time.Now().Add(-time.Minute) }
+
+// Healthy (what escrad's systemd watchdog pets on) is nil while the loops
+// turn, and says which loop is stuck otherwise.
+func TestHealthy(t *testing.T) {
+	p, err := peer.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	a := run(t, Config{Controller: p.Addr(), Period: 20 * time.Millisecond})
+	<-a.Started()
+	deadline := time.Now().Add(10 * time.Second)
+	for a.sampler.LastTick().IsZero() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := a.Healthy(context.Background()); err != nil {
+		t.Fatalf("a running agent is unhealthy: %v", err)
+	}
+	if _, ok := a.src.(*telemetry.Cgroupfs); !ok || a.sampler == nil {
+		t.Fatal("the cgroupfs backend's period loop is not watched")
+	}
+	real := a.sampler
+	a.sampler = staleSampler{}
+	err = a.Healthy(context.Background())
+	a.sampler = real
+	if err == nil || !strings.Contains(err.Error(), "period sampler") {
+		t.Fatalf("a stale sampler: Healthy = %v", err)
+	}
+
+	// An agent whose event loop has ended does not answer the probe.
+	b, err := New(Config{Controller: p.Addr(), Backend: BackendCgroupfs, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = b.Run(ctx)
+	hctx, hcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer hcancel()
+	if err := b.Healthy(hctx); err == nil || !strings.Contains(err.Error(), "event loop") {
+		t.Fatalf("a stopped event loop: Healthy = %v", err)
 	}
 }
