@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # debroot.sh DIR: unpack a minimal Debian 12 root (debootstrap minbase, plus
-# systemd for systemd-analyze) into DIR. The root is built once and cached as
+# systemd for systemd-analyze) into DIR. debroot.sh --tarball: make sure
+# the cached root exists and print its path (the package test boots it
+# under systemd in a container). The root is built once and cached as
 # a tarball under /var/cache/escra/debootstrap/, so only the first run
 # downloads (through Debian's mirror, like apt).
 set -euo pipefail
 die() { echo "debroot: $*" >&2; exit 1; }
-[ $# = 1 ] || die "usage: debroot.sh DIR"
+[ $# = 1 ] || die "usage: debroot.sh DIR | --tarball"
 dir=$1
+[ "$dir" != --tarball ] || dir=
 cache=${ESCRA_DEBOOTSTRAP_CACHE:-/var/cache/escra/debootstrap}
 suite=bookworm
 mirror=${ESCRA_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 tarball=$cache/$suite-minbase-systemd.tar.gz
 command -v debootstrap >/dev/null || die "debootstrap is missing (scripts/setup.sh installs it)"
-mkdir -p "$cache" "$dir"
+mkdir -p "$cache"
 if [ ! -s "$tarball" ]; then
 	tmp=$(mktemp -d "$cache/build.XXXXXX")
 	trap 'rm -rf "$tmp"' EXIT
@@ -24,4 +27,9 @@ if [ ! -s "$tarball" ]; then
 	tar -C "$tmp/root" -czf "$tmp/root.tar.gz" .
 	mv "$tmp/root.tar.gz" "$tarball"
 fi
+if [ -z "$dir" ]; then
+	echo "$tarball"
+	exit 0
+fi
+mkdir -p "$dir"
 tar -C "$dir" -xzf "$tarball"
