@@ -19,6 +19,9 @@ make --no-print-directory build
 stage "go test (unit, property, integration with the real engine)"
 # -p 1: integration tests share the host's engine and cgroups.
 go test -count=1 -p 1 -timeout 20m ./... 2>&1 | tee /tmp/escra-gotest.log
+# packaging/ is its own module (nfpm): its package test builds the
+# daemons from the root and installs them into a Debian root.
+(cd packaging && go vet ./... && go test -count=1 -p 1 -timeout 10m ./...) 2>&1 | tee -a /tmp/escra-gotest.log
 
 stage "fuzz targets, briefly"
 FUZZTIME=${FUZZTIME:-20000x} scripts/fuzz.sh | tee /tmp/escra-fuzz-summary.log
