@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -287,6 +289,33 @@ func TestContainerMetricsInBaseUnits(t *testing.T) {
 	for _, name := range []string{"escra_build_info", "go_goroutines", "process_cpu_seconds_total"} {
 		if _, ok := value(name); !ok {
 			t.Errorf("%s missing", name)
+		}
+	}
+
+	// The dashboard and the operator guide name only series escrad has
+	// (the controller's escra_app_* and escra_decision_* aside).
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{"escrad_oom_outcomes_total": true} // a vector with no outcome yet
+	for _, mf := range mfs {
+		have[mf.GetName()] = true
+	}
+	for _, f := range []string{"../../packaging/grafana/escra-dashboard.json", "../../docs/operator.md"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range regexp.MustCompile(`\b(escra_container_[a-z_]+|escrad_[a-z_]+|escra_build_info)`).FindAllString(string(b), -1) {
+			n = strings.TrimSuffix(n, "_bucket")
+			if strings.HasSuffix(n, "_") || strings.HasSuffix(n, "_us") || n == "escra_container_memory_limit_bytes" || n == "escra_container_memory_usage_bytes" ||
+				strings.HasPrefix(n, "escra_container_oom_") || n == "escra_container_throttled_periods_total" {
+				continue // the controller's per-container series
+			}
+			if !have[n] {
+				t.Errorf("%s names %s, which escrad does not export", f, n)
+			}
 		}
 	}
 }

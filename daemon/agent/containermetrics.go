@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"runtime"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -61,18 +59,8 @@ func (c containerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// BuildInfo is escra_build_info{component, version, goversion} = 1, the
-// usual way to join a version onto other series in PromQL.
-func BuildInfo(component string) prometheus.Collector {
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name:        "escra_build_info",
-		Help:        "Always 1; the labels say which build runs.",
-		ConstLabels: prometheus.Labels{"component": component, "version": version.Version, "goversion": runtime.Version()},
-	}, func() float64 { return 1 })
-}
-
 // registerProcessMetrics adds what every Go exporter has: go_* (GC, goroutines,
 // memory) and process_* (CPU seconds, RSS, open fds), plus the build info.
 func registerProcessMetrics(r *prometheus.Registry, component string) {
-	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), BuildInfo(component))
+	r.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector(component))
 }
