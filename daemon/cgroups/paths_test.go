@@ -84,3 +84,49 @@ func TestStatsThroughLibrary(t *testing.T) {
 		t.Fatal("hand-made Paths read stats")
 	}
 }
+
+// The library write path (the benchmark's comparison) writes the same
+// limits the descriptors read back; off again, the descriptors write.
+func TestLibraryWritePath(t *testing.T) {
+	rel := cgtest.New(t, "libwrite")
+	p, err := cgroups.PathsForCgroup(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cgroups.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	if err := g.LibraryWrites(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetCPULimit(30000, 60000); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.WriteInt(cgroups.MemLimit, 48<<20); err != nil {
+		t.Fatal(err)
+	}
+	if q, per, err := g.CPULimit(); err != nil || q != 30000 || per != 60000 {
+		t.Fatalf("after a library write: %d/%d %v", q, per, err)
+	}
+	if m, err := g.ReadInt(cgroups.MemLimit); err != nil || m != 48<<20 {
+		t.Fatalf("memory after a library write: %d %v", m, err)
+	}
+	if err := g.SetCPULimit(500, 0); err == nil { // below the kernel's 1 ms minimum
+		t.Fatal("the library path accepted a bad quota")
+	}
+	if err := g.LibraryWrites(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetCPULimit(20000, 0); err != nil {
+		t.Fatal(err)
+	}
+	if q, per, _ := g.CPULimit(); q != 20000 || per != 60000 {
+		t.Fatalf("direct write after the library: %d/%d", q, per)
+	}
+	var hand cgroups.Group
+	if err := hand.LibraryWrites(true); err == nil {
+		t.Fatal("a group without a library path switched to it")
+	}
+}
