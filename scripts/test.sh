@@ -19,9 +19,6 @@ make --no-print-directory build
 stage "go test (unit, property, integration with the real engine)"
 # -p 1: integration tests share the host's engine and cgroups.
 go test -count=1 -p 1 -timeout 20m ./... 2>&1 | tee /tmp/escra-gotest.log
-# packaging/ is its own module (nfpm): its package test builds the
-# daemons from the root and installs them into a Debian root.
-(cd packaging && go vet ./... && go test -count=1 -p 1 -timeout 10m ./...) 2>&1 | tee -a /tmp/escra-gotest.log
 
 stage "fuzz targets, briefly"
 FUZZTIME=${FUZZTIME:-20000x} scripts/fuzz.sh | tee /tmp/escra-fuzz-summary.log
@@ -35,6 +32,12 @@ if [ -x vm-tests/run.sh ]; then
 	vm-tests/run.sh 2>&1 | tee /tmp/escra-vmtest.log
 	vm_passed=$(grep -c -- '^--- PASS' /tmp/escra-vmtest.log || true)
 fi
+
+stage "packages (packaging/ module): install, upgrade under systemd, purge, DKMS against the Escra kernel headers"
+# packaging/ is its own module (nfpm). The kernel packages come from the
+# tree the vm-tests stage built (make kernel-deb; cached by input hash).
+scripts/kernel-deb.sh
+(cd packaging && go vet ./... && ESCRA_KERNEL_DEBS=$PWD/../dist/kernel go test -count=1 -p 1 -timeout 15m ./...) 2>&1 | tee -a /tmp/escra-gotest.log
 
 # Every stage above stops the run on failure, so reaching here means all
 # passed: count Go test packages, fuzz targets and VM scenarios.

@@ -121,7 +121,8 @@ func TestPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	upgradeUnderSystemd(t, oldDebs[:2], debs[:2], oldVersion, version)
+	t.Run("upgrade", func(t *testing.T) { upgradeUnderSystemd(t, oldDebs[:2], debs[:2], oldVersion, version) })
+	t.Run("dkms", func(t *testing.T) { dkmsAgainstEscraHeaders(t, debs[2], version) })
 }
 
 // installInDebianRoot installs the packages into a debootstrapped Debian 12
