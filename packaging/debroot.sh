@@ -12,8 +12,10 @@ die() { echo "debroot: $*" >&2; exit 1; }
 include=systemd
 flavor=systemd
 if [ "${1:-}" = --dkms ]; then
-	include=systemd,dkms,gcc,make,libc6-dev,kmod
-	flavor=systemd-dkms
+	# libelf1: the headers' objtool needs it (linux-headers-*-escra
+	# depends on it).
+	include=systemd,dkms,gcc,make,libc6-dev,kmod,libelf1
+	flavor=dkms-$(echo "$include" | sha256sum | cut -c1-8)
 	shift
 fi
 [ $# = 1 ] || die "usage: debroot.sh [--dkms] DIR | [--dkms] --tarball"

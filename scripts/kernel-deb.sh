@@ -45,6 +45,16 @@ if [ ! -e "$work/.done" ]; then
 	touch "$work/.done"
 	log "done in $((SECONDS - start))s"
 fi
+# The headers' host tools (objtool, modpost) are linked against libelf;
+# bindeb-pkg does not say so, and DKMS then fails with "libelf.so.1:
+# cannot open shared object file" on a host without it.
+hdr=$(ls "$work"/linux-headers-*-escra_*.deb)
+if [ -z "$(dpkg-deb -f "$hdr" Depends)" ]; then
+	rm -rf "$work/hdr" && dpkg-deb -R "$hdr" "$work/hdr"
+	sed -i '/^Architecture:/a Depends: libelf1' "$work/hdr/DEBIAN/control"
+	dpkg-deb -b -Zxz "$work/hdr" "$hdr" >/dev/null
+	rm -rf "$work/hdr"
+fi
 mkdir -p dist/kernel
 cp "$work"/linux-image-*-escra_*.deb "$work"/linux-headers-*-escra_*.deb dist/kernel/
 ls dist/kernel/*.deb

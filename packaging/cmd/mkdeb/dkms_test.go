@@ -60,16 +60,19 @@ func dkmsAgainstEscraHeaders(t *testing.T, dkmsDeb, version string) {
 	if out, err := chroot("dpkg -i /tmp/k/escra-dkms_*.deb"); err != nil {
 		t.Fatalf("installing escra-dkms: %v\n%s", err, out)
 	}
+	makeLog := func() string {
+		log, _ := chroot("cat /var/lib/dkms/escra/" + version + "/build/make.log 2>/dev/null | tail -30 || true")
+		return log
+	}
 	out, err := chroot("dpkg -i /tmp/k/linux-headers-*.deb /tmp/k/linux-image-*.deb")
 	if err != nil {
-		t.Fatalf("installing the Escra kernel packages: %v\n%s", err, out)
+		t.Fatalf("installing the Escra kernel packages: %v\n%s\nmake.log:\n%s", err, out, makeLog())
 	}
 	status, _ := chroot("dkms status")
 	ko := filepath.Join(root, "lib/modules", kver, "updates/dkms/escra.ko")
 	b, err := os.ReadFile(ko)
 	if err != nil {
-		log, _ := chroot("cat /var/lib/dkms/escra/" + version + "/build/make.log 2>/dev/null || true")
-		t.Fatalf("escra.ko not built for %s by the kernel's postinst: %v\ndpkg:\n%s\ndkms status: %s\nmake.log:\n%s", kver, err, out, status, log)
+		t.Fatalf("escra.ko not built for %s by the kernel's postinst: %v\ndpkg:\n%s\ndkms status: %s\nmake.log:\n%s", kver, err, out, status, makeLog())
 	}
 	if !strings.Contains(status, "escra/"+version+", "+kver) || !strings.Contains(status, "installed") {
 		t.Errorf("dkms status: %q", status)
