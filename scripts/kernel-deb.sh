@@ -52,7 +52,7 @@ hdr=$(ls "$work"/linux-headers-*-escra_*.deb)
 if [ -z "$(dpkg-deb -f "$hdr" Depends)" ]; then
 	rm -rf "$work/hdr" && dpkg-deb -R "$hdr" "$work/hdr"
 	sed -i '/^Architecture:/a Depends: libelf1' "$work/hdr/DEBIAN/control"
-	dpkg-deb -b -Zxz "$work/hdr" "$hdr" >/dev/null
+	dpkg-deb -b -Zgzip "$work/hdr" "$hdr" >/dev/null
 	rm -rf "$work/hdr"
 fi
 mkdir -p dist/kernel
