@@ -37,8 +37,8 @@ stage "packages (packaging/ module): install, upgrade under systemd, purge, DKMS
 # packaging/ is its own module (nfpm). The kernel packages come from the
 # tree the vm-tests stage built (make kernel-deb; cached by input hash).
 # Cold, bindeb-pkg rebuilds that tree under LOCALVERSION=-escra: 19 min
-# measured at nice 19 with the load average between 20 and 80; about the
-# kernel's own build time (3.5 min) plus packaging on an idle machine.
+# measured at nice 19 with the load average between 20 and 80 (not yet
+# measured idle; the same tree builds cold in about 3.5 min there).
 scripts/kernel-deb.sh
 (cd packaging && go vet ./... && ESCRA_KERNEL_DEBS=$PWD/../dist/kernel go test -count=1 -p 1 -timeout 15m ./...) 2>&1 | tee -a /tmp/escra-gotest.log
 
