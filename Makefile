@@ -9,7 +9,7 @@ BIN      := bin
 BINARIES := $(BIN)/escrad $(BIN)/escra-controller $(BIN)/escractl
 
 .PHONY: help build test run proto lint kmod kernel vm-test bench deb fuzz setup clean \
-	bench-controller bench-daemon bench-kernel bench-faults soak
+	bench-controller bench-daemon bench-kernel bench-faults soak kernel-deb
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -46,6 +46,9 @@ kmod: ## build escra.ko against the patched kernel tree (W=1; STOCK=1: Debian st
 
 kernel: ## build the patched 6.1 kernel (cached by input hash; ESCRA_KERNEL_VERSION=6.12 for 6.12)
 	@scripts/kernel-build.sh
+
+kernel-deb: ## linux-image/linux-headers-*-escra .debs of the patched 6.1 (bindeb-pkg; the VM-test config, not a host kernel) into dist/kernel/
+	@scripts/kernel-deb.sh
 
 vm-test: ## the kernel-path scenarios in QEMU on 6.1 and 6.12: patched, stock, and patched-debug (lockdep, SLUB, THP, tmpfs)
 	@ok=0; line=""; \

@@ -11,4 +11,6 @@ for b in escrad escra-controller escractl; do
 done
 mkdir -p dist
 echo "deb: packaging version $version into dist/" >&2
-CGO_ENABLED=0 go run ./packaging/cmd/mkdeb --version "$version" --bin bin --root . --out dist
+# packaging/ is its own Go module (nfpm and its graph stay out of the
+# daemons' go.mod; README, "Go modules").
+(cd packaging && CGO_ENABLED=0 go run ./cmd/mkdeb --version "$version" --bin ../bin --root .. --out ../dist)

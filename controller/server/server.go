@@ -32,6 +32,7 @@ import (
 	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/names"
+	"github.com/escra-dev/escra/internal/version"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 )
@@ -201,7 +202,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.met = newMetrics(s)
 	// Heap, goroutines and descriptors on /metrics (make soak reads them).
-	s.met.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.met.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector("escra-controller"))
 	// Stored apps first; --apps entries then override and are stored.
 	// Under an election this waits for the win (takeOver).
 	if cfg.Elector == nil {

@@ -105,6 +105,9 @@ type Agent struct {
 	m       metrics
 	cgVer   cgroups.Version
 	started chan struct{}
+	ping    chan chan struct{} // Healthy's probe of the event loop
+	oomBeat atomic.Int64       // unix ns of oomWatchdog's last round
+	sampler ticker             // the cgroupfs period loop (nil: kernel backend)
 
 	mu    sync.Mutex
 	byID  map[string]*managed
@@ -172,6 +175,25 @@ func (a *Agent) noteRaise(m *managed, limit int64) {
 	}
 }
 
+// Validate checks what New checks without touching the host: the
+// configured cgroups, the app names and the backend name (escrad
+// --check-config).
+func Validate(cfg Config) error {
+	if err := (containers.Static{Specs: cfg.Cgroups}).Validate(); err != nil {
+		return err
+	}
+	for _, app := range cfg.Apps {
+		if err := containers.ValidateApp(app); err != nil {
+			return fmt.Errorf("apps: %w", err)
+		}
+	}
+	switch cfg.Backend {
+	case BackendKernel, BackendAuto, BackendCgroupfs, "":
+		return nil
+	}
+	return fmt.Errorf("unknown backend %q (want auto, kernel or cgroupfs)", cfg.Backend)
+}
+
 // New checks cfg and builds the agent (nothing runs until Run).
 func New(cfg Config) (*Agent, error) {
 	if cfg.Log == nil {
@@ -186,17 +208,12 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.HostID == "" {
 		cfg.HostID, _ = os.Hostname()
 	}
-	if err := (containers.Static{Specs: cfg.Cgroups}).Validate(); err != nil {
+	if err := Validate(cfg); err != nil {
 		return nil, err
-	}
-	for _, app := range cfg.Apps {
-		if err := containers.ValidateApp(app); err != nil {
-			return nil, fmt.Errorf("apps: %w", err)
-		}
 	}
 	a := &Agent{cfg: cfg, log: cfg.Log, app: limits.New(), byID: map[string]*managed{}, byH: map[uint32]*managed{},
 		credit: map[string]*leaseCredit{}, cores: int64(runtime.NumCPU()),
-		reg: prometheus.NewRegistry(), cgVer: cgroups.HostVersion(), started: make(chan struct{})}
+		reg: prometheus.NewRegistry(), cgVer: cgroups.HostVersion(), started: make(chan struct{}), ping: make(chan chan struct{})}
 	a.m = newMetrics(a.reg, a)
 
 	// auto prefers kernel > bpf > cgroupfs (issue 13).
@@ -255,6 +272,7 @@ func New(cfg Config) (*Agent, error) {
 			cs.ThrottleNear = cfg.ThrottleNear
 		}
 		a.src = cs
+		a.sampler = cs
 	}
 	if cfg.Docker != nil {
 		a.rec = &limits.Reconciler{A: a.app, Docker: cfg.Docker, Log: cfg.Log}
@@ -356,6 +374,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case ev := <-evs:
 			a.handle(ev)
+		case r := <-a.ping:
+			close(r)
 		}
 	}
 }
@@ -893,12 +913,14 @@ func (a *Agent) oomWatchdog(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	f, _ := a.src.(telemetry.LimitFollower)
+	a.oomBeat.Store(time.Now().UnixNano())
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		a.oomBeat.Store(time.Now().UnixNano())
 		for _, m := range a.list() {
 			if f != nil && m.armed.Load() && !m.pending.Load() {
 				f.Maintain(m.h)

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -203,6 +206,170 @@ func TestBackendChoice(t *testing.T) {
 		}
 		if a.Backend() != c.want {
 			t.Errorf("%q (kernel %v, bpf %v): chose %v, want %v", c.backend, c.kernel != nil, c.bpf != nil, a.Backend(), c.want)
+		}
+	}
+}
+
+// staleSampler is a period loop that stopped a minute ago.
+type staleSampler struct{}
+
+func (staleSampler) LastTick() time.Time { return time.Now().Add(-time.Minute) }
+
+// Healthy (what escrad's systemd watchdog pets on) is nil while the loops
+// turn, and says which loop is stuck otherwise.
+func TestHealthy(t *testing.T) {
+	p, err := peer.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	a := run(t, Config{Controller: p.Addr(), Period: 20 * time.Millisecond})
+	<-a.Started()
+	deadline := time.Now().Add(10 * time.Second)
+	for a.sampler.LastTick().IsZero() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := a.Healthy(context.Background()); err != nil {
+		t.Fatalf("a running agent is unhealthy: %v", err)
+	}
+	if _, ok := a.src.(*telemetry.Cgroupfs); !ok || a.sampler == nil {
+		t.Fatal("the cgroupfs backend's period loop is not watched")
+	}
+	real := a.sampler
+	a.sampler = staleSampler{}
+	err = a.Healthy(context.Background())
+	a.sampler = real
+	if err == nil || !strings.Contains(err.Error(), "period sampler") {
+		t.Fatalf("a stale sampler: Healthy = %v", err)
+	}
+
+	// An agent whose event loop has ended does not answer the probe.
+	b, err := New(Config{Controller: p.Addr(), Backend: BackendCgroupfs, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = b.Run(ctx)
+	hctx, hcancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer hcancel()
+	if err := b.Healthy(hctx); err == nil || !strings.Contains(err.Error(), "event loop") {
+		t.Fatalf("a stopped event loop: Healthy = %v", err)
+	}
+}
+
+// escrad's /metrics carries per-container counters in seconds and gauges
+// in bytes and cores that rate() works on, the build info and the Go and
+// process collectors.
+func TestContainerMetricsInBaseUnits(t *testing.T) {
+	rel := cgtest.New(t, "agent-metrics")
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_period_us", "10000")
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "2500")
+	cgtest.Write(t, "memory", rel, "memory.limit_in_bytes", strconv.Itoa(96<<20))
+	p, err := peer.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	a := run(t, Config{Controller: p.Addr(), Cgroups: []containers.CgroupSpec{{Name: "vm1", App: "vms", Path: rel}}})
+	if p.WaitRegistered("cgroup:"+rel, 5*time.Second) == nil {
+		t.Fatal("not registered")
+	}
+	spin, err := cgtest.Start(rel, cgtest.Workload(t, "spin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(spin.Kill)
+	// value of one series of the family, labelled for the configured group
+	value := func(name string) (float64, bool) {
+		mfs, err := a.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				lab := map[string]string{}
+				for _, l := range m.GetLabel() {
+					lab[l.GetName()] = l.GetValue()
+				}
+				if name == "escra_build_info" || name == "go_goroutines" || name == "process_cpu_seconds_total" {
+					return 1, true
+				}
+				if lab["app"] != "vms" || lab["name"] != "vm1" || lab["container"] != "cgroup:"+rel {
+					t.Fatalf("%s labels %v", name, lab)
+				}
+				switch {
+				case m.Counter != nil:
+					return m.GetCounter().GetValue(), true
+				case m.Gauge != nil:
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+		return 0, false
+	}
+	var used0 float64
+	deadline := time.Now().Add(15 * time.Second)
+	for ; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		thr, _ := value("escra_container_cpu_throttled_seconds_total")
+		used0, _ = value("escra_container_cpu_usage_seconds_total")
+		if thr > 0 && used0 > 0 {
+			break
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	used1, _ := value("escra_container_cpu_usage_seconds_total")
+	if used0 <= 0 || used1 <= used0 {
+		t.Fatalf("cpu usage counter %v then %v: want positive and rising", used0, used1)
+	}
+	// A quarter of a core at most (2.5 ms per 10 ms), with room for the
+	// 100 ms the counter may lag; a µs or ns unit would be off by 10^3+.
+	if rate := (used1 - used0) / 0.5; rate > 0.6 {
+		t.Errorf("cpu usage rate %.3f cores under a 0.25-core quota: not seconds", rate)
+	}
+	for name, want := range map[string]float64{"escra_container_cpu_limit_cores": 0.25, "escra_container_memory_max_bytes": 96 << 20} {
+		if v, ok := value(name); !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+	for _, name := range []string{"escra_container_cpu_throttled_seconds_total", "escra_container_cpu_throttled_periods_total", "escra_container_memory_charged_bytes"} {
+		if v, ok := value(name); !ok || v <= 0 {
+			t.Errorf("%s = %v (present %v), want > 0", name, v, ok)
+		}
+	}
+	for _, name := range []string{"escra_build_info", "go_goroutines", "process_cpu_seconds_total"} {
+		if _, ok := value(name); !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+
+	// The dashboard and the operator guide name only series escrad has
+	// (the controller's escra_app_* and escra_decision_* aside).
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{"escrad_oom_outcomes_total": true} // a vector with no outcome yet
+	for _, mf := range mfs {
+		have[mf.GetName()] = true
+	}
+	for _, f := range []string{"../../packaging/grafana/escra-dashboard.json", "../../docs/operator.md"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range regexp.MustCompile(`\b(escra_container_[a-z_]+|escrad_[a-z_]+|escra_build_info)`).FindAllString(string(b), -1) {
+			n = strings.TrimSuffix(n, "_bucket")
+			if strings.HasSuffix(n, "_") || strings.HasSuffix(n, "_us") || n == "escra_container_memory_limit_bytes" || n == "escra_container_memory_usage_bytes" ||
+				strings.HasPrefix(n, "escra_container_oom_") || n == "escra_container_throttled_periods_total" {
+				continue // the controller's per-container series
+			}
+			if !have[n] {
+				t.Errorf("%s names %s, which escrad does not export", f, n)
+			}
 		}
 	}
 }

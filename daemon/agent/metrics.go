@@ -33,6 +33,8 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		reclaimed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (seed 000 §IV-C)."}),
 		restored:     prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_limits_restored_total", Help: "Containers whose own limits were put back for want of a controller (--restore-after)."}),
 	}
+	registerProcessMetrics(r, "escrad")
+	r.MustRegister(containerCollector{a})
 	r.MustRegister(m.applyLatency, m.applyErrors, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_controller_term", Help: "Highest controller leadership term seen (0: no leader election)."}, func() float64 {
 			return float64(a.link.Term())

@@ -1,17 +1,18 @@
 package cgroups
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"strings"
-	"sync"
+	"sync/atomic"
 
 	cg "github.com/containerd/cgroups/v3"
+	cg1 "github.com/containerd/cgroups/v3/cgroup1"
+	cg2 "github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,6 +43,12 @@ type Paths struct {
 	Memory  string
 	CPUSet  string
 	Unified string
+
+	// How the library finds the group again (Stats, the library write
+	// path): v1 its Path, v2 the group relative to the mount.
+	v1     cg1.Path
+	static string
+	group  string
 }
 
 // Key is a stable name for the group (its memory or unified directory).
@@ -52,172 +59,106 @@ func (p Paths) Key() string {
 	return p.Memory
 }
 
-// mount is one cgroup mount: controllers it carries (v1) and its root.
-type mount struct {
-	point, root string
-	v2          bool
-	ctrls       []string
-}
+// Path lookup, the v1/v2 decision and statistics come from
+// containerd/cgroups/v3, the library the field uses (containerd, Docker's
+// own engine): it reads /proc/PID/cgroup, localizes the paths for nested
+// hierarchies and knows the controllers' mount points. Only the write hot
+// path below (SetLimits, OOM grants) keeps its own descriptors:
+// make bench-daemon measures the library's write path beside it
+// (apply_latency_p50_us_cgroups_lib; docs/daemon.md).
 
-var (
-	mountsOnce sync.Once
-	mounts     []mount
-	mountsErr  error
-)
+// v1Controllers are the v1 hierarchies escrad uses, by Paths field.
+var v1Controllers = []cg1.Name{cg1.Cpu, cg1.Cpuacct, cg1.Memory, cg1.Cpuset}
 
-// MountInfoPath is read once to find the cgroup mounts (a var for tests).
-var MountInfoPath = "/proc/self/mountinfo"
-
-func loadMounts() ([]mount, error) {
-	mountsOnce.Do(func() {
-		f, err := os.Open(MountInfoPath)
-		if err != nil {
-			mountsErr = err
-			return
-		}
-		defer f.Close()
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if m, ok := parseMountInfoLine(sc.Text()); ok {
-				mounts = append(mounts, m)
-			}
-		}
-		mountsErr = sc.Err()
-	})
-	return mounts, mountsErr
-}
-
-// parseMountInfoLine understands proc(5) mountinfo: fields 4 (root) and 5
-// (mount point), then after " - ": fstype, source, super options.
-func parseMountInfoLine(line string) (mount, bool) {
-	pre, post, ok := strings.Cut(line, " - ")
-	if !ok {
-		return mount{}, false
-	}
-	f := strings.Fields(pre)
-	p := strings.Fields(post)
-	if len(f) < 5 || len(p) < 3 {
-		return mount{}, false
-	}
-	m := mount{root: f[3], point: f[4]}
-	switch p[0] {
-	case "cgroup2":
-		m.v2 = true
-	case "cgroup":
-		for _, o := range strings.Split(p[2], ",") {
-			switch o {
-			case "cpu", "cpuacct", "memory", "cpuset":
-				m.ctrls = append(m.ctrls, o)
-			}
-		}
-		if len(m.ctrls) == 0 {
-			return mount{}, false
-		}
-	default:
-		return mount{}, false
-	}
-	return m, true
-}
-
-func (m mount) has(c string) bool {
-	for _, x := range m.ctrls {
-		if x == c {
-			return true
-		}
-	}
-	return false
-}
-
-// join maps a cgroup path (as in /proc/PID/cgroup) into the mount.
-func (m mount) join(cgPath string) (string, error) {
-	rel := cgPath
-	if m.root != "/" {
-		if !strings.HasPrefix(cgPath, m.root) {
-			return "", fmt.Errorf("cgroups: %s outside mount root %s", cgPath, m.root)
-		}
-		rel = strings.TrimPrefix(cgPath, m.root)
-	}
-	return filepath.Join(m.point, filepath.Clean("/"+rel)), nil
-}
+// pather is what the library's v1 controllers have: their directory for
+// a cgroup-relative path.
+type pather interface{ Path(string) string }
 
 // PathsForPID resolves the groups of a process (a container's init) from
 // /proc/PID/cgroup. This works for cgroupfs and systemd drivers alike and
 // for any --cgroup-parent, because it reads where the process really is.
 func PathsForPID(pid int) (Paths, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	if err != nil {
-		return Paths{}, err
+	if HostVersion() == V2 {
+		g, err := cg2.PidGroupPath(pid)
+		if err != nil {
+			return Paths{}, fmt.Errorf("cgroups: pid %d: %w", pid, err)
+		}
+		return v2Paths(g)
 	}
-	per := map[string]string{}
-	var unified string
-	for _, line := range strings.Split(string(b), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if parts[0] == "0" && parts[1] == "" {
-			unified = parts[2]
-			continue
-		}
-		for _, c := range strings.Split(parts[1], ",") {
-			per[c] = parts[2]
-		}
-	}
-	return resolve(HostVersion(), func(c string) (string, bool) {
-		if c == "" {
-			return unified, unified != ""
-		}
-		p, ok := per[c]
-		return p, ok
-	})
+	return v1Paths(cg1.PidPath(pid), "")
 }
 
 // PathsForCgroup resolves a cgroup given by its path relative to the
 // hierarchy root (e.g. "/escra/vm1"), in every controller it exists in.
 func PathsForCgroup(rel string) (Paths, error) {
 	rel = filepath.Clean("/" + rel)
-	return resolve(HostVersion(), func(string) (string, bool) { return rel, true })
+	if HostVersion() == V2 {
+		return v2Paths(rel)
+	}
+	return v1Paths(cg1.StaticPath(rel), rel)
 }
 
-func resolve(v Version, pathOf func(ctrl string) (string, bool)) (Paths, error) {
-	ms, err := loadMounts()
+// unifiedMount is where the library expects the v2 hierarchy.
+const unifiedMount = "/sys/fs/cgroup"
+
+func v2Paths(group string) (Paths, error) {
+	dir := filepath.Join(unifiedMount, group)
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+		return Paths{}, fmt.Errorf("cgroups: %s: %w", group, err)
+	}
+	return Paths{Version: V2, Unified: dir, group: group}, nil
+}
+
+func v1Paths(path cg1.Path, static string) (Paths, error) {
+	subs, err := v1Hierarchy()
 	if err != nil {
 		return Paths{}, err
 	}
-	p := Paths{Version: v}
-	for _, m := range ms {
-		if v == V2 {
-			if !m.v2 {
+	p := Paths{Version: V1, v1: path, static: static}
+	for _, s := range subs {
+		rel, err := path(s.Name())
+		if err != nil {
+			if errors.Is(err, cg1.ErrControllerNotActive) {
 				continue
 			}
-			if cp, ok := pathOf(""); ok {
-				if p.Unified, err = m.join(cp); err != nil {
-					return Paths{}, err
-				}
-			}
+			return Paths{}, fmt.Errorf("cgroups: %s: %w", s.Name(), err)
+		}
+		ps, ok := s.(pather)
+		if !ok {
 			continue
 		}
-		if m.v2 {
-			continue
-		}
-		for _, c := range []struct {
-			name string
-			dst  *string
-		}{{"cpu", &p.CPU}, {"cpuacct", &p.CPUAcct}, {"memory", &p.Memory}, {"cpuset", &p.CPUSet}} {
-			if !m.has(c.name) || *c.dst != "" {
-				continue
-			}
-			if cp, ok := pathOf(c.name); ok {
-				if *c.dst, err = m.join(cp); err != nil {
-					return Paths{}, err
-				}
-			}
+		dir := ps.Path(rel)
+		switch s.Name() {
+		case cg1.Cpu:
+			p.CPU = dir
+		case cg1.Cpuacct:
+			p.CPUAcct = dir
+		case cg1.Memory:
+			p.Memory = dir
+		case cg1.Cpuset:
+			p.CPUSet = dir
 		}
 	}
-	if v == V2 && p.Unified == "" || v == V1 && (p.CPU == "" || p.Memory == "") {
+	if p.CPU == "" || p.Memory == "" {
 		return Paths{}, errors.New("cgroups: cpu or memory hierarchy not found")
 	}
 	return p, nil
+}
+
+// v1Hierarchy is the library's default v1 hierarchy narrowed to the
+// controllers escrad uses (a Stat then reads nothing else).
+func v1Hierarchy() ([]cg1.Subsystem, error) {
+	all, err := cg1.Default()
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: v1 hierarchy: %w", err)
+	}
+	var out []cg1.Subsystem
+	for _, s := range all {
+		if slices.Contains(v1Controllers, s.Name()) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // File names a control file independent of the hierarchy version.
@@ -288,6 +229,7 @@ func (g *Group) name(f File) (dir, file string) {
 type Group struct {
 	Paths Paths
 	fds   [nFiles]int
+	lib   atomic.Pointer[libWriter] // limit writes through the library (benchmark)
 }
 
 // ErrNoFile reports a control file this group does not have.
@@ -381,6 +323,9 @@ func (g *Group) Write(f File, b []byte) error {
 
 // WriteInt writes n; Max is written as "max" on v2 and -1 on v1.
 func (g *Group) WriteInt(f File, n int64) error {
+	if w := g.lib.Load(); w != nil && (f == MemLimit || f == MemswLimit) {
+		return w.setMem(f, n)
+	}
 	var buf [24]byte
 	b := buf[:0]
 	if n == Max && g.Paths.Version == V2 {
@@ -412,6 +357,9 @@ func (g *Group) CPULimit() (quotaUs int64, periodUs uint64, err error) {
 // written first when shrinking it would make quota/period invalid is not a
 // concern: the kernel validates each file on its own.
 func (g *Group) SetCPULimit(quotaUs int64, periodUs uint32) error {
+	if w := g.lib.Load(); w != nil {
+		return w.setCPU(quotaUs, periodUs, func() (uint64, error) { _, p, err := g.CPULimit(); return p, err })
+	}
 	if g.Paths.Version == V2 {
 		var buf [48]byte
 		b := buf[:0]

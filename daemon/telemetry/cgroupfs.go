@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -56,6 +57,17 @@ type Cgroupfs struct {
 	mu     sync.Mutex
 	groups map[uint32]*sampled
 	dirty  bool // groups changed: regroup by parent
+
+	lastTick atomic.Int64 // unix ns of the last period sample (escrad's watchdog)
+}
+
+// LastTick is when the sample loop last ran a period (zero before the
+// first): escrad's systemd watchdog stops petting when it falls behind.
+func (c *Cgroupfs) LastTick() time.Time {
+	if ns := c.lastTick.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 type sampled struct {
@@ -244,6 +256,7 @@ func (c *Cgroupfs) sampleLoop(ctx context.Context, sink Sink) error {
 		case <-t.C:
 		}
 		now := time.Now()
+		c.lastTick.Store(now.UnixNano())
 		t.Reset(untilNext(now, period))
 		refresh()
 		if poll == nil {

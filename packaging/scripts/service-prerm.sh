@@ -1,8 +1,10 @@
 #!/bin/sh
-# prerm for escrad and escra-controller: stop and disable on removal.
+# prerm for escrad and escra-controller: stop on removal only. An upgrade
+# keeps the old process running until postinst restarts it with the new
+# binary, so containers are without their agent for one restart, not for
+# the whole unpack.
 set -e
 if [ "$1" = remove ] && [ -d /run/systemd/system ]; then
-	systemctl stop @UNIT@ >/dev/null 2>&1 || true
-	systemctl disable @UNIT@ >/dev/null 2>&1 || true
+	deb-systemd-invoke stop @UNIT@ >/dev/null || true
 fi
 exit 0

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -198,6 +199,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Advertise, "advertise", "", "--store etcd: session address daemons are sent to while this controller leads (default: the --listen address)")
 	fs.StringVar(&cfg.AdminAdvertise, "admin-advertise", "", "--store etcd: admin address followers redirect to while this controller leads (default: the --admin-listen address)")
 	insecure := fs.Bool("insecure", false, "plain TCP and unauthenticated telemetry: anyone who reaches the ports can move limits")
+	checkCfg := fs.Bool("check-config", false, "check flags, --apps, --host-apps, TLS files, addresses and --store, print one line and exit: 0 when the controller would start (systemd runs it as ExecStartPre)")
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "escra-controller: "+format+"\n", a...)
 		return 2
@@ -282,6 +284,13 @@ func run(args []string, stderr io.Writer) int {
 	}
 	switch *storeKind {
 	case "bolt":
+		if *checkCfg {
+			// Not opened: a running controller holds the file's lock.
+			if st, err := os.Stat(stateDir); err == nil && !st.IsDir() {
+				return fail("--state-dir %s: not a directory", stateDir)
+			}
+			break
+		}
 		st, err := store.OpenBolt(stateDir)
 		if err != nil {
 			return fail("--store bolt: %v", err)
@@ -300,12 +309,22 @@ func run(args []string, stderr io.Writer) int {
 		if err != nil {
 			return fail("--store: %v", err)
 		}
+		if *checkCfg {
+			break // parsed; reaching etcd is the start's business
+		}
 		st, err := store.OpenEtcd(eps, store.DefaultEtcdPrefix)
 		if err != nil {
 			return fail("--store: %v", err)
 		}
 		defer st.Close()
 		cfg.Store, cfg.Elector = st, st
+	}
+	if *checkCfg {
+		if err := checkAddrs(cfg); err != nil {
+			return fail("%v", err)
+		}
+		fmt.Println("escra-controller: configuration ok (store " + storeName(*storeKind, stateDir) + ")")
+		return 0
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if *insecure {
@@ -323,6 +342,25 @@ func run(args []string, stderr io.Writer) int {
 	<-ctx.Done()
 	srv.Close()
 	return 0
+}
+
+// checkAddrs checks the listen and advertise addresses (--check-config):
+// host:port each, a port number or name, empty where that means off.
+func checkAddrs(cfg server.Config) error {
+	for _, a := range []struct{ flag, v string }{
+		{"listen", cfg.TCPAddr}, {"telemetry-listen", cfg.UDPAddr}, {"telemetry-advertise", cfg.TelemetryAdvertise},
+		{"admin-listen", cfg.AdminAddr}, {"metrics-listen", cfg.MetricsAddr}, {"advertise", cfg.Advertise}, {"admin-advertise", cfg.AdminAdvertise},
+	} {
+		if a.v == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a.v); err != nil {
+			return fmt.Errorf("--%s %q: %v", a.flag, a.v, err)
+		} else if _, err := net.LookupPort("tcp", port); err != nil {
+			return fmt.Errorf("--%s %q: %v", a.flag, a.v, err)
+		}
+	}
+	return nil
 }
 
 func storeName(kind, dir string) string {

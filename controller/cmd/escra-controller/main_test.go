@@ -98,3 +98,30 @@ func TestParseAppsSpecFormat(t *testing.T) {
 		t.Fatalf("want both problems: %v", err)
 	}
 }
+
+// --check-config passes a good configuration without opening the store
+// (a running controller holds its lock) and fails a bad one with one line.
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	var e bytes.Buffer
+	if rc := run([]string{"--check-config", "--insecure", "--state-dir", dir}, &e); rc != 0 {
+		t.Fatalf("good config: rc %d, %q", rc, e.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "controller.db")); err == nil {
+		t.Error("--check-config created the store")
+	}
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, nil, 0o600)
+	for _, args := range [][]string{
+		{"--check-config", "--insecure", "--state-dir", file},
+		{"--check-config", "--insecure", "--state-dir", dir, "--listen", "nope"},
+		{"--check-config", "--insecure", "--state-dir", dir, "--admin-listen", "127.0.0.1:http-nope"},
+		{"--check-config", "--state-dir", dir, "--tls-ca", filepath.Join(dir, "none.pem")},
+		{"--check-config", "--insecure", "--state-dir", dir, "--store", "etcd://nohost"},
+	} {
+		e.Reset()
+		if rc := run(args, &e); rc != 2 || strings.Count(e.String(), "\n") != 1 {
+			t.Errorf("%v: rc %d, stderr %q", args, rc, e.String())
+		}
+	}
+}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -19,6 +21,40 @@ func TestBadFlagsRefused(t *testing.T) {
 		err := run(c.args, false)
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: %v, want one line naming %s", c.args, err, c.want)
+		}
+	}
+}
+
+// --check-config accepts the shipped config in plain mode without taking
+// the engine lock, and refuses each kind of mistake in one line.
+func TestCheckConfig(t *testing.T) {
+	dir := t.TempDir()
+	lockDir := filepath.Join(dir, "locks")
+	base := []string{"--check-config", "--lock-dir", lockDir, "--host-id", "h1"}
+	if err := run(append(base, "--config", "../../../packaging/etc/escrad.yaml", "--insecure"), false); err != nil {
+		t.Fatalf("shipped config refused: %v", err)
+	}
+	if _, err := os.Stat(lockDir); err == nil {
+		t.Error("--check-config took the engine lock")
+	}
+	write := func(body string) string {
+		f := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, c := range []struct{ body, want string }{
+		{"insecure: true\nbogus: 1\n", "field bogus not found"},
+		{"insecure: true\nbackend: nope\n", `unknown backend "nope"`},
+		{"insecure: true\nmetrics_listen: nohost\n", "--metrics-listen"},
+		{"insecure: true\nperiod: 20s\n", "--period"},
+		{"insecure: true\napps: [\"Bad App\"]\n", "apps"},
+		{"tls_ca: " + filepath.Join(dir, "none.pem") + "\n", "TLS"},
+	} {
+		err := run(append(base, "--config", write(c.body)), false)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: %v, want one line naming %s", c.body, err, c.want)
 		}
 	}
 }

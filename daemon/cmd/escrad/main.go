@@ -92,6 +92,7 @@ func run(args []string, restoreOnly bool) error {
 		parentCheck = fs.Bool("idle-parent-check", true, "cgroupfs: skip a period's per-container reads when the containers' common parent cgroup did not run")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile to this file until exit (diagnostics)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
+		checkCfg    = fs.Bool("check-config", false, "check the config file and flags (TLS files, addresses, cgroups, apps), print one line and exit: 0 when escrad would start (systemd runs it as ExecStartPre)")
 		tlsCA       = fs.String("tls-ca", auth.CAPath(auth.DefaultDir), "CA certificate the controller's certificate must chain to")
 		tlsCert     = fs.String("tls-cert", "", "this host's certificate (default /etc/escra/HOST.pem, HOST = --host-id)")
 		tlsKey      = fs.String("tls-key", "", "this host's private key (default /etc/escra/HOST-key.pem)")
@@ -125,7 +126,8 @@ func run(args []string, restoreOnly bool) error {
 		dec := yaml.NewDecoder(strings.NewReader(string(b)))
 		dec.KnownFields(true)
 		if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-			return fmt.Errorf("config %s: %w", *configPath, err)
+			// yaml.v3 puts each problem on its own line: keep one line.
+			return fmt.Errorf("config %s: %s", *configPath, strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\n", ";")), " "))
 		}
 	}
 	str := func(flagVal *string, name, fileVal string) {
@@ -195,6 +197,21 @@ func run(args []string, restoreOnly bool) error {
 	}
 	if *oomState == "" {
 		*oomState = defaultOOMState(*hostID)
+	}
+	if *checkCfg {
+		if err := checkConfig(checkInput{
+			Insecure: *insecure, TLSCA: *tlsCA, TLSCert: *tlsCert, TLSKey: *tlsKey, TLSServer: *tlsServer, HostID: *hostID,
+			Metrics: *metrics, NoDocker: *noDocker, DockerHost: *dockerHost,
+			Agent: agent.Config{Backend: *backend, Cgroups: fc.Cgroups, Apps: appList(set["apps"], *apps, fc.Apps)},
+		}); err != nil {
+			return err
+		}
+		name := *configPath
+		if name == "" {
+			name = "(flags only)"
+		}
+		fmt.Printf("escrad: configuration %s ok\n", name)
+		return nil
 	}
 	// One escrad per engine: a second one must not even restore (it would
 	// lift the first one's OOM traps), so this comes first.
@@ -312,6 +329,7 @@ func run(args []string, restoreOnly bool) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	go notifySystemd(ctx, a, log)
 	return a.Run(ctx)
 }
 

@@ -114,6 +114,15 @@ func TestPackages(t *testing.T) {
 	}
 
 	installInDebianRoot(t, debs, version)
+
+	// The previous release, to upgrade from under a running systemd.
+	const oldVersion = "0.9.0"
+	oldDebs, err := build(options{Version: oldVersion, Bin: buildBinaries(t, oldVersion), Root: "../../..", Out: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("upgrade", func(t *testing.T) { upgradeUnderSystemd(t, oldDebs[:2], debs[:2], oldVersion, version) })
+	t.Run("dkms", func(t *testing.T) { dkmsAgainstEscraHeaders(t, debs[2], version) })
 }
 
 // installInDebianRoot installs the packages into a debootstrapped Debian 12
@@ -164,6 +173,13 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 	} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
 			t.Errorf("after install: %v", err)
+		}
+	}
+	// Enabled although no systemd runs in the chroot (an image build):
+	// deb-systemd-helper wrote the links.
+	for _, u := range []string{"escrad.service", "escra-controller.service"} {
+		if _, err := os.Lstat(filepath.Join(root, "etc/systemd/system/multi-user.target.wants", u)); err != nil {
+			t.Errorf("%s not enabled by an install in a chroot: %v", u, err)
 		}
 	}
 	if b, _ := os.ReadFile(filepath.Join(root, "usr/src/escra-"+version+"/dkms.conf")); !strings.Contains(string(b), `PACKAGE_VERSION="`+version+`"`) {
