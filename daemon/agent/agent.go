@@ -188,10 +188,10 @@ func Validate(cfg Config) error {
 		}
 	}
 	switch cfg.Backend {
-	case BackendKernel, BackendAuto, BackendCgroupfs, "":
+	case BackendKernel, BackendBPF, BackendAuto, BackendCgroupfs, "":
 		return nil
 	}
-	return fmt.Errorf("unknown backend %q (want auto, kernel or cgroupfs)", cfg.Backend)
+	return fmt.Errorf("unknown backend %q (want auto, kernel, bpf or cgroupfs)", cfg.Backend)
 }
 
 // New checks cfg and builds the agent (nothing runs until Run).
