@@ -377,10 +377,11 @@ func (h *Host) allocate(id string, class Class, r int64, prev *Alloc) (*Alloc, e
 	// cannot be empty. With CountShared the capacity check already
 	// ensures it; escrad books C2 at 0 and needs the guard.
 	p3 = preferOwn(p3, prev)
-	if h.nC2 > 0 && len(p2) == 0 && len(p3) > 0 {
-		p3 = p3[:len(p3)-1]
+	avail := len(p3)
+	if h.nC2 > 0 && len(p2) == 0 && avail > 0 {
+		avail-- // may still become P2 below: it stays shared
 	}
-	n1 := min(int(whole), len(p3)) // line 9
+	n1 := min(int(whole), avail) // line 9
 	a.P1 = NewCPUSet(p3[:n1]...)
 	p3 = p3[n1:]
 	switch {
