@@ -49,7 +49,7 @@ func dockerExec(t *testing.T, cli *client.Client, id string, cmd ...string) stri
 // seen is what a container sees and what its cgroup holds.
 type seen struct {
 	cgroupCPUs, online, nproc string
-	quota                      int64
+	quota                     int64
 }
 
 func look(t *testing.T, cli *client.Client, id string) seen {

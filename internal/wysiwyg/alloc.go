@@ -126,9 +126,9 @@ type Host struct {
 	// which only makes them compete on P2 ∪ P3.
 	CountShared bool
 
-	owner []string       // P1 owner per core, "" if not P1
-	used  []int64        // C1 millicores booked per P2 core
-	nfrac []int          // C1 fractions per core (> 0: the core is in P2)
+	owner []string // P1 owner per core, "" if not P1
+	used  []int64  // C1 millicores booked per P2 core
+	nfrac []int    // C1 fractions per core (> 0: the core is in P2)
 	ctrs  map[string]*Alloc
 	total int64 // booked millicores (C2 only with CountShared)
 	nC2   int
