@@ -16,6 +16,7 @@ package wysiwyg
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -251,13 +252,14 @@ func (h *Host) unbook(id string, a *Alloc) {
 // Simulate reports what Add would do without changing the host (§IV-D:
 // the orchestrator asks each candidate host to simulate Algorithm 1).
 func (h *Host) Simulate(class Class, r int64) (Alloc, error) {
-	g := h.Clone()
-	const probe = "\x00simulated"
-	if _, err := g.Add(probe, class, r); err != nil {
+	if r <= 0 {
+		return Alloc{}, fmt.Errorf("allocation of %d millicores: must be positive", r)
+	}
+	a, err := h.allocate("", class, r, nil) // allocate only reads the host
+	if err != nil {
 		return Alloc{}, err
 	}
-	a, _ := g.Get(probe)
-	return a, nil
+	return *a, nil
 }
 
 // Add allocates r millicores to a new container id of class (Algorithm 1,
@@ -376,6 +378,10 @@ func (h *Host) allocate(id string, class Class, r int64, prev *Alloc) (*Alloc, e
 	// The shared pool never empties while C2 containers run: cpuset.cpus
 	// cannot be empty. With CountShared the capacity check already
 	// ensures it; escrad books C2 at 0 and needs the guard.
+	// Algorithm 1 does not say which P3 cores: the highest-numbered
+	// first, so core 0 (where interrupts and host daemons tend to run,
+	// and where our benchmarks pin their clients) stays shared longest.
+	slices.Reverse(p3)
 	p3 = preferOwn(p3, prev)
 	avail := len(p3)
 	if h.nC2 > 0 && len(p2) == 0 && avail > 0 {
