@@ -9,7 +9,7 @@ BIN      := bin
 BINARIES := $(BIN)/escrad $(BIN)/escra-controller $(BIN)/escractl
 
 .PHONY: help build test run proto lint kmod kernel vm-test bench deb fuzz setup clean \
-	bench-controller bench-daemon bench-kernel bench-faults soak
+	bench-controller bench-daemon bench-kernel bench-faults soak bench-wysiwyg
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -81,3 +81,7 @@ deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/
 
 clean: ## remove build outputs (not the kernel cache)
 	rm -rf $(BIN) results dist
+
+bench-wysiwyg: ## issue 14 (seed 001): nproc/nginx/sysbench under quota vs WYSIWYG, an Escra run across whole cores, the §V simulation (~6 min; root)
+	@scripts/setup.sh
+	$(GO) run ./daemon/cmd/bench-wysiwyg -out results/wysiwyg

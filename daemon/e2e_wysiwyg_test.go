@@ -98,7 +98,7 @@ func TestE2EWysiwygCpusetFollowsQuota(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 
 	run := func(name string, cpu string, quota int64) string {
-		view, err := agent.PrepareView(views, name)
+		view, err := agent.PrepareView(views, name, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -300,11 +300,14 @@ func (a *Agent) CPUPlacement() (map[uint32]wysiwyg.Class, map[int]uint32) {
 	return cl, p1
 }
 
-// PrepareView creates <dir>/<name>/online holding the host's online CPUs,
-// for a container about to be started with it bind-mounted on
-// /sys/devices/system/cpu/online; escrad rewrites it as the container's
-// cpuset moves. It returns the file's path.
-func PrepareView(dir, name string) (string, error) {
+// PrepareView creates <dir>/<name>/online for a container about to be
+// started with it bind-mounted on /sys/devices/system/cpu/online; escrad
+// rewrites it as the container's cpuset moves. Until escrad has placed
+// the container (within a second of its start) the file lists cores
+// CPUs (a C1 container's ⌈quota⌉; 0: every online CPU), numbered from the
+// top as the allocator picks them, so a program that sizes itself at
+// start sees the right count. It returns the file's path.
+func PrepareView(dir, name string, cores int) (string, error) {
 	if dir == "" {
 		dir = DefaultViewDir
 	}
@@ -315,12 +318,16 @@ func PrepareView(dir, name string) (string, error) {
 	if err := os.MkdirAll(d, 0o755); err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile("/sys/devices/system/cpu/online")
-	if err != nil {
-		return "", err
+	n := hostCPUs()
+	if cores <= 0 || cores > n {
+		cores = n
+	}
+	var set wysiwyg.CPUSet
+	for c := n - cores; c < n; c++ {
+		set = append(set, c)
 	}
 	p := filepath.Join(d, "online")
-	return p, os.WriteFile(p, b, 0o644)
+	return p, os.WriteFile(p, []byte(set.String()+"\n"), 0o644)
 }
 
 // hostCPUs is the number of CPUs the host has online (the allocator's

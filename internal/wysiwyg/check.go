@@ -190,3 +190,38 @@ func (h *Host) Validate() error {
 	}
 	return nil
 }
+
+// CheckExclusive is the P1 invariant read from the files alone: each C1
+// container has at least ⌊quota⌋ cores in no other cpuset. It holds for
+// principle-hard hosts whose C1 containers all got their whole cores from
+// P3 (Algorithm 1 lines 9-10); line 15's case (whole cores spread on P2
+// when P3 ran out) breaks it by design, so use it where that cannot occur.
+func (v View) CheckExclusive() []string {
+	in := map[int]int{}
+	for _, s := range v.CPUs {
+		for _, c := range s {
+			in[c]++
+		}
+	}
+	var bad []string
+	ids := make([]string, 0, len(v.CPUs))
+	for id := range v.CPUs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if v.Class[id] != C1 || v.Milli[id] <= 0 {
+			continue
+		}
+		var excl int64
+		for _, c := range v.CPUs[id] {
+			if in[c] == 1 {
+				excl++
+			}
+		}
+		if w := v.Milli[id] / Milli; excl < w {
+			bad = append(bad, fmt.Sprintf("%s: %d exclusive cores for a quota of %dm", id, excl, v.Milli[id]))
+		}
+	}
+	return bad
+}
