@@ -34,6 +34,10 @@ commands:
   top [APP] [--once]   live table of limits, usage and slack, every second
   events [APP]         limit changes and OOM verdicts as they happen
   validate -f FILE     check a spec without contacting the controller
+  profile -f FILE [--workload CMD] [--cpus 1,..] [--reps 3] [--score time|output]
+                       run the spec's first container on the local engine under
+                       CFS quota and under a cpuset of the same size and say
+                       whether it needs escra.cpu=wysiwyg (seed 001 §IV-C)
   certs --hosts h1,h2 [--dir /etc/escra] [--controller-names n,ip] [--days 825]
                        create the CA (or reuse DIR/ca.pem) and mutual-TLS
                        certificates: controller.pem, HOST.pem, and the
@@ -153,6 +157,8 @@ func dispatch(e *env, args []string) error {
 		return cmdEvents(e, rest)
 	case "certs":
 		return cmdCerts(e, rest)
+	case "profile":
+		return cmdProfile(e, rest)
 	case "help":
 		return flag.ErrHelp
 	case "version":
