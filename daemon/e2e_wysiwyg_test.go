@@ -92,6 +92,7 @@ func TestE2EWysiwygCpusetFollowsQuota(t *testing.T) {
 		t.Skip("needs 2 CPUs")
 	}
 	img := dockertest.BusyboxImage(t, cli)
+	removeApp(cli, appLabel(t)[containers.AppLabel]) // left by a killed run
 	p := startPeer(t)
 	views := t.TempDir()
 	a := startAgent(t, "", p.Addr(), func(c *agent.Config) { c.ViewDir = views; c.CPUPlacement = agent.CPUPlacementHard })
@@ -158,6 +159,24 @@ func TestE2EWysiwygCpusetFollowsQuota(t *testing.T) {
 
 	// 0.5 core: a fraction on one core, shared with the C2 pool.
 	check("0.5 core", 1, 2)
+	// The deployer's question (§IV-D, offloaded to the host): how would a
+	// new C1 container fare here? 1.5 cores: one P1 core and 500m on the
+	// P2 core; 2 cores: refused, the host has 1.5 left for C1 containers.
+	for _, q := range []struct {
+		milli      uint32
+		p1, shared uint32
+		refused    bool
+	}{{1500, 1, 500, false}, {2000, 0, 0, true}} {
+		qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ans, err := p.SimulateCPU(qctx, &pb.CpuPlacementQuery{Millicores: q.milli, Wysiwyg: true})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ans.Enabled || (ans.Refused != "") != q.refused || !q.refused && (ans.P1Cores != q.p1 || ans.SharedMillicores != q.shared) {
+			t.Errorf("simulated %dm: %+v", q.milli, ans)
+		}
+	}
 	// 1 core: an exclusive P1 core; the shared container loses it.
 	set(100000)
 	s1, s2 := check("1 core", 1, 1)
@@ -231,4 +250,11 @@ func hostCPUsForTest() int {
 		return 0
 	}
 	return len(s)
+}
+
+// removeApp removes every container of app (this test's own label).
+func removeApp(cli *client.Client, app string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = containers.Remove(ctx, cli, app, nil)
 }

@@ -12,6 +12,17 @@ import (
 // holds them.
 const WysiwygExt = "wysiwyg"
 
+// WysiwygAnswerExt is the Node.Ext key of a host's own answer (a
+// WysiwygAnswer) when the simulation ran on the host (its escrad, over
+// CpuPlacementQuery) instead of on a local *wysiwyg.Host.
+const WysiwygAnswerExt = "wysiwyg/answer"
+
+// WysiwygAnswer is a host's simulated allocation of the request.
+type WysiwygAnswer struct {
+	Alloc wysiwyg.Alloc // R, P1 and P2 as the host would book them
+	Err   error         // wraps wysiwyg.ErrNotWYSIWYG for a principle-hard refusal
+}
+
 // CPULabel is the request label that makes a container C1 ("wysiwyg").
 const CPULabel = "escra.cpu"
 
@@ -26,6 +37,9 @@ const wysiwygSimKey = "wysiwyg/sim/"
 // simulate runs Algorithm 1 for r on n once per cycle (§IV-D: each
 // candidate host simulates the allocation).
 func simulate(c *Cycle, r *Request, n *Node) (wysiwyg.Alloc, bool, error) {
+	if a, ok := n.Ext[WysiwygAnswerExt].(WysiwygAnswer); ok {
+		return a.Alloc, true, a.Err
+	}
 	h, ok := n.Ext[WysiwygExt].(*wysiwyg.Host)
 	if !ok {
 		return wysiwyg.Alloc{}, false, nil

@@ -52,3 +52,24 @@ func TestWysiwygPlacement(t *testing.T) {
 		}
 	}
 }
+
+// Answers from the hosts themselves (CpuPlacementQuery) rank like local
+// simulations: less on shared cores wins; a principle-hard refusal drops
+// the host.
+func TestWysiwygAnswers(t *testing.T) {
+	mk := func(name string, a WysiwygAnswer) *Node {
+		return &Node{Name: name, CPUCap: 4, CPUFree: 4, MemCap: 1, MemFree: 1, Ext: map[string]any{WysiwygAnswerExt: a}}
+	}
+	nodes := []*Node{
+		mk("shared", WysiwygAnswer{Alloc: wysiwyg.Alloc{R: 1500, P2: map[int]int64{0: 1000, 1: 500}}}),
+		mk("refuses", WysiwygAnswer{Err: wysiwyg.ErrNotWYSIWYG}),
+		mk("p1", WysiwygAnswer{Alloc: wysiwyg.Alloc{R: 1500, P1: wysiwyg.CPUSet{3}, P2: map[int]int64{2: 500}}}),
+	}
+	res, err := WysiwygDeployer().Schedule(&Request{Name: "x", CPU: 1.5, Labels: map[string]string{CPULabel: "wysiwyg"}}, nodes)
+	if err != nil || res.Node.Name != "p1" {
+		t.Fatalf("%v %v", res.Node, err)
+	}
+	if _, ok := res.Rejected["refuses"]; !ok {
+		t.Fatalf("rejected: %v", res.Rejected)
+	}
+}

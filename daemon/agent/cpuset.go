@@ -341,3 +341,25 @@ func hostCPUs() int {
 	}
 	return runtime.NumCPU()
 }
+
+// SimulateCPU implements link.CPUPlacer: Algorithm 1 for a container of
+// q.Millicores on this host, nothing booked (§IV-D).
+func (a *Agent) SimulateCPU(q *pb.CpuPlacementQuery) *pb.CpuPlacementAnswer {
+	if a.cpu == nil {
+		return &pb.CpuPlacementAnswer{Refused: "CPU placement is off on this host (escrad --cpu-placement off)"}
+	}
+	class := wysiwyg.C2
+	if q.GetWysiwyg() {
+		class = wysiwyg.C1
+	}
+	a.cpu.mu.Lock()
+	al, err := a.cpu.host.Simulate(class, int64(q.GetMillicores()))
+	a.cpu.mu.Unlock()
+	ans := &pb.CpuPlacementAnswer{Enabled: true}
+	if err != nil {
+		ans.Refused, ans.NotWysiwyg = err.Error(), errors.Is(err, wysiwyg.ErrNotWYSIWYG)
+		return ans
+	}
+	ans.P1Cores, ans.SharedMillicores, ans.CoresSeen = uint32(len(al.P1)), uint32(al.SharedMilli()), uint32(len(al.CPUs()))
+	return ans
+}
