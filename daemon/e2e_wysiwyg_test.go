@@ -207,13 +207,13 @@ func TestE2EWysiwygCpusetFollowsQuota(t *testing.T) {
 	check("0.5 core after the hold", 1, 2)
 
 	// Docker's view follows within the reconcile window.
-	waitFor(t, 5*time.Second, "docker inspect shows the C1 cpuset", func() bool {
+	waitFor(t, 15*time.Second, "docker inspect shows the C1 cpuset", func() bool {
 		j, err := cli.ContainerInspect(context.Background(), c1)
 		return err == nil && j.HostConfig.CpusetCpus == look(t, cli, c1).cgroupCPUs
 	})
 	// The C1 container goes away: the shared pool gets every core back.
 	dockertest.Remove(cli, c1)
-	waitFor(t, 5*time.Second, "shared cpuset grows back", func() bool {
+	waitFor(t, 15*time.Second, "shared cpuset grows back", func() bool {
 		return countCPUs(t, look(t, cli, shared).cgroupCPUs) == hostCPUsForTest()
 	})
 	if n := len(a.CPUSetChanges()); n == 0 {
