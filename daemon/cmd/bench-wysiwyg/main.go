@@ -95,6 +95,12 @@ func run() error {
 			if err := e.escraRun(ctx, sum, &rep); err != nil {
 				return err
 			}
+			if err := pinClients(); err != nil {
+				return err
+			}
+			if err := e.escraNginx(ctx, sum, &rep); err != nil {
+				return err
+			}
 		}
 	}
 	if want["sim"] {

@@ -238,7 +238,16 @@ var sysbenchImg = images.Spec{
 // start runs a container; wysiwyg labels it for escrad (C1) and mounts
 // its online view.
 func (e *env) start(ctx context.Context, name, img string, wysiwygC1 bool, quota int64, env []string, cmd []string) (string, error) {
+	return e.startManaged(ctx, name, img, wysiwygC1, false, quota, env, cmd)
+}
+
+// startManaged is start; managed also puts a shared container under
+// escrad (escra.app without escra.cpu).
+func (e *env) startManaged(ctx context.Context, name, img string, wysiwygC1, managed bool, quota int64, env []string, cmd []string) (string, error) {
 	cfg := &container.Config{Image: img, Env: env, Cmd: cmd, Labels: map[string]string{}}
+	if managed {
+		cfg.Labels[containers.AppLabel] = benchApp
+	}
 	hc := &container.HostConfig{NetworkMode: "host"}
 	hc.Resources.CPUQuota, hc.Resources.CPUPeriod = quota, 100000
 	if wysiwygC1 {
@@ -378,6 +387,7 @@ func pinClients() error {
 type caseResult struct {
 	nproc, online, workers, threads int
 	cpuinfo                         int
+	cores, throttled                float64 // nginx: cores used, % of periods throttled
 	onlineText                      string
 	rps, p99ms, eps, sp99ms         float64
 }
@@ -389,7 +399,7 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 		return fmt.Errorf("pin the load generator on CPU 0: %w", err)
 	}
 	fmt.Fprintf(rep, "## Real programs at a 1-core allocation\n\nquota = stock Docker `--cpus 1`; wysiwyg = escra.cpu=wysiwyg with `--cpus 1`, placed by escrad (hard mode) on an exclusive core, its /sys/devices/system/cpu/online view bind-mounted. wrk (1 thread, 8 connections, gzip) pinned on CPU 0, %v per run; %d repetitions, alternating which case goes first; the summary holds medians.\n\n", *dur, *reps)
-	fmt.Fprintf(rep, "| case | rep | nproc | online | /proc/cpuinfo CPUs | nginx workers | nginx req/s | nginx p99 ms | sysbench threads | sysbench events/s | sysbench p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(rep, "| case | rep | nproc | online | /proc/cpuinfo CPUs | nginx workers | nginx req/s | nginx p99 ms | nginx cores used | nginx throttled %% | sysbench threads | sysbench events/s | sysbench p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	all := map[string][]caseResult{}
 	for r := 0; r < *reps; r++ {
 		order := []string{"quota", "wysiwyg"}
@@ -402,7 +412,7 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 				return err
 			}
 			all[mode] = append(all[mode], c)
-			fmt.Fprintf(rep, "| %s | %d | %d | %s | %d | %d | %.0f | %.1f | %d | %.0f | %.2f |\n", mode, r+1, c.nproc, c.onlineText, c.cpuinfo, c.workers, c.rps, c.p99ms, c.threads, c.eps, c.sp99ms)
+			fmt.Fprintf(rep, "| %s | %d | %d | %s | %d | %d | %.0f | %.1f | %.2f | %.0f | %d | %.0f | %.2f |\n", mode, r+1, c.nproc, c.onlineText, c.cpuinfo, c.workers, c.rps, c.p99ms, c.cores, c.throttled, c.threads, c.eps, c.sp99ms)
 		}
 	}
 	for mode, cs := range all {
@@ -423,6 +433,8 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 		sum["nginx_workers_"+mode] = med(func(c caseResult) float64 { return float64(c.workers) })
 		sum["nginx_throughput_"+mode] = round2(med(func(c caseResult) float64 { return c.rps }))
 		sum["nginx_p99_ms_"+mode] = round2(med(func(c caseResult) float64 { return c.p99ms }))
+		sum["nginx_cores_used_"+mode] = round2(med(func(c caseResult) float64 { return c.cores }))
+		sum["nginx_throttled_pct_"+mode] = round2(med(func(c caseResult) float64 { return c.throttled }))
 		sum["sysbench_threads_"+mode] = med(func(c caseResult) float64 { return float64(c.threads) })
 		sum["sysbench_throughput_"+mode] = round2(med(func(c caseResult) float64 { return c.eps }))
 		sum["sysbench_p99_ms_"+mode] = round2(med(func(c caseResult) float64 { return c.sp99ms }))
@@ -471,7 +483,11 @@ func (e *env) oneCase(ctx context.Context, mode string, r int) (caseResult, erro
 		return c, err
 	}
 	say("nginx %s (rep %d): nproc %d, online %q, %d workers; wrk for %v", mode, r+1, c.nproc, c.onlineText, c.workers, *dur)
-	res, err := load.RunWrk(ctx, load.WrkRun{URL: url, Threads: 1, Conns: 8, Duration: *dur, Header: []string{"Accept-Encoding: gzip"}, Timeout: 5 * time.Second})
+	var res load.Result
+	c.cores, c.throttled, err = e.cpuUse(ctx, id, func() (err error) {
+		res, err = load.RunWrk(ctx, load.WrkRun{URL: url, Threads: 1, Conns: 8, Duration: *dur, Header: []string{"Accept-Encoding: gzip"}, Timeout: 5 * time.Second})
+		return err
+	})
 	if err != nil {
 		return c, fmt.Errorf("wrk against nginx %s: %w", mode, err)
 	}
@@ -659,4 +675,110 @@ func (e *env) escraRun(ctx context.Context, sum summary, rep *strings.Builder) e
 	dockertest.Remove(e.cli, id)
 	dockertest.Remove(e.cli, sharedID)
 	return nil
+}
+
+// escraNginx is nginx under Escra: escrad manages it (C1 with
+// escra.cpu=wysiwyg, or C2), and a scripted controller moves its quota
+// every 100 ms along 1 ± 0.5 cores (a 4 s sine) while wrk runs. nginx
+// sizes its workers once, at start (1 core: 1 worker under WYSIWYG).
+func (e *env) escraNginx(ctx context.Context, sum summary, rep *strings.Builder) error {
+	fmt.Fprintf(rep, "## nginx under Escra (quota moved every 100 ms along 1 ± 0.5 cores)\n\n| case | nginx workers | req/s | p99 ms | cores used | throttled %% | quota updates | errors |\n|---|---|---|---|---|---|---|---|\n")
+	for _, mode := range []string{"quota", "wysiwyg"} {
+		c1 := mode == "wysiwyg"
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		name := fmt.Sprintf("wys-bench-escra-nginx-%s-%d", mode, os.Getpid())
+		id, err := e.startManaged(ctx, name, e.nginx, c1, true, 100000, []string{"PORT=" + strconv.Itoa(port)}, nil)
+		if err != nil {
+			return fmt.Errorf("nginx under Escra (%s): %w", mode, err)
+		}
+		reg := e.peer.WaitRegistered(id, 10*time.Second)
+		if reg == nil {
+			dockertest.Remove(e.cli, id)
+			return fmt.Errorf("escrad did not register nginx (%s)", mode)
+		}
+		url := fmt.Sprintf("http://127.0.0.1:%d/64k.txt", port)
+		if err := waitHTTP(ctx, url); err != nil {
+			dockertest.Remove(e.cli, id)
+			return err
+		}
+		w, _ := e.workers(ctx, id)
+		done := make(chan struct{})
+		var updates, errs int
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-tick.C:
+				}
+				q := int64((1 + 0.5*math.Sin(2*math.Pi*time.Since(t0).Seconds()/4)) * 100000)
+				ack, err := e.peer.SetLimits(ctx, &pb.LimitUpdate{Handle: reg.Handle, Limits: &pb.Limits{CpuQuotaUs: q}})
+				updates++
+				if err != nil || len(ack.Applied) != 1 || ack.Applied[0].Error != "" {
+					errs++
+				}
+			}
+		}()
+		say("nginx under Escra (%s): %d workers; wrk for %v", mode, w, *dur)
+		var res load.Result
+		cores, thr, err := e.cpuUse(ctx, id, func() (err error) {
+			res, err = load.RunWrk(ctx, load.WrkRun{URL: url, Threads: 1, Conns: 8, Duration: *dur, Header: []string{"Accept-Encoding: gzip"}, Timeout: 5 * time.Second})
+			return err
+		})
+		close(done)
+		wg.Wait()
+		dockertest.Remove(e.cli, id)
+		if err != nil {
+			return fmt.Errorf("wrk against nginx under Escra (%s): %w", mode, err)
+		}
+		sum["nginx_throughput_escra_"+mode] = round2(res.ThroughputRPS)
+		sum["nginx_p99_ms_escra_"+mode] = round2(res.P99Us / 1000)
+		sum["nginx_workers_escra_"+mode] = w
+		sum["nginx_cores_used_escra_"+mode] = round2(cores)
+		sum["nginx_throttled_pct_escra_"+mode] = round2(thr)
+		fmt.Fprintf(rep, "| %s | %d | %.0f | %.1f | %.2f | %.0f | %d | %d |\n", mode, w, res.ThroughputRPS, res.P99Us/1000, cores, thr, updates, errs)
+	}
+	fmt.Fprintln(rep)
+	return nil
+}
+
+// cpuUse measures a container's CPU while f runs: cores used (cpuacct)
+// and the share of CFS periods it was throttled in. A quota that never
+// throttles did not bind: the container was held back by the host's other
+// load (CFS shares per thread), not by its allocation.
+func (e *env) cpuUse(ctx context.Context, id string, f func() error) (cores, throttledPct float64, err error) {
+	g, err := e.group(ctx, id)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer g.Close()
+	snap := func() (p, t uint64, u int64) {
+		var buf [512]byte
+		if b, err := g.Read(cgroups.CPUStatFile, buf[:]); err == nil {
+			p, _ = cgroups.KeyedValue(b, "nr_periods")
+			t, _ = cgroups.KeyedValue(b, "nr_throttled")
+		}
+		u, _ = g.ReadInt(cgroups.CPUAcctUsage)
+		return
+	}
+	p0, t0, u0 := snap()
+	start := time.Now()
+	if err := f(); err != nil {
+		return 0, 0, err
+	}
+	p1, t1, u1 := snap()
+	cores = float64(u1-u0) / float64(time.Since(start).Nanoseconds())
+	if p1 > p0 {
+		throttledPct = 100 * float64(t1-t0) / float64(p1-p0)
+	}
+	return cores, throttledPct, nil
 }
