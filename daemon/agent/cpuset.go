@@ -88,13 +88,10 @@ func toMilli(quotaUs int64, periodUs uint32) int64 {
 }
 
 // add places a new container: C1 by Algorithm 1 when labelled wysiwyg and
-// limited, else in the shared pool. A container whose cpuset Docker was
-// told explicitly and that carries no escra.cpu label is left alone.
+// limited, else in the shared pool. escrad owns the cpusets of the
+// containers it manages (a cpuset in Docker's view may be one it wrote
+// before a restart); --cpu-placement off leaves them alone.
 func (c *cpuMgr) add(h uint32, ctr containers.Container, cur limits.Current) {
-	if ctr.CPU == "" && ctr.Limits.CpusetCpus != "" {
-		c.log.Info("cpuset set by its owner and no escra.cpu label: CPU placement leaves it alone", "name", ctr.Name)
-		return
-	}
 	x := &cpuCtr{h: h, name: ctr.Name, want: wysiwyg.C2}
 	if ctr.CPU == containers.CPUWysiwyg {
 		x.want = wysiwyg.C1
