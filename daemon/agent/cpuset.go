@@ -88,10 +88,15 @@ func toMilli(quotaUs int64, periodUs uint32) int64 {
 }
 
 // add places a new container: C1 by Algorithm 1 when labelled wysiwyg and
-// limited, else in the shared pool. escrad owns the cpusets of the
-// containers it manages (a cpuset in Docker's view may be one it wrote
-// before a restart); --cpu-placement off leaves them alone.
+// limited, else in the shared pool. A container whose cpuset its owner
+// gave Docker and that carries no escra.cpu label is left alone (make
+// bench pins its apps that way). Shared cpusets are not written into
+// Docker's view, so after a restart a cpuset there is still the owner's.
 func (c *cpuMgr) add(h uint32, ctr containers.Container, cur limits.Current) {
+	if ctr.CPU == "" && ctr.Limits.CpusetCpus != "" {
+		c.log.Info("cpuset set by its owner and no escra.cpu label: CPU placement leaves it alone", "name", ctr.Name)
+		return
+	}
 	x := &cpuCtr{h: h, name: ctr.Name, want: wysiwyg.C2}
 	if ctr.CPU == containers.CPUWysiwyg {
 		x.want = wysiwyg.C1
@@ -120,6 +125,9 @@ func (c *cpuMgr) addC1(x *cpuCtr, r int64, apply func() error) error {
 		return err
 	}
 	x.class, x.layout, x.hy = wysiwyg.C1, r, wysiwyg.Hysteresis{}
+	if e := c.app.Get(x.h); e != nil {
+		e.NoDockerCPUs.Store(false) // docker inspect shows a C1 cpuset
+	}
 	return c.run(plan, x.h, apply)
 }
 
@@ -131,6 +139,9 @@ func (c *cpuMgr) addShared(x *cpuCtr) {
 		return
 	}
 	x.class = wysiwyg.C2
+	if e := c.app.Get(x.h); e != nil {
+		e.NoDockerCPUs.Store(true)
+	}
 	_ = c.run(plan, x.h, nil)
 }
 

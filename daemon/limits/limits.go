@@ -36,6 +36,9 @@ type Entry struct {
 	ID     string
 	Docker bool // reconcile Docker's view after changes
 	G      *cgroups.Group
+	// NoDockerCPUs keeps the cpuset out of Docker's view (the shared
+	// cpusets of escrad's CPU placement: rewritten whenever escrad starts).
+	NoDockerCPUs atomic.Bool
 
 	mu      sync.Mutex
 	gen     uint64 // newest controller generation applied
