@@ -82,6 +82,6 @@ deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/
 clean: ## remove build outputs (not the kernel cache)
 	rm -rf $(BIN) results dist
 
-bench-wysiwyg: ## issue 14 (seed 001): nproc/nginx/sysbench under quota vs WYSIWYG, an Escra run across whole cores, the §V simulation (~6 min; root)
+bench-wysiwyg: ## issue 14 (seed 001): nproc/nginx/sysbench under quota vs WYSIWYG, an Escra run across whole cores, the §V simulation (5-8 min; root)
 	@scripts/setup.sh
 	$(GO) run ./daemon/cmd/bench-wysiwyg -out results/wysiwyg
