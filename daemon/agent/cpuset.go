@@ -52,7 +52,12 @@ type cpuCtr struct {
 	class  wysiwyg.Class // as allocated now
 	layout int64         // millicores the C1 cpuset is laid out for
 	hy     wysiwyg.Hysteresis
+	retry  time.Time // a refused C1 placement is tried again from then on
 }
+
+// c1Retry spaces the attempts to place a refused wysiwyg container (one
+// log line each), as quotas arrive every period.
+const c1Retry = 10 * time.Second
 
 func newCPUMgr(mode string, cores int, app *limits.Applier, viewDir string, log *slog.Logger) (*cpuMgr, error) {
 	if mode == CPUPlacementOff {
@@ -109,6 +114,7 @@ func (c *cpuMgr) add(h uint32, ctr containers.Container, cur limits.Current) {
 		if err := c.addC1(x, r, nil); err == nil {
 			return
 		}
+		x.retry = time.Now().Add(c1Retry)
 	} else if x.want == wysiwyg.C1 {
 		c.log.Info("escra.cpu=wysiwyg without a CPU limit: shared until a quota is set", "name", ctr.Name)
 	}
@@ -184,8 +190,12 @@ func (c *cpuMgr) setQuota(u *pb.LimitUpdate, period uint32, apply func(*pb.Limit
 	lim := u.Limits
 	do := func() error { return apply(lim) }
 	if x.class == wysiwyg.C2 { // wants C1, had no quota (or no room) so far
+		if now := time.Now(); now.Before(x.retry) {
+			return apply(lim)
+		}
 		c.host.Remove(hid(x.h)) // the shared pool is unchanged: no writes
 		if err := c.addC1(x, r, do); err != nil {
+			x.retry = time.Now().Add(c1Retry)
 			c.addShared(x)
 			return apply(lim)
 		}
