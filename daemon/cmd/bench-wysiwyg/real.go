@@ -44,6 +44,7 @@ type env struct {
 	cli     *client.Client
 	nginx   string
 	sysb    string
+	gowork  string
 	busy    string
 	views   string
 	peer    *peer.Peer
@@ -75,6 +76,9 @@ func newEnv(ctx context.Context, log *slog.Logger) (*env, error) {
 		return nil, err
 	}
 	if e.sysb, err = b.Build(ctx, sysbenchImg); err != nil {
+		return nil, err
+	}
+	if e.gowork, err = b.Build(ctx, goworkImg); err != nil {
 		return nil, err
 	}
 	if e.busy, err = dockertest.ImportBusybox(ctx, cli); err != nil {
@@ -223,6 +227,20 @@ http {
     }
 }
 `
+
+// goworkImg is a Go program with the runtime's defaults (gowork/).
+var goworkImg = images.Spec{
+	Name: "wys-gowork",
+	Fill: func(repo string, r *images.Rootfs) error {
+		b, err := images.GoBinary(repo, "daemon/cmd/bench-wysiwyg/gowork")
+		if err != nil {
+			return err
+		}
+		r.File("/gowork", 0o755, b)
+		return fillBusybox(r)
+	},
+	Changes: []string{`ENTRYPOINT ["/bin/sh", "-c"]`},
+}
 
 var sysbenchImg = images.Spec{
 	Name: "wys-sysbench",
@@ -388,6 +406,8 @@ type caseResult struct {
 	nproc, online, workers, threads int
 	cpuinfo                         int
 	cores, throttled                float64 // nginx: cores used, % of periods throttled
+	goProcs                         int
+	goOps, goP99                    float64
 	onlineText                      string
 	rps, p99ms, eps, sp99ms         float64
 }
@@ -399,7 +419,7 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 		return fmt.Errorf("pin the load generator on CPU 0: %w", err)
 	}
 	fmt.Fprintf(rep, "## Real programs at a 1-core allocation\n\nquota = stock Docker `--cpus 1`; wysiwyg = escra.cpu=wysiwyg with `--cpus 1`, placed by escrad (hard mode) on an exclusive core, its /sys/devices/system/cpu/online view bind-mounted. wrk (1 thread, 8 connections, gzip) pinned on CPU 0, %v per run; %d repetitions, alternating which case goes first; the summary holds medians.\n\n", *dur, *reps)
-	fmt.Fprintf(rep, "| case | rep | nproc | online | /proc/cpuinfo CPUs | nginx workers | nginx req/s | nginx p99 ms | nginx cores used | nginx throttled %% | sysbench threads | sysbench events/s | sysbench p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(rep, "| case | rep | nproc | online | /proc/cpuinfo CPUs | nginx workers | nginx req/s | nginx p99 ms | nginx cores used | nginx throttled %% | sysbench threads | sysbench events/s | sysbench p99 ms | Go GOMAXPROCS | Go blocks/s | Go p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	all := map[string][]caseResult{}
 	for r := 0; r < *reps; r++ {
 		order := []string{"quota", "wysiwyg"}
@@ -412,7 +432,7 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 				return err
 			}
 			all[mode] = append(all[mode], c)
-			fmt.Fprintf(rep, "| %s | %d | %d | %s | %d | %d | %.0f | %.1f | %.2f | %.0f | %d | %.0f | %.2f |\n", mode, r+1, c.nproc, c.onlineText, c.cpuinfo, c.workers, c.rps, c.p99ms, c.cores, c.throttled, c.threads, c.eps, c.sp99ms)
+			fmt.Fprintf(rep, "| %s | %d | %d | %s | %d | %d | %.0f | %.1f | %.2f | %.0f | %d | %.0f | %.2f | %d | %.0f | %.2f |\n", mode, r+1, c.nproc, c.onlineText, c.cpuinfo, c.workers, c.rps, c.p99ms, c.cores, c.throttled, c.threads, c.eps, c.sp99ms, c.goProcs, c.goOps, c.goP99)
 		}
 	}
 	for mode, cs := range all {
@@ -435,6 +455,9 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 		sum["nginx_p99_ms_"+mode] = round2(med(func(c caseResult) float64 { return c.p99ms }))
 		sum["nginx_cores_used_"+mode] = round2(med(func(c caseResult) float64 { return c.cores }))
 		sum["nginx_throttled_pct_"+mode] = round2(med(func(c caseResult) float64 { return c.throttled }))
+		sum["go_gomaxprocs_"+mode] = med(func(c caseResult) float64 { return float64(c.goProcs) })
+		sum["go_throughput_"+mode] = round2(med(func(c caseResult) float64 { return c.goOps }))
+		sum["go_p99_ms_"+mode] = round2(med(func(c caseResult) float64 { return c.goP99 }))
 		sum["sysbench_threads_"+mode] = med(func(c caseResult) float64 { return float64(c.threads) })
 		sum["sysbench_throughput_"+mode] = round2(med(func(c caseResult) float64 { return c.eps }))
 		sum["sysbench_p99_ms_"+mode] = round2(med(func(c caseResult) float64 { return c.sp99ms }))
@@ -511,6 +534,21 @@ func (e *env) oneCase(ctx context.Context, mode string, r int) (caseResult, erro
 	}
 	if c.threads, c.eps, c.sp99ms, err = parseSysbench(logs); err != nil {
 		return c, fmt.Errorf("sysbench %s: %w", mode, err)
+	}
+
+	// A Go program with the runtime's default GOMAXPROCS.
+	name = fmt.Sprintf("wys-bench-gowork-%s-%d-%d", mode, os.Getpid(), r)
+	gid, err := e.start(ctx, name, e.gowork, c1, 100000, nil, []string{fmt.Sprintf("sleep 2; exec /gowork -for %v", *dur)})
+	if err != nil {
+		return c, fmt.Errorf("gowork %s: %w", mode, err)
+	}
+	defer dockertest.Remove(e.cli, gid)
+	say("gowork %s (rep %d) for %v", mode, r+1, *dur)
+	if logs, err = e.waitLogs(ctx, gid, *dur+30*time.Second); err != nil {
+		return c, fmt.Errorf("gowork %s: %w", mode, err)
+	}
+	if _, err := fmt.Sscanf(strings.TrimSpace(logs), "gomaxprocs=%d ops_per_s=%f p99_ms=%f", &c.goProcs, &c.goOps, &c.goP99); err != nil {
+		return c, fmt.Errorf("gowork %s: unexpected output %q", mode, tail(logs, 200))
 	}
 	return c, nil
 }
