@@ -34,7 +34,7 @@ commands:
   top [APP] [--once]   live table of limits, usage and slack, every second
   events [APP]         limit changes and OOM verdicts as they happen
   validate -f FILE     check a spec without contacting the controller
-  profile -f FILE [--workload CMD] [--cpus 1,..] [--reps 3] [--score time|output]
+  profile -f FILE [--workload CMD] [--cpus 1,..] [--reps 3] [--score time|output] [--margin 0.05]
                        run the spec's first container on the local engine under
                        CFS quota and under a cpuset of the same size and say
                        whether it needs escra.cpu=wysiwyg (seed 001 §IV-C)

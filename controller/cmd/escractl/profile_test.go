@@ -29,6 +29,7 @@ func TestProfileBadInput(t *testing.T) {
 		{"profile", "-f", f, "--score", "fast"},
 		{"profile", "-f", f, "--score", "output"},
 		{"profile", "-f", f, "--reps", "0"},
+		{"profile", "-f", f, "--margin", "1.5"},
 	} {
 		r := runCLI(t, args...)
 		if r.code != 2 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || !strings.HasPrefix(r.stderr, "escractl: profile") {
