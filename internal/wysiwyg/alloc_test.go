@@ -286,3 +286,39 @@ func TestSimulate(t *testing.T) {
 		t.Fatal("simulation booked")
 	}
 }
+
+// The hysteresis at work on the allocator: a quota wavering ±80 m around
+// one core every period for 60 s (600 periods) moves cpusets at every
+// crossing without it, and once with it.
+func TestHysteresisSavesCpusetWrites(t *testing.T) {
+	writes := func(hyst bool) int {
+		h := NewHost(2, Hard)
+		mustAdd(t, h, "s", C2, 1)
+		mustAdd(t, h, "w", C1, 1000)
+		var hy Hysteresis
+		layout, n := int64(1000), 0
+		t0 := time.Unix(0, 0)
+		for i := 0; i < 600; i++ {
+			q := int64(1000 + 80*(1-2*(i%2)))
+			target := q
+			if hyst {
+				target = hy.Target(layout, q, t0.Add(time.Duration(i)*100*time.Millisecond))
+			}
+			if target == layout {
+				continue
+			}
+			p, err := h.Resize("w", target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			layout = target
+			n += p.CPUChanges()
+		}
+		return n
+	}
+	without, with := writes(false), writes(true)
+	t.Logf("cpuset writes over 600 periods: %d without hysteresis, %d with", without, with)
+	if with > 2 || without < 300 {
+		t.Fatalf("cpuset writes: %d without hysteresis, %d with", without, with)
+	}
+}
