@@ -9,7 +9,7 @@ BIN      := bin
 BINARIES := $(BIN)/escrad $(BIN)/escra-controller $(BIN)/escractl
 
 .PHONY: help build test run proto lint kmod kernel vm-test bench deb fuzz setup clean \
-	bench-controller bench-daemon bench-kernel bench-faults soak kernel-deb
+	bench-controller bench-daemon bench-kernel bench-faults soak kernel-deb bench-wysiwyg
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -97,3 +97,7 @@ bpf: ## regenerate daemon/bpf's BPF object and Go bindings (clang, llvm, libbpf-
 
 bench-bpf: ## bpf vs cgroupfs telemetry on this host's kernel, 100 groups at 100 ms -> results/kernel (~1 min; root)
 	$(GO) run ./daemon/cmd/bench-bpf -out results/kernel
+
+bench-wysiwyg: ## issue 14 (seed 001): nproc/nginx/sysbench under quota vs WYSIWYG, an Escra run across whole cores, the §V simulation (5-8 min; root)
+	@scripts/setup.sh
+	$(GO) run ./daemon/cmd/bench-wysiwyg -out results/wysiwyg

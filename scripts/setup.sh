@@ -30,6 +30,8 @@ pkgs=(
 	nginx-light redis-server redis-tools wrk
 	# packages: install the .debs into a debootstrapped root, check units
 	debootstrap systemd
+	# WYSIWYG containers (issue 14): a container's /proc view, a CPU benchmark
+	lxcfs sysbench
 	# misc tools used by scripts
 	rsync iproute2 procps psmisc curl ca-certificates
 )

@@ -168,6 +168,9 @@ type DeployContainer struct {
 	Host        string   `json:"host,omitempty"` // optional host constraint
 	CPUCores    float64  `json:"cpu_cores"`
 	MemoryBytes int64    `json:"memory_bytes"`
+	// CPUClass is the escra.cpu label (seed 001): "wysiwyg" places the
+	// container by simulated allocation on each candidate host.
+	CPUClass string `json:"cpu_class,omitempty"`
 }
 
 // DeployRequest is the body of POST /v1/apps/{name}/deploy.

@@ -14,6 +14,7 @@ import (
 	"github.com/escra-dev/escra/controller/adminapi"
 	placementpkg "github.com/escra-dev/escra/controller/placement"
 	"github.com/escra-dev/escra/controller/session"
+	"github.com/escra-dev/escra/internal/wysiwyg"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -89,13 +90,20 @@ func (s *Server) place(app string, cs []DeployContainer) ([]placement, error) {
 		n.Containers++
 		n.AppCount[c.App]++
 	}
-	prof := placementpkg.Deployer()
 	var out []placement
 	for _, c := range cs {
+		prof := placementpkg.Deployer()
+		if c.CPUClass == "wysiwyg" {
+			// Seed 001 §IV-D: every candidate host simulates Algorithm 1
+			// for this container; the best simulated allocation wins.
+			s.askCPUPlacement(c, nodes, hosts)
+			prof = placementpkg.WysiwygDeployer()
+		}
 		if c.Host != "" && !slices.ContainsFunc(nodes, func(n *placementpkg.Node) bool { return n.Name == c.Host }) {
 			return nil, fmt.Errorf("container %s: host %q is not connected (connected: %s)", c.Name, c.Host, nodeNames(nodes))
 		}
-		req := &placementpkg.Request{Name: c.Name, App: app, Image: c.Image, CPU: c.CPUCores, Memory: c.MemoryBytes, Host: c.Host}
+		req := &placementpkg.Request{Name: c.Name, App: app, Image: c.Image, CPU: c.CPUCores, Memory: c.MemoryBytes, Host: c.Host,
+			Labels: map[string]string{placementpkg.CPULabel: c.CPUClass}}
 		res, err := prof.Schedule(req, nodes)
 		if err != nil {
 			return nil, fmt.Errorf("container %s: no host has %.2f free cores and %d MiB free memory for it (%s)",
@@ -105,6 +113,53 @@ func (s *Server) place(app string, cs []DeployContainer) ([]placement, error) {
 		out = append(out, placement{c: c, host: hosts[uint32(res.Node.Index)]})
 	}
 	return out, nil
+}
+
+// askCPUPlacement asks every host's escrad to simulate c's allocation
+// (CpuPlacementQuery) and stores the answers in the nodes. A host that does
+// not answer within a second (an escrad without CPU placement) gets no
+// answer: the plugins then leave it to the other scores. Containers placed
+// earlier in the same deploy are not yet on the hosts, so their
+// allocations are not in the answers.
+func (s *Server) askCPUPlacement(c DeployContainer, nodes []*placementpkg.Node, hosts map[uint32]*host) {
+	milli := uint32(math.Ceil(c.CPUCores*1000 - 1e-6))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, n := range nodes {
+		h := hosts[uint32(n.Index)]
+		if n.Ext == nil {
+			n.Ext = map[string]any{}
+		}
+		delete(n.Ext, placementpkg.WysiwygAnswerExt)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			rep, err := call(ctx, h.sess, &pb.Envelope{Body: &pb.Envelope_CpuPlacementQuery{CpuPlacementQuery: &pb.CpuPlacementQuery{Millicores: milli, Wysiwyg: true}}})
+			a := rep.GetCpuPlacementAnswer()
+			if err != nil || a == nil || !a.GetEnabled() {
+				return
+			}
+			ans := placementpkg.WysiwygAnswer{}
+			switch {
+			case a.GetNotWysiwyg():
+				ans.Err = fmt.Errorf("%w (%s)", wysiwyg.ErrNotWYSIWYG, a.GetRefused())
+			case a.GetRefused() != "":
+				ans.Err = errors.New(a.GetRefused())
+			default:
+				ans.Alloc = wysiwyg.Alloc{Class: wysiwyg.C1, R: int64(milli)}
+				ans.Alloc.P2 = map[int]int64{}
+				if sh := int64(a.GetSharedMillicores()); sh > 0 {
+					ans.Alloc.P2[-1] = sh // the host's own cores; only the amount matters here
+				}
+			}
+			mu.Lock()
+			n.Ext[placementpkg.WysiwygAnswerExt] = ans
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
 }
 
 func nodeNames(ns []*placementpkg.Node) string {
@@ -210,7 +265,7 @@ func (s *Server) deployFresh(ctx context.Context, app string, req DeployRequest)
 				quota = max(quota, 1000) // the kernel's smallest CFS quota
 			}
 			env := &pb.Envelope{Body: &pb.Envelope_CreateContainer{CreateContainer: &pb.CreateContainer{
-				App: app, Name: p.c.Name, Image: p.c.Image, Command: p.c.Command, Env: p.c.Env, Network: p.c.Network,
+				App: app, Name: p.c.Name, Image: p.c.Image, Command: p.c.Command, Env: p.c.Env, Network: p.c.Network, Cpu: p.c.CPUClass,
 				Limits: &pb.Limits{CpuQuotaUs: quota, CpuPeriodUs: period, MemoryLimitBytes: p.c.MemoryBytes}}}}
 			rep, err := call(ctx, p.host.sess, env)
 			hid := p.host.hello.GetHostId()

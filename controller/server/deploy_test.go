@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
 // Placement (docs/operator.md §5): room for the bootstrap limits first,
@@ -50,5 +52,43 @@ func TestPlacement(t *testing.T) {
 	}
 	if _, err := s.RemoveApp(context.Background(), "nope"); !errors.Is(err, ErrUnknownApp) {
 		t.Errorf("remove of an unknown app: %v", err)
+	}
+}
+
+// Seed 001 §IV-D: a cpu_placement: wysiwyg container goes to the host
+// whose own simulation of Algorithm 1 puts the most of it on exclusive
+// cores, even against the deployer's load spreading; a host that would
+// refuse it as not WYSIWYG is dropped, one that does not answer is left to
+// the other scores.
+func TestPlacementBySimulatedAllocation(t *testing.T) {
+	s := start(t, nil)
+	shared := dial(t, s, "h1", 8) // the least loaded: the default choice
+	shared.SetCPUPlacement(func(q *pb.CpuPlacementQuery) *pb.CpuPlacementAnswer {
+		return &pb.CpuPlacementAnswer{Enabled: true, CoresSeen: 2, SharedMillicores: q.Millicores}
+	})
+	excl := dial(t, s, "h2", 4)
+	excl.SetCPUPlacement(func(q *pb.CpuPlacementQuery) *pb.CpuPlacementAnswer {
+		return &pb.CpuPlacementAnswer{Enabled: true, P1Cores: q.Millicores / 1000, CoresSeen: 2, SharedMillicores: q.Millicores % 1000}
+	})
+	refuses := dial(t, s, "h3", 16)
+	refuses.SetCPUPlacement(func(*pb.CpuPlacementQuery) *pb.CpuPlacementAnswer {
+		return &pb.CpuPlacementAnswer{Enabled: true, Refused: "cannot ensure WYSIWYG", NotWysiwyg: true}
+	})
+	eventually(t, "3 hosts", func() bool { return len(s.Snapshot().Hosts) == 3 })
+	if err := s.DefineApp(AppSpec{Name: "a", CPUCores: 4, MemoryBytes: 4 << 30, Sigma: 0.1}); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := s.place("a", []DeployContainer{
+		{Name: "w", Image: "img", CPUCores: 1.5, MemoryBytes: 1 << 30, CPUClass: "wysiwyg"},
+		{Name: "s", Image: "img", CPUCores: 1.5, MemoryBytes: 1 << 30},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plan[0].host.hello.GetHostId(); got != "h2" {
+		t.Errorf("wysiwyg container placed on %s, want h2 (1 of 1.5 cores exclusive)", got)
+	}
+	if got := plan[1].host.hello.GetHostId(); got != "h3" {
+		t.Errorf("shared container placed on %s, want h3 (the least loaded)", got)
 	}
 }

@@ -250,7 +250,7 @@ func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
 			s.acked(env.RequestId, b.SetLimitsAck)
 		case *pb.Envelope_ReclaimResult:
 			s.reclaimed(env.RequestId, b.ReclaimResult, nil)
-		case *pb.Envelope_CreateContainerResult, *pb.Envelope_RemoveContainersResult:
+		case *pb.Envelope_CreateContainerResult, *pb.Envelope_RemoveContainersResult, *pb.Envelope_CpuPlacementAnswer:
 			s.replied(env.RequestId, env)
 		case *pb.Envelope_Error:
 			s.failed(env.RequestId, fmt.Errorf("daemon: %s", b.Error.GetMessage()))

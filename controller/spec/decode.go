@@ -504,6 +504,16 @@ func (d *decoder) containers(n *yaml.Node, field string) []Container {
 					d.err(v, f, fmt.Sprintf("%q must be none or host", c.Network))
 				}
 			},
+			"cpu_placement": func(v *yaml.Node, f string) {
+				c.CPUClass = d.str(v, f)
+				switch c.CPUClass {
+				case "wysiwyg", "shared", "auto":
+				default:
+					if d.ok() {
+						d.err(v, f, fmt.Sprintf("%q must be wysiwyg, shared or auto", c.CPUClass))
+					}
+				}
+			},
 			"min_cpu":    func(v *yaml.Node, f string) { c.MinCPU = d.cpu(v, f) },
 			"min_memory": func(v *yaml.Node, f string) { c.MinBytes = d.bytes(v, f) },
 		})

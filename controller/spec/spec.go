@@ -76,6 +76,7 @@ type Container struct {
 	Replicas int
 	Host     string // optional: only on this host id
 	Network  string // "none" (loopback only) or "host"
+	CPUClass string // escra.cpu (seed 001): "wysiwyg", "shared", "auto" or ""
 	MinCPU   float64
 	MinBytes int64
 	Line     int // where the entry starts in the file

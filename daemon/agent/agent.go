@@ -91,6 +91,12 @@ type Config struct {
 	// cgroups, the ones found at start) once no controller session has
 	// been up for this long; 0: never (escrad --restore-after).
 	RestoreAfter time.Duration
+	// CPUPlacement is the host CPU allocator's mode for escra.cpu
+	// labels (seed 001): hard (principle-hard, the default), besteffort,
+	// or off.
+	CPUPlacement string
+	// ViewDir holds per-container CPU views (DefaultViewDir when empty).
+	ViewDir string
 }
 
 // Agent manages one host's labelled containers.
@@ -99,6 +105,7 @@ type Agent struct {
 	log     *slog.Logger
 	src     telemetry.Source
 	app     *limits.Applier
+	cpu     *cpuMgr // nil: CPU placement off
 	rec     *limits.Reconciler
 	link    *link.Client
 	reg     *prometheus.Registry
@@ -215,6 +222,10 @@ func New(cfg Config) (*Agent, error) {
 		credit: map[string]*leaseCredit{}, cores: int64(runtime.NumCPU()),
 		reg: prometheus.NewRegistry(), cgVer: cgroups.HostVersion(), started: make(chan struct{}), ping: make(chan chan struct{})}
 	a.m = newMetrics(a.reg, a)
+	var err error
+	if a.cpu, err = newCPUMgr(cfg.CPUPlacement, hostCPUs(), a.app, cfg.ViewDir, cfg.Log); err != nil {
+		return nil, err
+	}
 
 	// auto prefers kernel > bpf > cgroupfs (issue 13).
 	auto := false
@@ -459,6 +470,10 @@ func (a *Agent) add(c containers.Container) {
 	a.byID[c.ID], a.byH[m.h] = m, m
 	a.mu.Unlock()
 	a.app.Add(m.h, e)
+	if a.cpu != nil {
+		cur, _ := e.Current()
+		a.cpu.add(m.h, c, cur)
+	}
 	if err := a.src.Watch(m.h, g); err != nil {
 		a.log.Warn("container managed without OOM trap", "name", c.Name, "err", err)
 	}
@@ -475,6 +490,9 @@ func (a *Agent) remove(m *managed, why string) {
 	delete(a.byH, m.h)
 	a.mu.Unlock()
 	a.src.Unwatch(m.h)
+	if a.cpu != nil {
+		a.cpu.remove(m.h)
+	}
 	a.app.Remove(m.h)
 	m.g.Close()
 	a.log.Info("container no longer managed", "name", m.c.Name, "id", short(m.c.ID), "why", why)
@@ -547,7 +565,12 @@ func (a *Agent) Registrations() []*pb.ContainerRegister {
 func (a *Agent) SetLimits(recv time.Time, s *pb.SetLimits) *pb.SetLimitsAck {
 	ack := &pb.SetLimitsAck{Applied: make([]*pb.SetLimitsAck_Applied, len(s.Updates))}
 	for i, u := range s.Updates {
-		err := a.app.Apply(u.Handle, u.Generation, u.Limits)
+		var err error
+		if u.Limits.GetCpuQuotaUs() != 0 && a.cpu.manages(u.Handle) {
+			err = a.applyPlaced(u)
+		} else {
+			err = a.app.Apply(u.Handle, u.Generation, u.Limits)
+		}
 		done := time.Now()
 		lat := done.Sub(recv)
 		ap := &pb.SetLimitsAck_Applied{Handle: u.Handle, Generation: u.Generation, AppliedUnixNs: done.UnixNano(), ApplyLatencyNs: uint64(lat)}
@@ -575,6 +598,24 @@ func (a *Agent) SetLimits(recv time.Time, s *pb.SetLimits) *pb.SetLimitsAck {
 		ack.Applied[i] = ap
 	}
 	return ack
+}
+
+// applyPlaced applies an update of a C1 (escra.cpu=wysiwyg) container
+// through the CPU allocator, which moves its cpuset around the quota.
+func (a *Agent) applyPlaced(u *pb.LimitUpdate) error {
+	e := a.app.Get(u.Handle)
+	if e == nil {
+		return limits.ErrUnknown
+	}
+	cur, gen := e.Current()
+	if u.Generation != 0 && u.Generation < gen {
+		return limits.ErrStale
+	}
+	period := u.Limits.GetCpuPeriodUs()
+	if period == 0 {
+		period = cur.CPUPeriodUs
+	}
+	return a.cpu.setQuota(u, period, func(l *pb.Limits) error { return a.app.Apply(u.Handle, u.Generation, l) })
 }
 
 // followLimit tells the source that m's memory limit was written (cgroupfs
@@ -651,7 +692,9 @@ func (a *Agent) leaseRaise(h uint32) bool {
 	a.mu.Lock()
 	m := a.byH[h]
 	a.mu.Unlock()
-	if m == nil {
+	if m == nil || a.cpu.manages(h) {
+		// A C1 container's quota moves with its cpuset: only through
+		// the allocator (the controller's answer to the event).
 		return false
 	}
 	a.leaseMu.Lock()

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/link"
@@ -18,11 +19,28 @@ func (a *Agent) CreateContainer(ctx context.Context, m *pb.CreateContainer) (*pb
 		return nil, errNoDocker
 	}
 	l := m.GetLimits()
-	id, err := containers.Create(ctx, a.cfg.Docker, containers.CreateSpec{
+	cs := containers.CreateSpec{
 		App: m.GetApp(), Name: m.GetName(), Image: m.GetImage(), Command: m.GetCommand(), Env: m.GetEnv(),
-		Network: m.GetNetwork(),
-		Limits:  containers.Limits{CPUQuotaUs: l.GetCpuQuotaUs(), CPUPeriodUs: l.GetCpuPeriodUs(), MemoryBytes: l.GetMemoryLimitBytes()},
-	})
+		Network: m.GetNetwork(), CPU: m.GetCpu(),
+		Limits: containers.Limits{CPUQuotaUs: l.GetCpuQuotaUs(), CPUPeriodUs: l.GetCpuPeriodUs(), MemoryBytes: l.GetMemoryLimitBytes()},
+	}
+	if err := containers.ValidateCPU(cs.CPU); err != nil {
+		return nil, err
+	}
+	if cs.CPU == containers.CPUWysiwyg && a.cpu != nil {
+		// The container's online view, truthful from its first instruction
+		// (seed 001's WYSIWYG principle; docs/wysiwyg.md).
+		cores := 0
+		if q, p := l.GetCpuQuotaUs(), l.GetCpuPeriodUs(); q > 0 && p > 0 {
+			cores = int((q + int64(p) - 1) / int64(p))
+		}
+		view, err := PrepareView(a.cpu.viewDir, cs.Name, cores)
+		if err != nil {
+			return nil, fmt.Errorf("CPU view for %s: %w", cs.Name, err)
+		}
+		cs.Binds = []string{view + ":/sys/devices/system/cpu/online:ro"}
+	}
+	id, err := containers.Create(ctx, a.cfg.Docker, cs)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,28 @@ import (
 // Distributed Container named by its value. Nothing without it is touched.
 const AppLabel = "escra.app"
 
+// CPULabel picks a container's CPU placement (seed 001 §IV-B):
+// "wysiwyg" (C1: an exclusive cpuset of ⌈quota⌉ cores), "shared" (C2, the
+// default: the shared pool) or "auto" (`escractl profile` decides; escrad
+// treats it as shared until the label says otherwise).
+const CPULabel = "escra.cpu"
+
+// CPU label values.
+const (
+	CPUWysiwyg = "wysiwyg"
+	CPUShared  = "shared"
+	CPUAuto    = "auto"
+)
+
+// ValidateCPU checks an escra.cpu value ("" is the default, shared).
+func ValidateCPU(v string) error {
+	switch v {
+	case "", CPUWysiwyg, CPUShared, CPUAuto:
+		return nil
+	}
+	return fmt.Errorf("escra.cpu label %q: want wysiwyg, shared or auto", v)
+}
+
 // MaxAppLen bounds an app name (a DNS label's length).
 const MaxAppLen = names.MaxApp
 
@@ -46,6 +68,7 @@ type Container struct {
 	ID   string // Docker id, or "cgroup:"+path for configured cgroups
 	Name string
 	App  string
+	CPU  string // escra.cpu label value ("" when absent)
 	// Pid is the init process (0 for configured cgroups); CgroupPath is
 	// set instead for configured cgroups (relative to the hierarchy root).
 	Pid        int

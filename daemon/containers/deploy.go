@@ -22,6 +22,8 @@ type CreateSpec struct {
 	Env     []string // KEY=VALUE
 	Network string   // "none" or "host"
 	Limits  Limits   // bootstrap limits (seed 000 §IV-A eq. 2)
+	CPU     string   // escra.cpu label (seed 001), "" for none
+	Binds   []string // docker run -v mounts (the CPU view of a wysiwyg container)
 }
 
 // Validate checks what Docker would otherwise reject with a vaguer error.
@@ -45,6 +47,9 @@ func (s CreateSpec) Validate() error {
 			return fmt.Errorf("env %q: want KEY=VALUE", e)
 		}
 	}
+	if err := ValidateCPU(s.CPU); err != nil {
+		return err
+	}
 	if s.Limits.MemoryBytes != 0 && s.Limits.MemoryBytes < 6<<20 {
 		return fmt.Errorf("memory limit %d bytes is below Docker's 6 MiB minimum", s.Limits.MemoryBytes)
 	}
@@ -63,12 +68,15 @@ func Create(ctx context.Context, cli *client.Client, s CreateSpec) (string, erro
 		netMode = "none"
 	}
 	cfg := &container.Config{Image: s.Image, Env: s.Env, Labels: map[string]string{AppLabel: s.App}}
+	if s.CPU != "" {
+		cfg.Labels[CPULabel] = s.CPU
+	}
 	if len(s.Command) > 0 {
 		// The whole argv, like a Kubernetes command: the image's
 		// entrypoint and command are both replaced.
 		cfg.Entrypoint = s.Command
 	}
-	hc := &container.HostConfig{NetworkMode: container.NetworkMode(netMode)}
+	hc := &container.HostConfig{NetworkMode: container.NetworkMode(netMode), Binds: s.Binds}
 	hc.Resources.CPUQuota = s.Limits.CPUQuotaUs
 	hc.Resources.CPUPeriod = int64(s.Limits.CPUPeriodUs)
 	hc.Resources.Memory = s.Limits.MemoryBytes

@@ -146,6 +146,11 @@ func (d *Docker) inspect(ctx context.Context, id string) (Container, bool) {
 		d.Log.Warn("skipping container: bad label", "id", short(id), "name", j.Name, "err", err)
 		return Container{}, false
 	}
+	cpu := j.Config.Labels[CPULabel]
+	if err := ValidateCPU(cpu); err != nil {
+		d.Log.Warn("escra.cpu label ignored: container placed as shared", "id", short(id), "name", j.Name, "err", err)
+		cpu = CPUShared
+	}
 	if !j.State.Running || j.State.Pid <= 0 {
 		d.Log.Debug("skipping container: not running", "id", short(id))
 		return Container{}, false
@@ -156,7 +161,7 @@ func (d *Docker) inspect(ctx context.Context, id string) (Container, bool) {
 		name = name[1:]
 	}
 	return Container{
-		ID: j.ID, Name: name, App: app, Pid: j.State.Pid, Docker: true,
+		ID: j.ID, Name: name, App: app, CPU: cpu, Pid: j.State.Pid, Docker: true,
 		Limits: Limits{
 			CPUQuotaUs: r.CPUQuota, CPUPeriodUs: uint32(r.CPUPeriod),
 			MemoryBytes: r.Memory, MemswBytes: r.MemorySwap, CpusetCpus: r.CpusetCpus, NanoCPUs: r.NanoCPUs,

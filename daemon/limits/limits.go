@@ -36,6 +36,9 @@ type Entry struct {
 	ID     string
 	Docker bool // reconcile Docker's view after changes
 	G      *cgroups.Group
+	// NoDockerCPUs keeps the cpuset out of Docker's view (the shared
+	// cpusets of escrad's CPU placement: rewritten whenever escrad starts).
+	NoDockerCPUs atomic.Bool
 
 	mu      sync.Mutex
 	gen     uint64 // newest controller generation applied
@@ -405,4 +408,39 @@ func (a *Applier) Restore(h uint32, l Current) (bool, error) {
 		a.Reconcile.Mark(h)
 	}
 	return true, nil
+}
+
+// SetCPUs writes h's cpuset.cpus (escrad's host CPU allocator, seed 001;
+// the allocator orders these writes) and reconciles Docker's view.
+func (a *Applier) SetCPUs(h uint32, cpus string) error {
+	e := a.Get(h)
+	if e == nil {
+		return ErrUnknown
+	}
+	if cpus == "" {
+		return errors.New("limits: empty cpuset")
+	}
+	e.mu.Lock()
+	changed := cpus != e.cur.CpusetCpus
+	err := e.write(0, 0, 0, cpus)
+	docker := e.Docker
+	e.mu.Unlock()
+	if err == nil && changed {
+		a.Writes.Add(1)
+		if docker && a.Reconcile != nil {
+			a.Reconcile.Mark(h)
+		}
+	}
+	return err
+}
+
+// Generation is the newest controller generation applied to h.
+func (a *Applier) Generation(h uint32) (uint64, bool) {
+	e := a.Get(h)
+	if e == nil {
+		return 0, false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.gen, true
 }

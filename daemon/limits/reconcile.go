@@ -133,6 +133,9 @@ func (r *Reconciler) one(ctx context.Context, h uint32) bool {
 	cur, ver := e.cur, e.version
 	e.mu.Unlock()
 	res := container.Resources{CpusetCpus: cur.CpusetCpus}
+	if e.NoDockerCPUs.Load() {
+		res.CpusetCpus = "" // docker update leaves it as it is
+	}
 	if cur.CPUQuotaUs > 0 {
 		res.CPUQuota = cur.CPUQuotaUs
 	} else {

@@ -45,6 +45,12 @@ type Deployer interface {
 	RemoveContainers(ctx context.Context, m *escrapb.RemoveContainers) (*escrapb.RemoveContainersResult, error)
 }
 
+// CPUPlacer is implemented by a Handler that simulates seed 001's host
+// CPU allocation for the deployer (CpuPlacementQuery).
+type CPUPlacer interface {
+	SimulateCPU(q *escrapb.CpuPlacementQuery) *escrapb.CpuPlacementAnswer
+}
+
 // LeaseHandler is implemented by a Handler that holds host-local CPU
 // lease credit (issue 11). Lease runs on the reader goroutine and returns
 // the answer to a revoke (nil: none); LeasesLost is called when the
@@ -333,6 +339,12 @@ func (c *Client) session(ctx context.Context, addr string) (up bool, leader stri
 					err = c.send(0, &escrapb.Envelope_CpuLeaseReturn{CpuLeaseReturn: ret})
 				}
 			}
+		case *escrapb.Envelope_CpuPlacementQuery:
+			ans := &escrapb.CpuPlacementAnswer{Refused: "this daemon does not place CPUs"}
+			if cp, ok := c.h.(CPUPlacer); ok {
+				ans = cp.SimulateCPU(b.CpuPlacementQuery)
+			}
+			err = c.send(env.RequestId, &escrapb.Envelope_CpuPlacementAnswer{CpuPlacementAnswer: ans})
 		case *escrapb.Envelope_Error:
 			c.cfg.Log.Warn("controller error", "request", env.RequestId, "msg", b.Error.Message)
 		case *escrapb.Envelope_Heartbeat:
@@ -483,6 +495,8 @@ func (c *Client) sendLocked(reqID uint64, b any) error {
 	case *escrapb.Envelope_CpuLeaseUse:
 		c.out.Body = v
 	case *escrapb.Envelope_CpuLeaseReturn:
+		c.out.Body = v
+	case *escrapb.Envelope_CpuPlacementAnswer:
 		c.out.Body = v
 	default:
 		return fmt.Errorf("link: cannot send %T", b)

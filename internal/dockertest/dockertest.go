@@ -158,6 +158,8 @@ type Spec struct {
 	// CgroupParent puts the container under this cgroup ("/x": below the
 	// hierarchy root).
 	CgroupParent string
+	// Binds are docker run -v mounts ("SRC:DST[:ro]").
+	Binds []string
 }
 
 // Run creates and starts a container (network none) and removes it when
@@ -182,6 +184,7 @@ func Start(ctx context.Context, cli *client.Client, s Spec) (string, error) {
 	}
 	hc := &container.HostConfig{NetworkMode: "none", Resources: s.Resources}
 	hc.CgroupParent = s.CgroupParent
+	hc.Binds = s.Binds
 	if s.OomKillOff {
 		t := true
 		hc.OomKillDisable = &t

@@ -1312,7 +1312,10 @@ type CreateContainer struct {
 	// "none" (loopback only) or "host".
 	Network string `protobuf:"bytes,6,opt,name=network,proto3" json:"network,omitempty"`
 	// Bootstrap limits (seed 000 §IV-A eq. 2).
-	Limits        *Limits `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
+	Limits *Limits `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
+	// The escra.cpu label (seed 001): "wysiwyg", "shared", "auto" or empty.
+	// For "wysiwyg" the daemon also bind-mounts the container's CPU view.
+	Cpu           string `protobuf:"bytes,140,opt,name=cpu,proto3" json:"cpu,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1394,6 +1397,13 @@ func (x *CreateContainer) GetLimits() *Limits {
 		return x.Limits
 	}
 	return nil
+}
+
+func (x *CreateContainer) GetCpu() string {
+	if x != nil {
+		return x.Cpu
+	}
+	return ""
 }
 
 type CreateContainerResult struct {
@@ -1792,6 +1802,8 @@ type Envelope struct {
 	//	*Envelope_CpuLease
 	//	*Envelope_CpuLeaseUse
 	//	*Envelope_CpuLeaseReturn
+	//	*Envelope_CpuPlacementQuery
+	//	*Envelope_CpuPlacementAnswer
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2021,6 +2033,24 @@ func (x *Envelope) GetCpuLeaseReturn() *CpuLeaseReturn {
 	return nil
 }
 
+func (x *Envelope) GetCpuPlacementQuery() *CpuPlacementQuery {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_CpuPlacementQuery); ok {
+			return x.CpuPlacementQuery
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetCpuPlacementAnswer() *CpuPlacementAnswer {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_CpuPlacementAnswer); ok {
+			return x.CpuPlacementAnswer
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -2105,6 +2135,14 @@ type Envelope_CpuLeaseReturn struct {
 	CpuLeaseReturn *CpuLeaseReturn `protobuf:"bytes,29,opt,name=cpu_lease_return,json=cpuLeaseReturn,proto3,oneof"`
 }
 
+type Envelope_CpuPlacementQuery struct {
+	CpuPlacementQuery *CpuPlacementQuery `protobuf:"bytes,40,opt,name=cpu_placement_query,json=cpuPlacementQuery,proto3,oneof"`
+}
+
+type Envelope_CpuPlacementAnswer struct {
+	CpuPlacementAnswer *CpuPlacementAnswer `protobuf:"bytes,41,opt,name=cpu_placement_answer,json=cpuPlacementAnswer,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -2145,6 +2183,155 @@ func (*Envelope_CpuLeaseUse) isEnvelope_Body() {}
 
 func (*Envelope_CpuLeaseReturn) isEnvelope_Body() {}
 
+func (*Envelope_CpuPlacementQuery) isEnvelope_Body() {}
+
+func (*Envelope_CpuPlacementAnswer) isEnvelope_Body() {}
+
+// CpuPlacementQuery asks a daemon to simulate seed 001's Algorithm 1 on its
+// host for one container (§IV-D, with the simulation offloaded to the
+// hosts, as §V-B3 suggests). Nothing is booked. Answered by
+// CpuPlacementAnswer.
+type CpuPlacementQuery struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Millicores    uint32                 `protobuf:"varint,1,opt,name=millicores,proto3" json:"millicores,omitempty"`
+	Wysiwyg       bool                   `protobuf:"varint,2,opt,name=wysiwyg,proto3" json:"wysiwyg,omitempty"` // C1; false: C2
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CpuPlacementQuery) Reset() {
+	*x = CpuPlacementQuery{}
+	mi := &file_escra_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CpuPlacementQuery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CpuPlacementQuery) ProtoMessage() {}
+
+func (x *CpuPlacementQuery) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CpuPlacementQuery.ProtoReflect.Descriptor instead.
+func (*CpuPlacementQuery) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CpuPlacementQuery) GetMillicores() uint32 {
+	if x != nil {
+		return x.Millicores
+	}
+	return 0
+}
+
+func (x *CpuPlacementQuery) GetWysiwyg() bool {
+	if x != nil {
+		return x.Wysiwyg
+	}
+	return false
+}
+
+type CpuPlacementAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The simulated allocation: exclusive (P1) cores, millicores on shared
+	// (P2) cores, and the cores the container would see.
+	P1Cores          uint32 `protobuf:"varint,1,opt,name=p1_cores,json=p1Cores,proto3" json:"p1_cores,omitempty"`
+	SharedMillicores uint32 `protobuf:"varint,2,opt,name=shared_millicores,json=sharedMillicores,proto3" json:"shared_millicores,omitempty"`
+	CoresSeen        uint32 `protobuf:"varint,3,opt,name=cores_seen,json=coresSeen,proto3" json:"cores_seen,omitempty"`
+	// Why the host would refuse it ("" when it would not); not_wysiwyg when
+	// the refusal is principle-hard's (the host has the CPU).
+	Refused    string `protobuf:"bytes,4,opt,name=refused,proto3" json:"refused,omitempty"`
+	NotWysiwyg bool   `protobuf:"varint,5,opt,name=not_wysiwyg,json=notWysiwyg,proto3" json:"not_wysiwyg,omitempty"`
+	// The daemon places containers (escrad --cpu-placement is not off).
+	Enabled       bool `protobuf:"varint,6,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CpuPlacementAnswer) Reset() {
+	*x = CpuPlacementAnswer{}
+	mi := &file_escra_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CpuPlacementAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CpuPlacementAnswer) ProtoMessage() {}
+
+func (x *CpuPlacementAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CpuPlacementAnswer.ProtoReflect.Descriptor instead.
+func (*CpuPlacementAnswer) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CpuPlacementAnswer) GetP1Cores() uint32 {
+	if x != nil {
+		return x.P1Cores
+	}
+	return 0
+}
+
+func (x *CpuPlacementAnswer) GetSharedMillicores() uint32 {
+	if x != nil {
+		return x.SharedMillicores
+	}
+	return 0
+}
+
+func (x *CpuPlacementAnswer) GetCoresSeen() uint32 {
+	if x != nil {
+		return x.CoresSeen
+	}
+	return 0
+}
+
+func (x *CpuPlacementAnswer) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+func (x *CpuPlacementAnswer) GetNotWysiwyg() bool {
+	if x != nil {
+		return x.NotWysiwyg
+	}
+	return false
+}
+
+func (x *CpuPlacementAnswer) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
 type MemoryUsage_Sample struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Handle        uint32                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
@@ -2157,7 +2344,7 @@ type MemoryUsage_Sample struct {
 
 func (x *MemoryUsage_Sample) Reset() {
 	*x = MemoryUsage_Sample{}
-	mi := &file_escra_proto_msgTypes[25]
+	mi := &file_escra_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2356,7 @@ func (x *MemoryUsage_Sample) String() string {
 func (*MemoryUsage_Sample) ProtoMessage() {}
 
 func (x *MemoryUsage_Sample) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[25]
+	mi := &file_escra_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2227,7 +2414,7 @@ type SetLimitsAck_Applied struct {
 
 func (x *SetLimitsAck_Applied) Reset() {
 	*x = SetLimitsAck_Applied{}
-	mi := &file_escra_proto_msgTypes[26]
+	mi := &file_escra_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2426,7 @@ func (x *SetLimitsAck_Applied) String() string {
 func (*SetLimitsAck_Applied) ProtoMessage() {}
 
 func (x *SetLimitsAck_Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[26]
+	mi := &file_escra_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2490,7 @@ type ReclaimResult_Reclaimed struct {
 
 func (x *ReclaimResult_Reclaimed) Reset() {
 	*x = ReclaimResult_Reclaimed{}
-	mi := &file_escra_proto_msgTypes[27]
+	mi := &file_escra_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2502,7 @@ func (x *ReclaimResult_Reclaimed) String() string {
 func (*ReclaimResult_Reclaimed) ProtoMessage() {}
 
 func (x *ReclaimResult_Reclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[27]
+	mi := &file_escra_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2675,7 @@ const file_escra_proto_rawDesc = "" +
 	"\fsent_unix_ns\x18\x02 \x01(\x03R\n" +
 	"sentUnixNs\"!\n" +
 	"\x05Error\x12\x18\n" +
-	"\amessage\x18\x01 \x01(\tR\amessage\"\xbd\x01\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\"\xd0\x01\n" +
 	"\x0fCreateContainer\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -2496,7 +2683,8 @@ const file_escra_proto_rawDesc = "" +
 	"\acommand\x18\x04 \x03(\tR\acommand\x12\x10\n" +
 	"\x03env\x18\x05 \x03(\tR\x03env\x12\x18\n" +
 	"\anetwork\x18\x06 \x01(\tR\anetwork\x12(\n" +
-	"\x06limits\x18\a \x01(\v2\x10.escra.v1.LimitsR\x06limits\"N\n" +
+	"\x06limits\x18\a \x01(\v2\x10.escra.v1.LimitsR\x06limits\x12\x11\n" +
+	"\x03cpu\x18\x8c\x01 \x01(\tR\x03cpu\"N\n" +
 	"\x15CreateContainerResult\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"I\n" +
@@ -2519,8 +2707,7 @@ const file_escra_proto_rawDesc = "" +
 	"\x0eCpuLeaseReturn\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12!\n" +
-	"\fremaining_us\x18\x03 \x01(\x03R\vremainingUs\"\x89\n" +
-	"\n" +
+	"\fremaining_us\x18\x03 \x01(\x03R\vremainingUs\"\xaa\v\n" +
 	"\bEnvelope\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12+\n" +
@@ -2549,8 +2736,24 @@ const file_escra_proto_rawDesc = "" +
 	"\x18remove_containers_result\x18\x1a \x01(\v2 .escra.v1.RemoveContainersResultH\x00R\x16removeContainersResult\x121\n" +
 	"\tcpu_lease\x18\x1b \x01(\v2\x12.escra.v1.CpuLeaseH\x00R\bcpuLease\x12;\n" +
 	"\rcpu_lease_use\x18\x1c \x01(\v2\x15.escra.v1.CpuLeaseUseH\x00R\vcpuLeaseUse\x12D\n" +
-	"\x10cpu_lease_return\x18\x1d \x01(\v2\x18.escra.v1.CpuLeaseReturnH\x00R\x0ecpuLeaseReturnB\x06\n" +
-	"\x04body*]\n" +
+	"\x10cpu_lease_return\x18\x1d \x01(\v2\x18.escra.v1.CpuLeaseReturnH\x00R\x0ecpuLeaseReturn\x12M\n" +
+	"\x13cpu_placement_query\x18( \x01(\v2\x1b.escra.v1.CpuPlacementQueryH\x00R\x11cpuPlacementQuery\x12P\n" +
+	"\x14cpu_placement_answer\x18) \x01(\v2\x1c.escra.v1.CpuPlacementAnswerH\x00R\x12cpuPlacementAnswerB\x06\n" +
+	"\x04body\"M\n" +
+	"\x11CpuPlacementQuery\x12\x1e\n" +
+	"\n" +
+	"millicores\x18\x01 \x01(\rR\n" +
+	"millicores\x12\x18\n" +
+	"\awysiwyg\x18\x02 \x01(\bR\awysiwyg\"\xd0\x01\n" +
+	"\x12CpuPlacementAnswer\x12\x19\n" +
+	"\bp1_cores\x18\x01 \x01(\rR\ap1Cores\x12+\n" +
+	"\x11shared_millicores\x18\x02 \x01(\rR\x10sharedMillicores\x12\x1d\n" +
+	"\n" +
+	"cores_seen\x18\x03 \x01(\rR\tcoresSeen\x12\x18\n" +
+	"\arefused\x18\x04 \x01(\tR\arefused\x12\x1f\n" +
+	"\vnot_wysiwyg\x18\x05 \x01(\bR\n" +
+	"notWysiwyg\x12\x18\n" +
+	"\aenabled\x18\x06 \x01(\bR\aenabled*]\n" +
 	"\aBackend\x12\x17\n" +
 	"\x13BACKEND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10BACKEND_CGROUPFS\x10\x01\x12\x12\n" +
@@ -2574,7 +2777,7 @@ func file_escra_proto_rawDescGZIP() []byte {
 }
 
 var file_escra_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_escra_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_escra_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_escra_proto_goTypes = []any{
 	(Backend)(0),                    // 0: escra.v1.Backend
 	(CgroupVersion)(0),              // 1: escra.v1.CgroupVersion
@@ -2603,20 +2806,22 @@ var file_escra_proto_goTypes = []any{
 	(*CpuLeaseUse)(nil),             // 24: escra.v1.CpuLeaseUse
 	(*CpuLeaseReturn)(nil),          // 25: escra.v1.CpuLeaseReturn
 	(*Envelope)(nil),                // 26: escra.v1.Envelope
-	(*MemoryUsage_Sample)(nil),      // 27: escra.v1.MemoryUsage.Sample
-	(*SetLimitsAck_Applied)(nil),    // 28: escra.v1.SetLimitsAck.Applied
-	(*ReclaimResult_Reclaimed)(nil), // 29: escra.v1.ReclaimResult.Reclaimed
+	(*CpuPlacementQuery)(nil),       // 27: escra.v1.CpuPlacementQuery
+	(*CpuPlacementAnswer)(nil),      // 28: escra.v1.CpuPlacementAnswer
+	(*MemoryUsage_Sample)(nil),      // 29: escra.v1.MemoryUsage.Sample
+	(*SetLimitsAck_Applied)(nil),    // 30: escra.v1.SetLimitsAck.Applied
+	(*ReclaimResult_Reclaimed)(nil), // 31: escra.v1.ReclaimResult.Reclaimed
 }
 var file_escra_proto_depIdxs = []int32{
 	0,  // 0: escra.v1.HostHello.backend:type_name -> escra.v1.Backend
 	1,  // 1: escra.v1.HostHello.cgroup_version:type_name -> escra.v1.CgroupVersion
 	4,  // 2: escra.v1.ContainerRegister.limits:type_name -> escra.v1.Limits
 	7,  // 3: escra.v1.TelemetryBatch.stats:type_name -> escra.v1.CpuStat
-	27, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
+	29, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
 	4,  // 5: escra.v1.LimitUpdate.limits:type_name -> escra.v1.Limits
 	12, // 6: escra.v1.SetLimits.updates:type_name -> escra.v1.LimitUpdate
-	28, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
-	29, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
+	30, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
+	31, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
 	4,  // 9: escra.v1.CreateContainer.limits:type_name -> escra.v1.Limits
 	2,  // 10: escra.v1.Envelope.hello:type_name -> escra.v1.HostHello
 	3,  // 11: escra.v1.Envelope.hello_ack:type_name -> escra.v1.HelloAck
@@ -2638,11 +2843,13 @@ var file_escra_proto_depIdxs = []int32{
 	23, // 27: escra.v1.Envelope.cpu_lease:type_name -> escra.v1.CpuLease
 	24, // 28: escra.v1.Envelope.cpu_lease_use:type_name -> escra.v1.CpuLeaseUse
 	25, // 29: escra.v1.Envelope.cpu_lease_return:type_name -> escra.v1.CpuLeaseReturn
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	27, // 30: escra.v1.Envelope.cpu_placement_query:type_name -> escra.v1.CpuPlacementQuery
+	28, // 31: escra.v1.Envelope.cpu_placement_answer:type_name -> escra.v1.CpuPlacementAnswer
+	32, // [32:32] is the sub-list for method output_type
+	32, // [32:32] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_escra_proto_init() }
@@ -2671,6 +2878,8 @@ func file_escra_proto_init() {
 		(*Envelope_CpuLease)(nil),
 		(*Envelope_CpuLeaseUse)(nil),
 		(*Envelope_CpuLeaseReturn)(nil),
+		(*Envelope_CpuPlacementQuery)(nil),
+		(*Envelope_CpuPlacementAnswer)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2678,7 +2887,7 @@ func file_escra_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_escra_proto_rawDesc), len(file_escra_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

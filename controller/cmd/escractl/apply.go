@@ -76,7 +76,7 @@ func Containers(a *spec.App) []adminclient.DeployContainer {
 				env = append(env, k+"="+c.Env[k])
 			}
 			out = append(out, adminclient.DeployContainer{Name: name, Image: c.Image, Command: c.Command, Env: env,
-				Network: c.Network, Host: c.Host, CPUCores: cpu, MemoryBytes: mem})
+				Network: c.Network, Host: c.Host, CPUCores: cpu, MemoryBytes: mem, CPUClass: c.CPUClass})
 		}
 	}
 	return out

@@ -156,7 +156,7 @@ reached with the operator certificate in --certs (default $ESCRA_CERTS or
 		return usageErr("%s: %v (see %s --help)", c.Name(), err, c.CommandPath())
 	})
 	root.AddCommand(applyCmd(e), diffCmd(e), validateCmd(e), deleteCmd(e), getCmd(e), describeCmd(e),
-		topCmd(e), eventsCmd(e), versionCmd(e), certsCmd(e))
+		topCmd(e), eventsCmd(e), versionCmd(e), certsCmd(e), profileCmd(e))
 	root.CompletionOptions.HiddenDefaultCmd = false
 	return root
 }

@@ -54,6 +54,9 @@ type Daemon struct {
 	NoReclaim atomic.Bool
 	// HeartbeatsIn counts heartbeats the controller echoed.
 	HeartbeatsIn atomic.Uint64
+	// cpuPlacement answers the deployer's CpuPlacementQuery (seed 001
+	// §IV-D); nil: no answer, like an escrad without CPU placement.
+	cpuPlacement func(*pb.CpuPlacementQuery) *pb.CpuPlacementAnswer
 
 	batcher wire.Batcher
 	bmu     sync.Mutex
@@ -357,6 +360,13 @@ func (d *Daemon) readLoop(r *wire.EnvelopeReader) {
 			d.HeartbeatsIn.Add(1)
 		case *pb.Envelope_CpuLease:
 			d.lease(b.CpuLease)
+		case *pb.Envelope_CpuPlacementQuery:
+			d.mu.Lock()
+			f := d.cpuPlacement
+			d.mu.Unlock()
+			if f != nil {
+				_ = d.send(&pb.Envelope{RequestId: env.RequestId, Body: &pb.Envelope_CpuPlacementAnswer{CpuPlacementAnswer: f(b.CpuPlacementQuery)}})
+			}
 		default:
 			d.mu.Lock()
 			ch := d.waiting[env.RequestId]
@@ -498,4 +508,11 @@ func (d *Daemon) reclaim(id uint64, rr *pb.ReclaimRequest) {
 	}
 	d.mu.Unlock()
 	go d.send(&pb.Envelope{RequestId: id, Body: &pb.Envelope_ReclaimResult{ReclaimResult: res}})
+}
+
+// SetCPUPlacement makes the daemon answer CpuPlacementQuery with f.
+func (d *Daemon) SetCPUPlacement(f func(*pb.CpuPlacementQuery) *pb.CpuPlacementAnswer) {
+	d.mu.Lock()
+	d.cpuPlacement = f
+	d.mu.Unlock()
 }

@@ -99,6 +99,8 @@ func run(args []string, restoreOnly bool) error {
 		tlsServer   = fs.String("tls-server-name", auth.ControllerName, "name the controller's certificate must carry")
 		noGuard     = fs.Bool("no-oom-guard", false, "do not start the OOM guard process (it re-enables the OOM killer of trapped containers if escrad dies)")
 		oomState    = fs.String("oom-state", "", "state file listing every group whose OOM killer escrad disabled, written before arming (default /run/escra/escrad-HOST.oom-armed)")
+		cpuPlace    = fs.String("cpu-placement", "hard", "host CPU placement for escra.cpu=wysiwyg containers (seed 001): hard (refuse a quota that cannot be WYSIWYG), besteffort, or off")
+		viewDir     = fs.String("view-dir", agent.DefaultViewDir, "directory of per-container CPU views: NAME/online follows the cpuset of container NAME (bind-mount it on /sys/devices/system/cpu/online)")
 		lockDir     = fs.String("lock-dir", defaultLockDir, "directory of the per-engine lock files (one escrad per Docker engine)")
 		insecure    = fs.Bool("insecure", false, "plain TCP and unsigned telemetry to the controller: anyone on the path can forge or read it")
 	)
@@ -255,7 +257,7 @@ func run(args []string, restoreOnly bool) error {
 		// auto/bpf then the CO-RE program when the kernel has BTF.
 		Backend: *backend, KernelSource: genl.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
 		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
-		RestoreAfter: *restoreAft,
+		RestoreAfter: *restoreAft, CPUPlacement: *cpuPlace, ViewDir: *viewDir,
 	}
 	cfg.Apps = src.Apps
 	if !*noDocker {

@@ -202,7 +202,7 @@ func (p *Peer) serve(c net.Conn) {
 			p.leaseReturns = append(p.leaseReturns, b.CpuLeaseReturn)
 			p.cond.Broadcast()
 			p.mu.Unlock()
-		case *pb.Envelope_SetLimitsAck, *pb.Envelope_ReclaimResult, *pb.Envelope_Error:
+		case *pb.Envelope_SetLimitsAck, *pb.Envelope_ReclaimResult, *pb.Envelope_Error, *pb.Envelope_CpuPlacementAnswer:
 			s.wmu.Lock()
 			ch := s.waiters[env.RequestId]
 			delete(s.waiters, env.RequestId)
@@ -344,4 +344,18 @@ func (p *Peer) Reclaim(ctx context.Context, margin uint64, handles ...uint32) (*
 		return a, nil
 	}
 	return nil, errors.New("peer: reclaim answered without a result")
+}
+
+// SimulateCPU sends one CpuPlacementQuery and returns the answer.
+func (p *Peer) SimulateCPU(ctx context.Context, q *pb.CpuPlacementQuery) (*pb.CpuPlacementAnswer, error) {
+	r, err := p.call(ctx, func(e *pb.Envelope) {
+		e.Body = &pb.Envelope_CpuPlacementQuery{CpuPlacementQuery: q}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if a := r.GetCpuPlacementAnswer(); a != nil {
+		return a, nil
+	}
+	return nil, errors.New("peer: cpu placement query answered without an answer")
 }

@@ -1,0 +1,91 @@
+package agent
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	"github.com/escra-dev/escra/daemon/limits"
+	"github.com/escra-dev/escra/internal/wysiwyg"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// The allocator on real cgroups (no Docker): a wysiwyg group gets its
+// cores, the shared group loses them, a raise that cannot be WYSIWYG is
+// capped with an error naming it, and the view file follows the cpuset.
+func TestCPUMgrOnRealCgroups(t *testing.T) {
+	if hostCPUs() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	app := limits.New()
+	views := t.TempDir()
+	m, err := newCPUMgr(CPUPlacementHard, hostCPUs(), app, views, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(h uint32, name string, quota string) *cgroups.Group {
+		rel := cgtest.New(t, name)
+		cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", quota)
+		p, err := cgroups.PathsForCgroup(rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := cgroups.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Close)
+		e, err := limits.NewEntry(name, false, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		app.Add(h, e)
+		return g
+	}
+	cpus := func(g *cgroups.Group) string {
+		var buf [64]byte
+		b, _ := g.Read(cgroups.CPUSetCPUs, buf[:])
+		return strings.TrimSpace(string(b))
+	}
+	gs := open(1, "wys-shared", "50000")
+	gw := open(2, "wys-c1", "100000")
+	if _, err := PrepareView(views, "wys-c1", 1); err != nil {
+		t.Fatal(err)
+	}
+	e1, _ := app.Get(1).Current()
+	m.add(1, containers.Container{Name: "wys-shared"}, e1)
+	e2, _ := app.Get(2).Current()
+	m.add(2, containers.Container{Name: "wys-c1", CPU: containers.CPUWysiwyg}, e2)
+	n := hostCPUs()
+	top := wysiwyg.NewCPUSet(n - 1).String()
+	if got := cpus(gw); got != top {
+		t.Fatalf("C1 cpuset %q, want the top core %s", got, top)
+	}
+	if got := cpus(gs); strings.Contains(got, top) && n == 2 {
+		t.Fatalf("shared cpuset %q still holds the P1 core", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(views, "wys-c1", "online")); strings.TrimSpace(string(b)) != top {
+		t.Fatalf("view %q, want %s", b, top)
+	}
+	// All the host's cores: the shared pool must keep one; refused and
+	// capped at the layout (1 core).
+	apply := func(l *pb.Limits) error { return app.Apply(2, 0, l) }
+	err = m.setQuota(&pb.LimitUpdate{Handle: 2, Limits: &pb.Limits{CpuQuotaUs: int64(n) * 100000}}, 100000, apply)
+	if err == nil || !strings.Contains(err.Error(), "WYSIWYG") {
+		t.Fatalf("raise to every core: %v", err)
+	}
+	if q, _, _ := gw.CPULimit(); q != 100000 {
+		t.Fatalf("quota %d after the refused raise, want the 1-core cap", q)
+	}
+	// The C1 group goes: the shared group gets every core back.
+	m.remove(2)
+	if got := cpus(gs); got != wysiwyg.Range(n).String() {
+		t.Fatalf("shared cpuset %q after the C1 left", got)
+	}
+}
