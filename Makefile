@@ -72,7 +72,7 @@ bench-faults: ## issue 12's fault checks on the real binaries, a real etcd and r
 bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM
 	@scripts/kernel-bench.sh
 
-soak: ## 30-minute soak, 1,000 simulated containers, TLS, OOM + churn (SOAK_MINUTES)
+soak: ## 30-minute soak, 1,000 simulated containers, TLS, OOM + churn (SOAK_MINUTES); FAULTS=1: 20-minute randomized fault schedule (root)
 	@scripts/soak.sh
 
 deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/

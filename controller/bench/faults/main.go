@@ -36,9 +36,11 @@ import (
 )
 
 var (
-	bin   = flag.String("bin", "bin", "directory of escrad, escra-controller, escractl")
-	out   = flag.String("out", "results/faults", "output directory")
-	steps = flag.String("steps", "", "comma-separated steps to run (admin, duplicate, ha, partition, v1); empty: all")
+	bin      = flag.String("bin", "bin", "directory of escrad, escra-controller, escractl")
+	out      = flag.String("out", "results/faults", "output directory")
+	soakFor  = flag.Duration("soak", 0, "run the randomized fault schedule this long instead of the checks (make soak FAULTS=1)")
+	soakSeed = flag.Uint64("seed", 0, "-soak: schedule seed (0: from the clock; printed)")
+	steps    = flag.String("steps", "", "comma-separated steps to run (admin, duplicate, ha, partition, v1); empty: all")
 )
 
 type proc struct {
@@ -114,6 +116,14 @@ func (p *proc) wait(d time.Duration) (string, error) {
 	case <-time.After(d):
 		return "", fmt.Errorf("%s: no %q line within %v", p.name, p.want, d)
 	}
+}
+
+// tail is the last lines of the process's output, for an error.
+func (p *proc) tail() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := strings.Split(strings.TrimSpace(p.log.String()), "\n")
+	return strings.Join(l[max(0, len(l)-3):], " | ")
 }
 
 func (p *proc) kill() {
@@ -499,6 +509,19 @@ func main() {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() { <-sig; cleanup(); os.RemoveAll(tmp); os.Exit(1) }()
 	failed := 0
+	if *soakFor > 0 {
+		seed := *soakSeed
+		if seed == 0 {
+			seed = uint64(time.Now().UnixNano())
+		}
+		summary["seed"] = seed
+		*steps = "none"
+		if err := soak(*soakFor, seed); err != nil {
+			failed++
+			say("soak: FAILED: %v", err)
+		}
+		cleanup()
+	}
 	for _, step := range []struct {
 		name string
 		f    func() error
@@ -518,7 +541,15 @@ func main() {
 	os.RemoveAll(tmp)
 	summary["failed_steps"] = failed
 	summary["duration_s"] = round(time.Since(start).Seconds())
-	os.MkdirAll(*out, 0o755)
+	os.RemoveAll(filepath.Join(*out, "logs"))
+	os.MkdirAll(filepath.Join(*out, "logs"), 0o755)
+	procsMu.Lock()
+	for _, p := range procs { // what each process said, for the report's findings
+		p.mu.Lock()
+		os.WriteFile(filepath.Join(*out, "logs", fmt.Sprintf("%s-%d.log", p.name, p.cmd.Process.Pid)), p.log.Bytes(), 0o644)
+		p.mu.Unlock()
+	}
+	procsMu.Unlock()
 	b, _ := json.MarshalIndent(summary, "", "  ")
 	os.WriteFile(filepath.Join(*out, "summary.json"), append(b, '\n'), 0o644)
 	keys := make([]string, 0, len(summary))

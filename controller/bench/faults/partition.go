@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -131,7 +132,7 @@ func withUnseen(seen []float64, events float64) []float64 {
 	return all
 }
 
-func setupHosts(name string, extraCtl []string, extraEscrad []string) (*hostsSetup, error) {
+func setupHosts(name string, extraCtl []string, extraEscrad func(i int) []string) (*hostsSetup, error) {
 	s := &hostsSetup{certs: filepath.Join(tmp, name+"-certs"), state: filepath.Join(tmp, name+"-state")}
 	if b, err := runOut(filepath.Join(*bin, "escractl"), "certs", "--dir", s.certs, "--hosts", "h1,h2"); err != nil {
 		return nil, fmt.Errorf("escractl certs: %v: %s", err, b)
@@ -177,7 +178,10 @@ func setupHosts(name string, extraCtl []string, extraEscrad []string) (*hostsSet
 		s.metrics[i] = fmt.Sprintf("127.0.0.1:%d", freePort())
 		s.escradArgs[i] = append([]string{filepath.Join(*bin, "escrad"), "--no-docker", "--metrics-listen", s.metrics[i], "--config", cfg, "--controller", to, "--host-id", host,
 			"--tls-ca", auth.CAPath(s.certs), "--tls-cert", auth.CertPath(s.certs, host), "--tls-key", auth.KeyPath(s.certs, host),
-			"--oom-state", filepath.Join(dir, "oom-armed"), "--lock-dir", dir, "--backend", "cgroupfs"}, extraEscrad...)
+			"--oom-state", filepath.Join(dir, "oom-armed"), "--lock-dir", dir, "--backend", "cgroupfs"}, extraEscrad(i)...)
+		if slices.Contains(s.escradArgs[i], "--docker-host") {
+			s.escradArgs[i] = slices.DeleteFunc(s.escradArgs[i], func(a string) bool { return a == "--no-docker" })
+		}
 		if s.escrad[i], err = startWith(name+"-escrad-"+host, "", s.budget.watch(i), s.escradArgs[i]...); err != nil {
 			return nil, err
 		}
@@ -186,7 +190,7 @@ func setupHosts(name string, extraCtl []string, extraEscrad []string) (*hostsSet
 		st, ok := stateTLS(s.admin, s.c.admn)
 		return ok && len(st.Containers) == 2
 	}); !ok {
-		return nil, errors.New("the two escrads never registered their groups")
+		return nil, fmt.Errorf("the two escrads never registered their groups; h1: %s; h2: %s", s.escrad[0].tail(), s.escrad[1].tail())
 	}
 	return s, nil
 }
@@ -198,7 +202,7 @@ func (s *hostsSetup) close() {
 }
 
 func partitionSection() error {
-	s, err := setupHosts("part", nil, nil)
+	s, err := setupHosts("part", nil, func(int) []string { return nil })
 	if err != nil {
 		return err
 	}

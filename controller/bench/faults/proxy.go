@@ -23,6 +23,8 @@ type gateProxy struct {
 	conns   map[net.Conn]bool
 	udpPeer map[string]*net.UDPConn // client address -> its upstream socket
 	closed  bool
+	network string // "tcp" or "unix"
+	down    bool   // refusing: as a dead server, connections are closed at once
 }
 
 // newGateProxy listens on tcpAt and udpAt (host:port; port 0 for TCP is
@@ -43,9 +45,38 @@ func newGateProxy(tcpAt, udpAt string) (*gateProxy, error) {
 		ln.Close()
 		return nil, err
 	}
-	p := &gateProxy{ln: ln, udp: uc, open: make(chan struct{}), conns: map[net.Conn]bool{}, udpPeer: map[string]*net.UDPConn{}}
+	p := &gateProxy{ln: ln, udp: uc, open: make(chan struct{}), conns: map[net.Conn]bool{}, udpPeer: map[string]*net.UDPConn{}, network: "tcp"}
 	close(p.open)
 	return p, nil
+}
+
+// newUnixProxy relays a unix socket (the Docker engine's) with the same
+// cut/heal, plus setDown: an engine that is gone (connections closed,
+// new ones refused) rather than hung.
+func newUnixProxy(at, target string) (*gateProxy, error) {
+	ln, err := net.Listen("unix", at)
+	if err != nil {
+		return nil, err
+	}
+	p := &gateProxy{ln: ln, open: make(chan struct{}), conns: map[net.Conn]bool{}, network: "unix", tcpTo: target}
+	close(p.open)
+	go p.acceptLoop()
+	return p, nil
+}
+
+func (p *gateProxy) setDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	var cs []net.Conn
+	if down {
+		for c := range p.conns {
+			cs = append(cs, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
 }
 
 func (p *gateProxy) addr() string { return p.ln.Addr().String() }
@@ -93,7 +124,7 @@ func (p *gateProxy) heal() {
 func (p *gateProxy) track(c net.Conn, on bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if on && p.closed {
+	if on && (p.closed || p.down) {
 		return false
 	}
 	if on {
@@ -122,7 +153,7 @@ func (p *gateProxy) serve(c net.Conn) {
 	defer p.track(c, false)
 	defer c.Close()
 	<-p.gate() // a connection attempt during a cut waits, as a dropped SYN
-	up, err := net.Dial("tcp", p.tcpTo)
+	up, err := net.Dial(p.network, p.tcpTo)
 	if err != nil {
 		return
 	}
@@ -197,5 +228,7 @@ func (p *gateProxy) close() {
 	p.mu.Unlock()
 	p.heal()
 	p.ln.Close()
-	p.udp.Close()
+	if p.udp != nil {
+		p.udp.Close()
+	}
 }
