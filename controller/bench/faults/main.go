@@ -506,7 +506,7 @@ func main() {
 		os.Exit(1)
 	}
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	go func() { <-sig; cleanup(); os.RemoveAll(tmp); os.Exit(1) }()
 	failed := 0
 	if *soakFor > 0 {
