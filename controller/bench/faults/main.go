@@ -224,8 +224,15 @@ func adminAndRestart() error {
 	body := `{"name":"web","cpu_cores":2,"memory_bytes":1073741824,"sigma":0.5}`
 	code, _ = call(hostc, "PUT", base+"/v1/apps/web", body)
 	summary["admin_host_cert_put_status"] = code
-	if code, b := call(admin, "PUT", base+"/v1/apps/web", body); code != 200 {
-		return fmt.Errorf("admin PUT: %d %s", code, b)
+	// What escractl apply sets: budget, σ and allocator parameters of a
+	// spec (docs/examples/batch.yaml), budget only (no hosts here).
+	if b, err := exec.Command(filepath.Join(*bin, "escractl"), "--controller", base, "--certs", certs,
+		"apply", "-f", "docs/examples/batch.yaml", "--budget-only").CombinedOutput(); err != nil {
+		return fmt.Errorf("escractl apply: %v: %s", err, b)
+	}
+	var before, apps []adminapi.App
+	if code, b := call(admin, "GET", base+"/v1/apps", ""); code != 200 || json.Unmarshal(b, &before) != nil || len(before) != 1 {
+		return fmt.Errorf("apps after escractl apply: %d %s", code, b)
 	}
 	c.p.kill()
 	c.p.cmd.Process.Wait()
@@ -234,10 +241,17 @@ func adminAndRestart() error {
 	if err != nil {
 		return err
 	}
-	var apps []adminapi.App
 	code, b := call(admin, "GET", "https://"+c2.admn+"/v1/apps", "")
 	json.Unmarshal(b, &apps)
-	kept := code == 200 && len(apps) == 1 && apps[0].CPUCores == 2 && apps[0].MemoryBytes == 1<<30 && apps[0].Sigma == 0.5 && !apps[0].Auto
+	kept := code == 200 && len(apps) == 1
+	if kept {
+		x, y := before[0], apps[0]
+		kept = x.Name == "batch" && x.CPUCores == y.CPUCores && x.MemoryBytes == y.MemoryBytes && x.Sigma == y.Sigma &&
+			x.Params == y.Params && x.Policy == y.Policy && !y.Auto && y.Params.Kappa == 0.6 && y.Params.Upsilon == 35
+	}
+	if !kept {
+		say("restart: apps before %+v, after %+v", before, apps)
+	}
 	summary["restart_budget_kept"] = b2i(kept)
 	summary["restart_ready_ms"] = time.Since(t0).Milliseconds()
 	say("admin: anonymous DELETE %v, host certificate PUT %v; budget kept across SIGKILL: %v", summary["admin_anonymous_status"], summary["admin_host_cert_put_status"], kept)
