@@ -237,6 +237,8 @@ type budgetSampler struct {
 	maxCPU             float64
 	maxMem             int64
 	firstViol, lastVio string
+	violAt             []time.Time // every sample over budget
+	violWhat           []string
 }
 
 func newBudgetSampler(groups []string, cpuCores float64, memBytes int64) *budgetSampler {
@@ -303,10 +305,31 @@ func (b *budgetSampler) sample() {
 		bad = true
 	}
 	if bad {
+		b.violAt = append(b.violAt, time.Now())
+		b.violWhat = append(b.violWhat, fmt.Sprintf("cpu %.2f/%.2f cores, memory %d/%d MiB", cpu, b.cpuCores, mem>>20, b.memBytes>>20))
 		d := time.Now().UTC().Format("15:04:05.000") + " " + strings.Join(detail, ", ")
 		if b.firstViol == "" {
 			b.firstViol = d
 		}
 		b.lastVio = d
 	}
+}
+
+// window is a run of over-budget samples (gaps under 300 ms joined).
+type window struct {
+	start, end time.Time
+	samples    int
+	what       string // the first sample's sums
+}
+
+func (b *budgetSampler) windows() []window {
+	var ws []window
+	for i, t := range b.violAt {
+		if n := len(ws); n > 0 && t.Sub(ws[n-1].end) < 300*time.Millisecond {
+			ws[n-1].end, ws[n-1].samples = t, ws[n-1].samples+1
+			continue
+		}
+		ws = append(ws, window{start: t, end: t, samples: 1, what: b.violWhat[i]})
+	}
+	return ws
 }

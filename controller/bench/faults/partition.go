@@ -281,7 +281,7 @@ func partitionSection() error {
 	summary["partition_hogs_oom_killed"] = kills[0] + kills[1]
 	hmu.Unlock()
 	s.budget.mu.Lock()
-	summary["budget_violations"] = s.budget.cpuViol + s.budget.memViol
+	summary["budget_violations"] = len(s.budget.violAt)
 	summary["budget_samples"] = s.budget.samples
 	summary["budget_violations_incl_restored_groups"] = s.budget.allViol
 	summary["budget_max_applied_memory_bytes"] = s.budget.maxMem

@@ -298,7 +298,19 @@ func (s *soakRun) report(eps []episode, t0 time.Time, ferrs []string, runs, kill
 	summary["hog_runs"] = runs[0] + runs[1]
 	summary["hogs_oom_killed"] = kills[0] + kills[1]
 	s.budget.mu.Lock()
-	summary["budget_violations"] = s.budget.cpuViol + s.budget.memViol
+	summary["budget_violations"] = len(s.budget.violAt)
+	summary["budget_violations_cpu"], summary["budget_violations_memory"] = s.budget.cpuViol, s.budget.memViol
+	ws := s.budget.windows()
+	summary["budget_violation_windows"] = len(ws)
+	cause := map[string]int{}
+	for _, w := range ws {
+		f := s.faultAt(w.start)
+		cause[strings.Fields(f)[0]] += w.samples
+		say("soak: over budget %s–%s (%d samples; first %s); fault: %s", w.start.UTC().Format("15:04:05.000"), w.end.UTC().Format("15:04:05.000"), w.samples, w.what, f)
+	}
+	for k, n := range cause {
+		summary["budget_violations_during_"+k] = n
+	}
 	summary["budget_violations_incl_restored_groups"] = s.budget.allViol
 	summary["budget_samples"] = s.budget.samples
 	if s.budget.firstViol != "" {
@@ -339,11 +351,11 @@ func (s *soakRun) report(eps []episode, t0 time.Time, ferrs []string, runs, kill
 }
 
 // faultAt names the fault in force at t (or the one that ended within the
-// 3 s before it).
+// 5 s before it: a restarted process rejoins within that).
 func (s *soakRun) faultAt(t time.Time) string {
 	for i := len(s.faults) - 1; i >= 0; i-- {
 		f := s.faults[i]
-		if !t.Before(f.start) && t.Before(f.end.Add(3*time.Second)) {
+		if !t.Before(f.start) && t.Before(f.end.Add(5*time.Second)) {
 			return fmt.Sprintf("%s %s–%s", f.kind, f.start.UTC().Format("15:04:05"), f.end.UTC().Format("15:04:05"))
 		}
 	}
