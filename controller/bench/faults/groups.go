@@ -137,10 +137,10 @@ func hogLoop(ctx context.Context, rel string, mib int, runs, kills *int, mu *syn
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
-		case err = <-done:
+		case <-done:
 		case <-ctx.Done():
 			cmd.Process.Kill()
-			err = <-done
+			<-done
 		}
 		mu.Lock()
 		*runs++
