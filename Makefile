@@ -72,16 +72,16 @@ bench-daemon: ## daemon apply latency, docker update, OOM rescue, CPU per 100 id
 	@scripts/setup.sh
 	$(GO) run ./daemon/cmd/bench-daemon -out results/daemon
 
-bench-faults: ## issue 12's fault checks on the real binaries, a real etcd and a real cgroup (~1 min; root; NO_IPTABLES=1 skips the partition)
+bench-faults: ## issue 12's fault checks on the real binaries, a real etcd and real cgroups; partitions through a proxy, no iptables (~2 min; root)
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory build
-	$(GO) run ./controller/bench/faults -out results/faults $(if $(filter 1,$(NO_IPTABLES)),-no-iptables)
+	$(GO) run ./controller/bench/faults -out results/faults
 
 bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM, then the bpf backend on this host
 	@scripts/kernel-bench.sh
 	@$(MAKE) --no-print-directory bench-bpf
 
-soak: ## 30-minute soak, 1,000 simulated containers, TLS, OOM + churn (SOAK_MINUTES)
+soak: ## 30-minute soak, 1,000 simulated containers, TLS, OOM + churn (SOAK_MINUTES); FAULTS=1: 20-minute randomized fault schedule (root)
 	@scripts/soak.sh
 
 deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/

@@ -7,9 +7,16 @@
 # kind in summary.json. SOAK_RECONNECT_EVERY (default 1m) and
 # SOAK_CHURN_RATE (default 5/s) make the races they cause more frequent.
 # Not part of CI.
+# FAULTS=1: instead, issue 12's randomized fault schedule for SOAK_MINUTES
+# (default 20) on the real binaries and real cgroups (root):
+# controller/bench/faults -soak; results/soak-faults/summary.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
+if [ "${FAULTS:-0}" = 1 ]; then
+	make --no-print-directory build
+	exec go run ./controller/bench/faults -soak "${SOAK_MINUTES:-20}m" ${SOAK_SEED:+-seed "$SOAK_SEED"} -out "${SOAK_OUT:-results/soak-faults}"
+fi
 out=${SOAK_OUT:-results/soak}
 mkdir -p "$out" bin
 minutes=${SOAK_MINUTES:-30}

@@ -86,12 +86,16 @@ func FromSpec(a *spec.App) AppSpec {
 type App struct {
 	Name string `json:"name"`
 	// Auto: created for a container whose app was never defined.
-	Auto                   bool             `json:"auto"`
-	Policy                 string           `json:"policy"`
-	CPUCores               float64          `json:"cpu_cores"` // global limit Ω
-	CPUAllocatedCores      float64          `json:"cpu_allocated_cores"`
-	CPUUnallocatedCores    float64          `json:"cpu_unallocated_cores"`
-	CPULeasedCores         float64          `json:"cpu_leased_cores"`
+	Auto                bool    `json:"auto"`
+	Policy              string  `json:"policy"`
+	CPUCores            float64 `json:"cpu_cores"` // global limit Ω
+	CPUAllocatedCores   float64 `json:"cpu_allocated_cores"`
+	CPUUnallocatedCores float64 `json:"cpu_unallocated_cores"`
+	CPULeasedCores      float64 `json:"cpu_leased_cores"`
+	// Shares held for members of hosts whose session ended, until their
+	// daemon puts Docker's limits back or they rejoin (issue 12).
+	CPUHeldCores           float64          `json:"cpu_held_cores,omitempty"`
+	MemoryHeldBytes        int64            `json:"memory_held_bytes,omitempty"`
 	MemoryBytes            int64            `json:"memory_bytes"` // global limit
 	MemoryAllocatedBytes   int64            `json:"memory_allocated_bytes"`
 	MemoryUnallocatedBytes int64            `json:"memory_unallocated_bytes"`

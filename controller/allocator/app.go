@@ -145,7 +145,15 @@ type App struct {
 	leaseTotal   int64
 	leaseSeq     uint64
 	pendingLease []LeaseCmd
+
+	// Shares held for members whose host's session died: their last
+	// limits are still in the cgroups until that host's escrad puts its
+	// own limits back (or rejoins), so they stay out of the pools.
+	held             map[string]held
+	heldCPU, heldMem int64
 }
+
+type held struct{ cpuUs, mem int64 }
 
 // NewApp makes an empty app; pol nil means the Escra policy.
 func NewApp(name string, b Budget, p Params, pol Policy) (*App, error) {
@@ -158,7 +166,7 @@ func NewApp(name string, b Budget, p Params, pol Policy) (*App, error) {
 	if pol == nil {
 		pol = Escra{}
 	}
-	a := &App{Name: name, P: p, Policy: pol, members: map[Key]*Member{}, leases: map[HostID]*lease{}}
+	a := &App{Name: name, P: p, Policy: pol, members: map[Key]*Member{}, leases: map[HostID]*lease{}, held: map[string]held{}}
 	a.setBudget(b)
 	return a, nil
 }
@@ -180,11 +188,46 @@ func (a *App) CPUAllocatedUs() int64 { return a.cpuAlloc }
 // MemAllocated is Σ assigned member memory limits.
 func (a *App) MemAllocated() int64 { return a.memAlloc }
 
-// CPUUnallocatedUs is Ω − Σ quotas − Σ leases.
-func (a *App) CPUUnallocatedUs() int64 { return max(0, a.omegaUs-a.cpuAlloc-a.leaseTotal) }
+// CPUUnallocatedUs is Ω − Σ quotas − Σ leases − Σ held.
+func (a *App) CPUUnallocatedUs() int64 {
+	return max(0, a.omegaUs-a.cpuAlloc-a.leaseTotal-a.heldCPU)
+}
 
-// MemUnallocated is the global memory limit minus Σ limits.
-func (a *App) MemUnallocated() int64 { return max(0, a.budget.MemoryBytes-a.memAlloc) }
+// MemUnallocated is the global memory limit minus Σ limits and Σ held.
+func (a *App) MemUnallocated() int64 { return max(0, a.budget.MemoryBytes-a.memAlloc-a.heldMem) }
+
+// LeaveHeld removes member k like Leave but keeps its quota and memory
+// limit out of the pools under id until Unhold(id): its host is out of
+// reach and may still apply them (a partition), so handing them to others
+// would put Σ applied limits over the budget.
+func (a *App) LeaveHeld(k Key, id string) ([]Decision, error) {
+	m, ok := a.members[k]
+	if !ok {
+		return nil, ErrUnknown
+	}
+	h := a.held[id]
+	h.cpuUs += m.QuotaUs
+	h.mem += m.MemLimit
+	a.held[id] = h
+	a.heldCPU += m.QuotaUs
+	a.heldMem += m.MemLimit
+	return a.Leave(k)
+}
+
+// Unhold gives a held share back to the pools; false when none is held.
+func (a *App) Unhold(id string) bool {
+	h, ok := a.held[id]
+	if !ok {
+		return false
+	}
+	delete(a.held, id)
+	a.heldCPU -= h.cpuUs
+	a.heldMem -= h.mem
+	return true
+}
+
+// Held is Σ held CPU (µs per period) and memory.
+func (a *App) Held() (cpuUs, mem int64) { return a.heldCPU, a.heldMem }
 
 // Len is λ, the number of members.
 func (a *App) Len() int { return len(a.order) }

@@ -95,6 +95,10 @@ type Shard struct {
 	// Sessions of the hosts that hold (or may be granted) a lease; kept
 	// until the session ends, so a revoke reaches a host whose members left.
 	hosts map[allocator.HostID]Host
+	// Held shares of members whose host died (LeaveHeld): id -> the
+	// hold's sequence number, so an old expiry cannot end a newer hold.
+	holds   map[string]uint64
+	holdSeq uint64
 }
 
 // New starts an app's goroutine. auto marks an app created for a
@@ -108,7 +112,7 @@ func New(name string, b allocator.Budget, p allocator.Params, pol allocator.Poli
 	s := &Shard{Name: name, in: make(chan func(), 256),
 		done: make(chan struct{}), a: a, auto: auto, members: map[allocator.Key]*member{},
 		log: log.With("app", name), hub: hub, cnt: cnt, periodUs: uint32(p.PeriodUs()),
-		hosts: map[allocator.HostID]Host{}}
+		hosts: map[allocator.HostID]Host{}, holds: map[string]uint64{}}
 	go s.run()
 	return s, nil
 }
@@ -391,6 +395,10 @@ func (s *Shard) Join(mi MemberInfo) error {
 				return
 			}
 		}
+		// The container is back under control: its held share (if its
+		// host's last session died) returns with this join.
+		s.a.Unhold(holdID(mi.HostID, mi.ContainerID))
+		delete(s.holds, holdID(mi.HostID, mi.ContainerID))
 		var ds []allocator.Decision
 		ds, err = s.a.Join(allocator.Join{Key: mi.Key, HostMaxUs: mi.HostMaxUs, MemUsage: mi.MemUsage})
 		if err != nil {
@@ -422,7 +430,11 @@ func (s *Shard) RetireIfEmpty() bool {
 
 // Leave removes a member; an auto app shrinks by its contribution.
 func (s *Shard) Leave(k allocator.Key, reason string) {
-	s.do(func() {
+	s.do(func() { s.leave(k, reason) })
+}
+
+func (s *Shard) leave(k allocator.Key, reason string) {
+	{
 		m := s.members[k]
 		if m == nil {
 			return
@@ -438,8 +450,39 @@ func (s *Shard) Leave(k allocator.Key, reason string) {
 		}
 		s.applyAll(ds)
 		s.publish(m.MemberInfo, "leave", reason)
+	}
+}
+
+// LeaveHeld removes a member whose host's session died and holds its
+// share out of the pools for hold (the time its escrad may still apply the
+// limits: until it puts Docker's back), or until the container rejoins.
+func (s *Shard) LeaveHeld(k allocator.Key, reason string, hold time.Duration) {
+	s.do(func() {
+		m := s.members[k]
+		if m == nil || s.auto || hold <= 0 { // an auto app shrinks instead
+			s.leave(k, reason)
+			return
+		}
+		id := holdID(m.HostID, m.ContainerID)
+		ds, _ := s.a.LeaveHeld(k, id)
+		delete(s.members, k)
+		s.applyAll(ds)
+		s.publish(m.MemberInfo, "leave", reason)
+		s.holdSeq++
+		seq := s.holdSeq
+		s.holds[id] = seq
+		time.AfterFunc(hold, func() {
+			s.do(func() {
+				if s.holds[id] == seq { // not rejoined and held again since
+					delete(s.holds, id)
+					s.a.Unhold(id)
+				}
+			})
+		})
 	})
 }
+
+func holdID(host, container string) string { return host + "/" + container }
 
 func (s *Shard) publish(mi MemberInfo, kind, reason string) {
 	if s.hub.Active() {
@@ -662,6 +705,7 @@ type State struct {
 	Policy                   string
 	OmegaUs, CPUAllocatedUs  int64
 	CPULeasedUs              int64 // Σ outstanding host-local leases
+	CPUHeldUs, MemHeld       int64 // Σ shares held for members of dead hosts
 	MemAllocated, MemUnalloc int64
 	Members                  []MemberState
 	PendingOOMs, Reclaiming  int
@@ -674,6 +718,7 @@ func (s *Shard) Snapshot() State {
 		st = State{Name: s.Name, Auto: s.auto, Budget: s.a.Budget(), Params: s.a.P, Policy: s.a.Policy.Name(),
 			OmegaUs: s.a.OmegaUs(), CPUAllocatedUs: s.a.CPUAllocatedUs(), CPULeasedUs: s.a.LeasedUs(), MemAllocated: s.a.MemAllocated(),
 			MemUnalloc: s.a.MemUnallocated(), PendingOOMs: len(s.oomQueue), Reclaiming: s.reclaiming}
+		st.CPUHeldUs, st.MemHeld = s.a.Held()
 		for _, m := range s.a.Members() {
 			mi := s.members[m.Key]
 			if mi == nil {

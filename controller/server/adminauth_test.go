@@ -142,3 +142,93 @@ func TestAdminAPIRoles(t *testing.T) {
 		t.Fatal("an operator certificate opened a daemon session")
 	}
 }
+
+// A browser form POST from another site, in both modes: in --insecure
+// mode the admin API is plain HTTP on loopback, which any page the
+// operator opens can reach, so the origin check is all that stands there.
+// The same POST without browser headers reaches the handler (400 for the
+// form body), so the 403 is the origin check, not the route or the role.
+func TestCrossOriginFormPOSTRefused(t *testing.T) {
+	dir := pki(t, "h1")
+	files := auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")}
+	ac, err := auth.AdminServerConfig(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []struct {
+		name   string
+		scheme string
+		tls    *tls.Config // the admin API's
+		client *http.Client
+	}{
+		{"insecure", "http://", nil, http.DefaultClient},
+		{"tls", "https://", ac, &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(t, dir, "admin")}}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			s := start(t, func(c *Config) { c.AdminTLS = mode.tls })
+			if err := s.DefineApp(AppSpec{Name: "web", CPUCores: 1, MemoryBytes: 1 << 30}); err != nil {
+				t.Fatal(err)
+			}
+			post := func(hdr map[string]string) int {
+				t.Helper()
+				req, _ := http.NewRequest("POST", mode.scheme+s.AdminAddr()+"/v1/apps/web/deploy", strings.NewReader("replicas=9"))
+				req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				for k, v := range hdr {
+					req.Header.Set(k, v)
+				}
+				resp, err := mode.client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			for _, hdr := range []map[string]string{
+				{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"},
+				{"Sec-Fetch-Site": "cross-site"},
+				{"Origin": "https://evil.example"},
+			} {
+				if got := post(hdr); got != http.StatusForbidden {
+					t.Errorf("cross-origin form POST %v: %d, want 403", hdr, got)
+				}
+			}
+			if got := post(nil); got != http.StatusBadRequest {
+				t.Errorf("same POST from a non-browser client: %d, want 400 (the handler refusing the form body)", got)
+			}
+		})
+	}
+}
+
+// pprof exists only with --pprof, and then only for admins.
+func TestPprofOnlyWhenAskedAndOnlyAdmins(t *testing.T) {
+	dir := pki(t, "h1")
+	files := auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")}
+	ac, err := auth.AdminServerConfig(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(s *Server, who string) int {
+		t.Helper()
+		tc := clientTLS(t, dir, "h1")
+		tc.Certificates = nil
+		if who != "" {
+			tc = clientTLS(t, dir, who)
+		}
+		resp, err := (&http.Client{Transport: &http.Transport{TLSClientConfig: tc}}).Get("https://" + s.AdminAddr() + "/debug/pprof/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	off := start(t, func(c *Config) { c.AdminTLS = ac })
+	if got := get(off, "admin"); got != http.StatusNotFound {
+		t.Errorf("pprof without --pprof, admin: %d, want 404", got)
+	}
+	on := start(t, func(c *Config) { c.AdminTLS, c.Pprof = ac, true })
+	for who, want := range map[string]int{"admin": 200, "viewer": 403, "h1": 403, "": 401} {
+		if got := get(on, who); got != want {
+			t.Errorf("pprof with --pprof, %q: %d, want %d", who, got, want)
+		}
+	}
+}

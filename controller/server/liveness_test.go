@@ -6,11 +6,12 @@ import (
 )
 
 // A daemon that stops sending (socket open, nothing on it) is declared
-// dead within 3 s and its members stop holding budget; its live sibling
-// keeps its session, and the dead one's share is back in the pool. A host that reconnects
+// dead within 3 s and its members leave; its live sibling keeps its
+// session. The dead one's share is held out of the pool (its escrad may
+// still apply it) until its container rejoins. A host that reconnects
 // replaces its old session at once: one session per host id.
 func TestSilentDaemonDeadAndReconnectReplaces(t *testing.T) {
-	s := start(t, nil)
+	s := start(t, func(c *Config) { c.DeadHold = time.Hour })
 	if err := s.DefineApp(AppSpec{Name: "web", CPUCores: 2, MemoryBytes: 1 << 30, Sigma: 0.5}); err != nil {
 		t.Fatal(err)
 	}
@@ -35,10 +36,19 @@ func TestSilentDaemonDeadAndReconnectReplaces(t *testing.T) {
 	if len(st.Hosts) != 1 || st.Hosts[0].HostID != "h2" || st.Apps[0].Members != 1 {
 		t.Fatalf("after the silent host died: hosts %+v, members %d", st.Hosts, st.Apps[0].Members)
 	}
-	// The dead member's share is back in the pool: allocated = the live one's.
-	eventually(t, "the dead member's share released", func() bool {
+	// The dead member's share is held: allocated = the live one's, and the
+	// pool lacks what the dead one had.
+	eventually(t, "the dead member's share held", func() bool {
 		a, c := s.Snapshot().Apps[0], s.Snapshot().Containers
-		return len(c) == 1 && a.CPUAllocatedCores == float64(c[0].CPUQuotaUs)/100000 && a.CPUUnallocatedCores >= 1-1e-9
+		return len(c) == 1 && a.CPUAllocatedCores == float64(c[0].CPUQuotaUs)/100000 && a.CPUHeldCores > 0 &&
+			a.MemoryHeldBytes > 0 && a.CPUUnallocatedCores < 2-a.CPUAllocatedCores-a.CPUHeldCores+1e-9
+	})
+	// Its container rejoins from a new session: the held share comes back.
+	back := dial(t, s, "h1", 4)
+	back.Register(1, "web", -1, 0, 10*mib)
+	eventually(t, "the held share released by the rejoin", func() bool {
+		a := s.Snapshot().Apps[0]
+		return a.Members == 2 && a.CPUHeldCores == 0 && a.MemoryHeldBytes == 0
 	})
 	if live.HeartbeatsIn.Load() == 0 {
 		t.Error("the controller echoes no heartbeats (daemons could not tell it is silent)")
@@ -54,6 +64,31 @@ func TestSilentDaemonDeadAndReconnectReplaces(t *testing.T) {
 	again.Register(1, "web", -1, 0, 10*mib)
 	eventually(t, "one session and one member for h2", func() bool {
 		st := s.Snapshot()
-		return len(st.Hosts) == 1 && st.Hosts[0].SessionID == again.SessionID && st.Apps[0].Members == 1
+		return len(st.Hosts) == 2 && st.Apps[0].Members == 2 && st.Apps[0].CPUHeldCores == 0
+	})
+	for _, h := range s.Snapshot().Hosts {
+		if h.HostID == "h2" && h.SessionID != again.SessionID {
+			t.Fatalf("h2's session is %d, want the new one %d", h.SessionID, again.SessionID)
+		}
+	}
+}
+
+// A dead host's held share goes back to the pool once the hold ends (the
+// time its escrad keeps the limits before putting Docker's back).
+func TestDeadHostShareReleasedAfterHold(t *testing.T) {
+	s := start(t, func(c *Config) { c.DeadHold = 10 * time.Millisecond })
+	if err := s.DefineApp(AppSpec{Name: "web", CPUCores: 2, MemoryBytes: 1 << 30, Sigma: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	gone := dial(t, s, "h1", 4)
+	live := dial(t, s, "h2", 4)
+	gone.Register(1, "web", -1, 0, 10*mib)
+	live.Register(1, "web", -1, 0, 10*mib)
+	eventually(t, "two members", func() bool { return s.Snapshot().Apps[0].Members == 2 })
+	gone.Close()
+	eventually(t, "the dead member's share back in the pool", func() bool {
+		a, c := s.Snapshot().Apps[0], s.Snapshot().Containers
+		return len(c) == 1 && a.CPUHeldCores == 0 && a.MemoryHeldBytes == 0 &&
+			a.CPUUnallocatedCores >= 2-float64(c[0].CPUQuotaUs)/100000-1e-9
 	})
 }

@@ -39,6 +39,11 @@ import (
 
 // Config configures a controller.
 type Config struct {
+	// DeadHold is how long the shares of a host whose session ended stay
+	// out of the pools when its daemon did not say (HostHello
+	// restore_after_ms): escrad's default --restore-after plus a second.
+	DeadHold time.Duration
+
 	TCPAddr   string // daemon sessions
 	UDPAddr   string // telemetry
 	AdminAddr string // HTTP admin API and /metrics ("" disables)
@@ -114,6 +119,7 @@ func DefaultConfig() Config {
 		DefaultHostMemoryBytes: 1 << 30,
 		MaxContainersPerHost:   1000,
 		EventHistory:           events.DefaultHistory,
+		DeadHold:               11 * time.Second,
 	}
 }
 
@@ -703,8 +709,16 @@ func (s *Server) Closed(ss *session.Session) {
 	refs := h.cont
 	h.cont = map[uint32]*ref{}
 	h.mu.Unlock()
+	// The daemon may still apply its last limits (a partition, or an
+	// escrad that died): its shares stay out of the pools until it puts
+	// Docker's back or its containers rejoin. Otherwise a partitioned host
+	// and its siblings would exceed the budget together.
+	hold := s.cfg.DeadHold
+	if ms := h.hello.GetRestoreAfterMs(); ms > 0 {
+		hold = time.Duration(ms)*time.Millisecond + time.Second
+	}
 	for _, r := range refs {
-		r.shard.Leave(r.key, "daemon session closed")
+		r.shard.LeaveHeld(r.key, "daemon session closed", hold)
 	}
 	for _, r := range refs {
 		s.reap(r.shard)

@@ -28,9 +28,10 @@ func (s *Server) Snapshot() State {
 		pUs := float64(as.Params.PeriodUs())
 		st.Apps = append(st.Apps, AppState{Name: as.Name, Auto: as.Auto, Policy: as.Policy,
 			CPUCores: as.Budget.CPUCores, CPUAllocatedCores: float64(as.CPUAllocatedUs) / pUs,
-			CPUUnallocatedCores: float64(max(as.OmegaUs-as.CPUAllocatedUs-as.CPULeasedUs, 0)) / pUs,
+			CPUUnallocatedCores: float64(max(as.OmegaUs-as.CPUAllocatedUs-as.CPULeasedUs-as.CPUHeldUs, 0)) / pUs,
 			CPULeasedCores:      float64(as.CPULeasedUs) / pUs,
-			MemoryBytes:         as.Budget.MemoryBytes, MemoryAllocatedBytes: as.MemAllocated,
+			CPUHeldCores:        float64(as.CPUHeldUs) / pUs, MemoryHeldBytes: as.MemHeld,
+			MemoryBytes: as.Budget.MemoryBytes, MemoryAllocatedBytes: as.MemAllocated,
 			MemoryUnallocatedBytes: as.MemUnalloc, Sigma: as.Budget.Sigma, Members: len(as.Members),
 			PendingOOMs: as.PendingOOMs, Params: as.Params})
 		for _, m := range as.Members {

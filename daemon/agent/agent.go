@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -306,6 +307,7 @@ func New(cfg Config) (*Agent, error) {
 			HostId: cfg.HostID, Cores: uint32(runtime.NumCPU()), MemoryBytes: mem,
 			Backend: a.src.Backend(), CgroupVersion: cgv,
 			KernelRelease: unix.ByteSliceToString(un.Release[:]), DaemonVersion: version.Version,
+			RestoreAfterMs: uint32(min(cfg.RestoreAfter.Milliseconds(), math.MaxUint32)),
 		},
 	}, a)
 	a.link.SetPeriod(uint32(cfg.Period / time.Microsecond))

@@ -151,8 +151,14 @@ type HostHello struct {
 	// Address the daemon sends telemetry from, so the controller can tie
 	// datagrams to this session (informational; the session id is binding).
 	TelemetrySource string `protobuf:"bytes,8,opt,name=telemetry_source,json=telemetrySource,proto3" json:"telemetry_source,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The daemon's --restore-after in milliseconds (0: not told, or never):
+	// how long after losing its controller it keeps the limits it was given
+	// before it puts Docker's back. A controller that loses the session
+	// holds the host's shares out of the pools that long (plus a second),
+	// so a partitioned host and its siblings never exceed a budget together.
+	RestoreAfterMs uint32 `protobuf:"varint,120,opt,name=restore_after_ms,json=restoreAfterMs,proto3" json:"restore_after_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HostHello) Reset() {
@@ -239,6 +245,13 @@ func (x *HostHello) GetTelemetrySource() string {
 		return x.TelemetrySource
 	}
 	return ""
+}
+
+func (x *HostHello) GetRestoreAfterMs() uint32 {
+	if x != nil {
+		return x.RestoreAfterMs
+	}
+	return 0
 }
 
 type HelloAck struct {
@@ -2557,7 +2570,7 @@ var File_escra_proto protoreflect.FileDescriptor
 
 const file_escra_proto_rawDesc = "" +
 	"\n" +
-	"\vescra.proto\x12\bescra.v1\"\xc3\x02\n" +
+	"\vescra.proto\x12\bescra.v1\"\xed\x02\n" +
 	"\tHostHello\x12\x17\n" +
 	"\ahost_id\x18\x01 \x01(\tR\x06hostId\x12\x14\n" +
 	"\x05cores\x18\x02 \x01(\rR\x05cores\x12!\n" +
@@ -2566,7 +2579,8 @@ const file_escra_proto_rawDesc = "" +
 	"\x0ecgroup_version\x18\x05 \x01(\x0e2\x17.escra.v1.CgroupVersionR\rcgroupVersion\x12%\n" +
 	"\x0ekernel_release\x18\x06 \x01(\tR\rkernelRelease\x12%\n" +
 	"\x0edaemon_version\x18\a \x01(\tR\rdaemonVersion\x12)\n" +
-	"\x10telemetry_source\x18\b \x01(\tR\x0ftelemetrySource\"\x99\x01\n" +
+	"\x10telemetry_source\x18\b \x01(\tR\x0ftelemetrySource\x12(\n" +
+	"\x10restore_after_ms\x18x \x01(\rR\x0erestoreAfterMs\"\x99\x01\n" +
 	"\bHelloAck\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\rR\tsessionId\x12\x1b\n" +
