@@ -56,10 +56,10 @@ type Pool struct {
 	// bound on Cap = R/Ratio when the ratio is small. 0: no bound.
 	Concurrency int
 	mu          sync.Mutex
-	bs     []*Backend
-	next   int
-	rng    *rand.Rand
-	maxCap float64 // largest Cap seen on any pod of this function
+	bs          []*Backend
+	next        int
+	rng         *rand.Rand
+	maxCap      float64 // largest Cap seen on any pod of this function
 }
 
 // NewPool returns an empty pool with one of LBPolicies.
