@@ -3,9 +3,9 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"sync"
