@@ -8,6 +8,7 @@ package queueproxy
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -19,11 +20,12 @@ import (
 
 // Proxy is one replica's queue proxy.
 type Proxy struct {
-	est   *mu.Estimator
-	slots chan struct{}
-	max   int
-	rp    *httputil.ReverseProxy
-	now   func() time.Time
+	est      *mu.Estimator
+	slots    chan struct{}
+	max      int
+	rp       *httputil.ReverseProxy
+	upstream string // host:port
+	now      func() time.Time
 }
 
 type ctxKey struct{}
@@ -44,7 +46,7 @@ func New(upstream string, concurrency, maxQueue int) (*Proxy, error) {
 	if concurrency < 1 || maxQueue < 0 {
 		return nil, fmt.Errorf("queue proxy: concurrency must be ≥ 1 and max queue ≥ 0 (got %d, %d)", concurrency, maxQueue)
 	}
-	p := &Proxy{est: mu.NewEstimator(mu.EstimatorConfig{}, time.Now()), slots: make(chan struct{}, concurrency), max: maxQueue, now: time.Now}
+	p := &Proxy{est: mu.NewEstimator(mu.EstimatorConfig{}, time.Now()), slots: make(chan struct{}, concurrency), max: maxQueue, now: time.Now, upstream: u.Host}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
@@ -96,6 +98,14 @@ func (p *Proxy) Snapshot() mu.PodMetrics { m, _ := p.est.Snapshot(); return m }
 
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/mu/healthz" {
+		// Ready when the function itself accepts connections (it may
+		// start after the proxy).
+		c, err := net.DialTimeout("tcp", p.upstream, 500*time.Millisecond)
+		if err != nil {
+			http.Error(w, "function not listening yet: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		c.Close()
 		fmt.Fprintln(w, "ok")
 		return
 	}
