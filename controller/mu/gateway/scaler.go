@@ -112,3 +112,28 @@ func (s *ControllerScaler) Add(ctx context.Context, f *Function) (Replica, error
 func (s *ControllerScaler) Remove(ctx context.Context, f *Function, id string) error {
 	return s.Client.ScaleIn(ctx, f.Name, id)
 }
+
+// StaticScaler hands out a fixed replica set (the load-balancer
+// comparison: every policy on the same replicas); with MinReplicas =
+// MaxReplicas = len(Replicas) the gateway adds them all and never removes.
+type StaticScaler struct {
+	Replicas []Replica
+	mu       sync.Mutex
+	given    int
+}
+
+func (s *StaticScaler) Ceiling(context.Context, *Function) (int, error) { return len(s.Replicas), nil }
+
+func (s *StaticScaler) Nodes(context.Context) ([]*placement.Node, error) { return nil, nil }
+
+func (s *StaticScaler) Add(context.Context, *Function) (Replica, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.given >= len(s.Replicas) {
+		return Replica{}, fmt.Errorf("static replica set exhausted (%d)", len(s.Replicas))
+	}
+	s.given++
+	return s.Replicas[s.given-1], nil
+}
+
+func (s *StaticScaler) Remove(context.Context, *Function, string) error { return nil }
