@@ -9,7 +9,7 @@ BIN      := bin
 BINARIES := $(BIN)/escrad $(BIN)/escra-controller $(BIN)/escractl
 
 .PHONY: help build test run proto lint kmod kernel vm-test bench deb fuzz setup clean \
-	bench-controller bench-daemon bench-kernel bench-faults soak
+	bench-controller bench-daemon bench-kernel bench-faults soak bench-mu
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -81,3 +81,7 @@ deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/
 
 clean: ## remove build outputs (not the kernel cache)
 	rm -rf $(BIN) results dist
+
+bench-mu: ## seed 003 (Mu): Tables 3 and 5, load balancers, placement simulation (~22 min; root; MU_HOSTS, MU_PARTS)
+	@scripts/setup.sh
+	$(GO) run ./bench/cmd/bench-mu -out results/mu
