@@ -483,7 +483,7 @@ func lastLines(s string, n int) string {
 
 // runLB is §3.4.1's experiment: two fast and two slow replicas (static
 // CFS quotas 0.2 and 0.1 cores: the slow ones have half the CPU, as the
-// paper's slower hardware) behind each policy in turn, at 75 % of their
+// paper's slower hardware) behind each policy in turn, at 85 % of their
 // nominal capacity, Poisson arrivals; the replicas carry no escra.app
 // label, so nothing resizes them during the comparison.
 func runLB(ctx context.Context, cfg Config, dc *client.Client, img string, sum map[string]float64, logf func(string)) error {
@@ -493,7 +493,7 @@ func runLB(ctx context.Context, cfg Config, dc *client.Client, img string, sum m
 	for _, q := range quotas {
 		capRPS += q * 1000 / work
 	}
-	rate := 0.75 * capRPS
+	rate := 0.85 * capRPS
 	logf(fmt.Sprintf("load balancers (§3.4.1): 2 fast (0.2 core) + 2 slow (0.1 core) replicas, /cpu?ms=%d, %.0f req/s Poisson, %d s each", work, rate, cfg.LBSeconds))
 	base := 23000 + 2*rand.Intn(2000)
 	var reps []gateway.Replica
@@ -503,14 +503,16 @@ func runLB(ctx context.Context, cfg Config, dc *client.Client, img string, sum m
 			dc.ContainerRemove(context.Background(), id, container.RemoveOptions{Force: true})
 		}
 	}()
-	for i, q := range quotas {
+	for i := range quotas {
 		qp, fp := base+2*i, base+2*i+1
 		name := fmt.Sprintf("mu-lb-%d-%d", os.Getpid(), i)
 		cc := &container.Config{Image: img, Labels: map[string]string{"escra.bench": "mu-lb"},
 			Entrypoint: []string{"/escra-queue-proxy", "-listen", fmt.Sprintf("127.0.0.1:%d", qp), "-upstream", fmt.Sprintf("http://127.0.0.1:%d", fp),
 				"-concurrency", "1", "-max-queue", "1000", "--", "/demo-http", "-listen", fmt.Sprintf("127.0.0.1:%d", fp)}}
+		// demo-http calibrates its work per ms at start: it starts
+		// unthrottled so every replica does the same work per request,
+		// and gets its quota below once it listens.
 		hc := &container.HostConfig{NetworkMode: "host"}
-		hc.Resources.CPUPeriod, hc.Resources.CPUQuota = 100000, int64(q*100000)
 		hc.Resources.Memory = 64 << 20
 		cr, err := dc.ContainerCreate(ctx, cc, hc, nil, nil, name)
 		if err != nil {
@@ -521,6 +523,27 @@ func runLB(ctx context.Context, cfg Config, dc *client.Client, img string, sum m
 			return fmt.Errorf("lb replica %s: %w", name, err)
 		}
 		reps = append(reps, gateway.Replica{ID: name, Addr: fmt.Sprintf("127.0.0.1:%d", qp)})
+	}
+	for i, q := range quotas {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			resp, err := http.Get("http://" + reps[i].Addr + "/mu/healthz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("lb replica %s did not start", reps[i].ID)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		var r container.Resources
+		r.CPUPeriod, r.CPUQuota = 100000, int64(q*100000)
+		if _, err := dc.ContainerUpdate(ctx, ids[i], container.UpdateConfig{Resources: r}); err != nil {
+			return fmt.Errorf("lb replica %s: set its quota: %w", reps[i].ID, err)
+		}
 	}
 	for pi, pol := range []string{mu.LBRoundRob, mu.LBLeastConn, mu.LBP2C, mu.LBMu} {
 		f := gateway.Function{Name: "lb", CPUCores: 0.1, MemoryBytes: 64 << 20, Concurrency: 1, SLO: 5 * time.Second,

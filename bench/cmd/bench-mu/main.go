@@ -3,7 +3,7 @@
 // simulation at this machine's scale; writes results/mu/summary.json,
 // report.md and plots. Root (escrad writes cgroups).
 //
-// Environment: MU_T3_SECONDS (150), MU_T5_SECONDS (150), MU_LB_SECONDS
+// Environment: MU_T3_SECONDS (120), MU_T5_SECONDS (120), MU_LB_SECONDS
 // (40), MU_SIM_CASES (500), MU_HOSTS (2 extra engines via
 // scripts/hosts.sh; 0: the main engine only), MU_PARTS (sim,lb,t3,t5).
 package main
@@ -40,7 +40,7 @@ func main() {
 	out := flag.String("out", "results/mu", "output directory")
 	flag.Parse()
 	cfg := mu.Config{Out: *out, RepoRoot: dockertest.RepoRoot(),
-		T3Seconds: envInt("MU_T3_SECONDS", 150), T5Seconds: envInt("MU_T5_SECONDS", 150),
+		T3Seconds: envInt("MU_T3_SECONDS", 120), T5Seconds: envInt("MU_T5_SECONDS", 120),
 		LBSeconds: envInt("MU_LB_SECONDS", 40), SimCases: envInt("MU_SIM_CASES", 500),
 		Hosts: envInt("MU_HOSTS", 2), Seed: 3,
 		Log: func(s string) { fmt.Printf("%s %s\n", time.Now().Format("15:04:05"), s) }}
