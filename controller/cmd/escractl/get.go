@@ -15,9 +15,17 @@ import (
 func cmdGet(e *env, args []string) error {
 	fs := e.flags("get")
 	out := fs.String("o", "table", "")
+	gw := fs.String("gateway", "", "") // functions: escra-gateway's admin URL
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(pos) >= 1 && (pos[0] == "functions" || pos[0] == "function") && len(pos) <= 2 && (*out == "table" || *out == "json") {
+		name := ""
+		if len(pos) == 2 {
+			name = pos[1]
+		}
+		return getFunctions(e, *gw, *out, name)
 	}
 	if len(pos) < 1 || len(pos) > 2 {
 		return usageErr("get: say what to list: apps, containers or hosts")

@@ -32,6 +32,8 @@ commands:
   get apps|containers|hosts [-o table|json]
                        list what the controller knows
   top [APP] [--once]   live table of limits, usage and slack, every second
+  get functions [NAME] [--gateway URL], top [NAME] --gateway URL
+                       escra-gateway's functions: replicas, queue, capacity, predicted rate
   events [APP]         limit changes and OOM verdicts as they happen
   validate -f FILE     check a spec without contacting the controller
   certs --hosts h1,h2 [--dir /etc/escra] [--controller-names n,ip] [--days 825]

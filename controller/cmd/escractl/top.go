@@ -23,9 +23,17 @@ func cmdTop(e *env, args []string) error {
 	fs := e.flags("top")
 	once := fs.Bool("once", false, "")
 	interval := fs.Duration("interval", time.Second, "")
+	gw := fs.String("gateway", "", "") // functions of escra-gateway instead of apps
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
+	}
+	if *gw != "" && len(pos) <= 1 && *interval >= 100*time.Millisecond {
+		name := ""
+		if len(pos) == 1 {
+			name = pos[0]
+		}
+		return topFunctions(e, *gw, name, *once, *interval)
 	}
 	if len(pos) > 1 {
 		return usageErr("top: at most one app name")
