@@ -523,7 +523,8 @@ func (g *Gateway) reconcile(st *fn, want, granted int) {
 	var drop []string
 	if granted < cur && st.pending == 0 {
 		// Remove the slowest replicas first (§3.4.1).
-		for k := cur - granted - st.removing; k > 0; k-- {
+		// cur already leaves out replicas being removed.
+		for k := cur - granted; k > 0; k-- {
 			id := st.pool.Slowest()
 			if id == "" || len(st.ready) == 0 {
 				break
