@@ -22,6 +22,8 @@ build: ## build escrad, escra-controller and escractl into bin/ (static)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escrad ./daemon/cmd/escrad
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escra-controller ./controller/cmd/escra-controller
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escractl ./controller/cmd/escractl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escra-gateway ./controller/cmd/escra-gateway
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escra-queue-proxy ./controller/cmd/escra-queue-proxy
 
 test: ## set-up, then every test CI must prove
 	@scripts/setup.sh
