@@ -60,7 +60,7 @@ type MuConfig struct {
 type MuAutoscaler struct {
 	cfg   MuConfig
 	pred  *Predictor
-	below []int // N_des of the consecutive epochs below N_cur
+	below []int // N_des of the consecutive epochs below N_cur (its length is what counts)
 	last  struct {
 		NIR, NQueue int
 		Pred        float64
@@ -130,13 +130,9 @@ func (a *MuAutoscaler) Desired(o Observation) int {
 		if len(a.below) < a.cfg.Grace {
 			return cur
 		}
-		// Scale down to the most the window still needed.
-		m := 0
-		for _, d := range a.below[len(a.below)-a.cfg.Grace:] {
-			m = max(m, d)
-		}
+		// Held long enough: implement this epoch's N_des (§3.3).
 		a.below = a.below[:0]
-		return m
+		return des
 	default:
 		a.below = a.below[:0]
 		return cur
