@@ -589,8 +589,9 @@ func runLB(ctx context.Context, cfg Config, dc *client.Client, img string, sum m
 		sum["lb_"+pol+"_p50_ms"] = o.P50Ms
 		sum["lb_"+pol+"_mean_ms"] = o.MeanMs
 		var fast, slow uint64
-		for i, s := range gws[pol].Statuses()[0].Replicas {
-			if i < 2 {
+		for _, s := range gws[pol].Statuses()[0].Replicas {
+			// The pool's order is the order replicas became ready.
+			if s.ID == reps[0].ID || s.ID == reps[1].ID {
 				fast += s.Sent
 			} else {
 				slow += s.Sent
