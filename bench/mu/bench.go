@@ -280,7 +280,9 @@ type fnRun struct {
 
 // runPolicy runs the functions' traces at once through one gateway with
 // the given autoscaler and returns per-function outcomes and series.
-func runPolicy(ctx context.Context, c *cluster, fns []fnRun, basePort int, logf func(string)) (map[string]Outcome, map[string]*series, error) {
+// The last result is Eq 7 on the real allocation (CPU cores per function),
+// averaged over the epochs.
+func runPolicy(ctx context.Context, c *cluster, fns []fnRun, basePort int, logf func(string)) (map[string]Outcome, map[string]*series, [2]float64, error) {
 	var specs []gateway.Function
 	var names []string
 	for _, f := range fns {
@@ -288,13 +290,14 @@ func runPolicy(ctx context.Context, c *cluster, fns []fnRun, basePort int, logf 
 		names = append(names, f.fn.Name)
 	}
 	sc := &gateway.ControllerScaler{Client: c.cl, Prefix: "mu-", BasePort: basePort, ProxyPath: "/escra-queue-proxy"}
+	var fair [2]float64
 	g, err := gateway.New(specs, sc, quietLog())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fair, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fair, err
 	}
 	hs := &http.Server{Handler: g}
 	go hs.Serve(ln)
@@ -353,7 +356,8 @@ loop:
 		o.ReqAvg, o.ReqMax = podStats(s.Desired)
 		out[f.fn.Name] = o
 	}
-	return out, ser, nil
+	_, _, fair[0], fair[1] = g.Fairness()
+	return out, ser, fair, nil
 }
 
 // Run runs the parts and writes results/mu.

@@ -78,7 +78,7 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 				SLO: time.Second, Autoscaler: p, KPATarget: kpaTarget(p, t3CC, t3HoldMs), LB: mu.LBP2C, Grace: 16,
 				Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}
 			logf(fmt.Sprintf(" %s", p))
-			out, ser, err := runPolicy(ctx, c, []fnRun{{fn: f, path: fmt.Sprintf("/mem?mib=2&hold=%d", t3HoldMs), rates: rates, seed: cfg.Seed}}, port, logf)
+			out, ser, _, err := runPolicy(ctx, c, []fnRun{{fn: f, path: fmt.Sprintf("/mem?mib=2&hold=%d", t3HoldMs), rates: rates, seed: cfg.Seed}}, port, logf)
 			port += 200
 			c.srv.RemoveApp(context.Background(), name)
 			if err != nil {
@@ -131,7 +131,7 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 					Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}, path: fmt.Sprintf("/mem?mib=2&hold=%d", t5HoldMs), rates: rates, seed: cfg.Seed + int64(wi)})
 			}
 			logf(fmt.Sprintf(" %s", p))
-			out, _, err := runPolicy(ctx, c, runs, port, logf)
+			out, _, fair, err := runPolicy(ctx, c, runs, port, logf)
 			port += 200
 			for _, r := range runs {
 				c.srv.RemoveApp(context.Background(), r.fn.Name)
@@ -139,6 +139,10 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 			if err != nil {
 				return err
 			}
+			// Eq 7 on the real allocation of the two functions.
+			sum["t5_"+p+"_unfairness_cpu_cores"] = fair[0]
+			sum["t5_"+p+"_inefficiency_cpu_cores"] = fair[1]
+			logf(fmt.Sprintf("  %-11s Eq 7 on the real allocation: U_cpu %.3f, I_cpu %.3f cores per function", p, fair[0], fair[1]))
 			for wi, r := range runs {
 				o := out[r.fn.Name]
 				key := fmt.Sprintf("t5_%s_w%d", p, wi+1)

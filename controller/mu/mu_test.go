@@ -456,3 +456,18 @@ func TestKPAStableAndPanic(t *testing.T) {
 		t.Fatal("unknown autoscaler accepted")
 	}
 }
+
+func TestEq7(t *testing.T) {
+	m := MaxMin(10, []float64{2, 8, 5})
+	if m[0] != 2 || m[1] != 4 || m[2] != 4 {
+		t.Fatalf("MaxMin(10, 2 8 5) = %v, want 2 4 4", m)
+	}
+	// Max-min itself is perfectly fair; all demand unmet but 10.
+	u, i := Eq7(10, []float64{2, 8, 5}, m)
+	if u != 0 || math.Abs(i-5.0/3) > 1e-9 {
+		t.Fatalf("U %.3f I %.3f, want 0 and 1.667", u, i)
+	}
+	if u, _ := Eq7(10, []float64{2, 8, 5}, []float64{0, 8, 2}); math.Abs(u-(2+4+2)/3.0) > 1e-9 {
+		t.Fatalf("U %.3f, want 2.667", u)
+	}
+}

@@ -47,13 +47,23 @@ func init() {
 
 type collector struct{ g *Gateway }
 
+var (
+	unfairDesc = prometheus.NewDesc("escra_mu_unfairness_cpu_cores", "Eq 7 unfairness of the last epoch: mean |ready − max-min share| over the functions, cores", nil, nil)
+	ineffDesc  = prometheus.NewDesc("escra_mu_inefficiency_cpu_cores", "Eq 7 inefficiency of the last epoch: unmet CPU demand per function, cores", nil, nil)
+)
+
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range descs {
 		ch <- d
 	}
+	ch <- unfairDesc
+	ch <- ineffDesc
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
+	u, i, _, _ := c.g.Fairness()
+	ch <- prometheus.MustNewConstMetric(unfairDesc, prometheus.GaugeValue, u)
+	ch <- prometheus.MustNewConstMetric(ineffDesc, prometheus.GaugeValue, i)
 	for _, s := range c.g.Statuses() {
 		g := func(n string, v float64) {
 			ch <- prometheus.MustNewConstMetric(descs[n], prometheus.GaugeValue, v, s.Name)

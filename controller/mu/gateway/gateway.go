@@ -127,6 +127,13 @@ type Gateway struct {
 	ReadyTimeout time.Duration
 	epoch        time.Duration
 	wg           sync.WaitGroup
+
+	// Eq 7 on the real allocation, CPU: each epoch, replicas ready ×
+	// their cores (R_f) against the max-min split of the cluster's cores
+	// over what the autoscalers asked (d_f); summed to average over time.
+	fairMu            sync.Mutex
+	uNow, iNow        float64
+	uSum, iSum, fairN float64
 }
 
 // New returns a gateway for the functions.
@@ -469,6 +476,53 @@ func (g *Gateway) Tick(ctx context.Context) {
 		st := g.fns[name]
 		g.reconcile(st, want[name], granted[name])
 	}
+	g.fairness(ctx, want)
+}
+
+// fairness computes Eq 7 (seed 003 §3.5.1) for CPU over the functions
+// that want replicas, against the cluster's cores.
+func (g *Gateway) fairness(ctx context.Context, want map[string]int) {
+	nodes, err := g.scaler.Nodes(ctx)
+	if err != nil || len(nodes) == 0 {
+		return
+	}
+	var capCPU float64
+	for _, n := range nodes {
+		capCPU += n.CPUCap
+	}
+	var demand, alloc []float64
+	for _, name := range g.order {
+		st := g.fns[name]
+		if want[name] == 0 {
+			continue
+		}
+		st.mu.Lock()
+		ready := len(st.ready)
+		st.mu.Unlock()
+		demand = append(demand, float64(want[name])*st.spec.CPUCores)
+		alloc = append(alloc, float64(ready)*st.spec.CPUCores)
+	}
+	if len(demand) == 0 {
+		return
+	}
+	u, i := mu.Eq7(capCPU, demand, alloc)
+	g.fairMu.Lock()
+	g.uNow, g.iNow = u, i
+	g.uSum += u
+	g.iSum += i
+	g.fairN++
+	g.fairMu.Unlock()
+}
+
+// Fairness returns Eq 7's unfairness and inefficiency (CPU cores per
+// function) of the last epoch and averaged over the epochs so far.
+func (g *Gateway) Fairness() (uNow, iNow, uAvg, iAvg float64) {
+	g.fairMu.Lock()
+	defer g.fairMu.Unlock()
+	if g.fairN > 0 {
+		uAvg, iAvg = g.uSum/g.fairN, g.iSum/g.fairN
+	}
+	return g.uNow, g.iNow, uAvg, iAvg
 }
 
 // grant caps each function by its app budget and, when the cluster cannot

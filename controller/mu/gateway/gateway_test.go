@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -27,6 +28,7 @@ type procScaler struct {
 	srvs    map[string]*http.Server
 	adds    int
 	removes int
+	nodes   []*placement.Node
 }
 
 func (p *procScaler) Ceiling(context.Context, *Function) (int, error) {
@@ -34,7 +36,7 @@ func (p *procScaler) Ceiling(context.Context, *Function) (int, error) {
 	defer p.mu.Unlock()
 	return p.ceiling, nil
 }
-func (p *procScaler) Nodes(context.Context) ([]*placement.Node, error) { return nil, nil }
+func (p *procScaler) Nodes(context.Context) ([]*placement.Node, error) { return p.nodes, nil }
 
 func (p *procScaler) Add(_ context.Context, f *Function) (Replica, error) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -233,5 +235,26 @@ func TestFunctionValidation(t *testing.T) {
 	}
 	if m := parseMetrics(http.Header{mu.HeaderQueue: {"1"}, mu.HeaderExecMs: {"NaN"}, mu.HeaderDeparture: {"1"}, mu.HeaderConfidence: {"0.5"}}); m != nil {
 		t.Fatal("NaN accepted")
+	}
+}
+
+// Eq 7 on the real allocation: one 1-core node, two functions asking 4
+// replicas of 0.5 cores each; one has 2 ready, the other none. Max-min
+// gives each 0.5 cores: U = (|1−0.5| + |0−0.5|)/2 = 0.5; unmet demand
+// I = |4 − 1|/2 = 1.5.
+func TestFairnessOfRealAllocation(t *testing.T) {
+	sc := &procScaler{ceiling: 4, nodes: []*placement.Node{{Name: "n", CPUCap: 1}}}
+	a, b := testFn(mu.ASMu), testFn(mu.ASMu)
+	b.Name = "other"
+	g, err := New([]Function{a, b}, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := g.fns["hello"]
+	st.ready["r1"], st.ready["r2"] = Replica{}, Replica{}
+	g.fairness(context.Background(), map[string]int{"hello": 4, "other": 4})
+	u, i, ua, ia := g.Fairness()
+	if math.Abs(u-0.5) > 1e-9 || math.Abs(i-1.5) > 1e-9 || ua != u || ia != i {
+		t.Fatalf("U %.3f I %.3f (avg %.3f %.3f), want 0.5 and 1.5", u, i, ua, ia)
 	}
 }

@@ -8,8 +8,8 @@ package placesim
 import (
 	"fmt"
 	"math/rand"
-	"slices"
 
+	"github.com/escra-dev/escra/controller/mu"
 	"github.com/escra-dev/escra/controller/placement"
 )
 
@@ -72,51 +72,11 @@ func genCase(rng *rand.Rand, nNodes, nFns int) ([]fn, []*placement.Node) {
 	return fs, nodes
 }
 
-// MaxMin is the max-min fair split of capacity among demands on one
-// resource (water-filling): the ideal M_f of Eq 7.
-func MaxMin(capacity float64, demand []float64) []float64 {
-	out := make([]float64, len(demand))
-	idx := make([]int, len(demand))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int {
-		switch {
-		case demand[a] < demand[b]:
-			return -1
-		case demand[a] > demand[b]:
-			return 1
-		}
-		return 0
-	})
-	left := capacity
-	for k, i := range idx {
-		share := left / float64(len(idx)-k)
-		out[i] = min(demand[i], share)
-		left -= out[i]
-	}
-	return out
-}
+// MaxMin is mu.MaxMin (kept here for the simulator's callers).
+func MaxMin(capacity float64, demand []float64) []float64 { return mu.MaxMin(capacity, demand) }
 
-// eq7 computes U_j and I_j of one instant (|T| = 1) for one resource.
-func eq7(capacity float64, demand, alloc []float64) (u, ineff float64) {
-	m := MaxMin(capacity, demand)
-	var sd, sa float64
-	for f := range demand {
-		d := alloc[f] - m[f]
-		if d < 0 {
-			d = -d
-		}
-		u += d
-		sd += demand[f]
-		sa += alloc[f]
-	}
-	n := float64(len(demand))
-	ineff = sd - sa
-	if ineff < 0 {
-		ineff = -ineff
-	}
-	return u / n, ineff / n
+func eq7(capacity float64, demand, alloc []float64) (float64, float64) {
+	return mu.Eq7(capacity, demand, alloc)
 }
 
 // Run places every case with every algorithm and averages Eq 7.
