@@ -9,7 +9,7 @@ BIN      := bin
 BINARIES := $(BIN)/escrad $(BIN)/escra-controller $(BIN)/escractl
 
 .PHONY: help build test run proto lint kmod kernel vm-test bench deb fuzz setup clean \
-	bench-controller bench-daemon bench-kernel bench-faults soak kernel-deb bench-wysiwyg
+	bench-controller bench-daemon bench-kernel bench-faults soak kernel-deb bench-wysiwyg bench-mu
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -22,6 +22,8 @@ build: ## build escrad, escra-controller and escractl into bin/ (static)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escrad ./daemon/cmd/escrad
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escra-controller ./controller/cmd/escra-controller
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escractl ./controller/cmd/escractl
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escra-gateway ./controller/cmd/escra-gateway
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escra-queue-proxy ./controller/cmd/escra-queue-proxy
 
 test: ## set-up, then every test CI must prove
 	@scripts/setup.sh
@@ -101,3 +103,7 @@ bench-bpf: ## bpf vs cgroupfs telemetry on this host's kernel, 100 groups at 100
 bench-wysiwyg: ## issue 14 (seed 001): nproc/nginx/sysbench under quota vs WYSIWYG, an Escra run across whole cores, the §V simulation (5-8 min; root)
 	@scripts/setup.sh
 	$(GO) run ./daemon/cmd/bench-wysiwyg -out results/wysiwyg
+
+bench-mu: ## seed 003 (Mu): Tables 3 and 5, load balancers, placement simulation (~22 min; root; MU_HOSTS, MU_PARTS)
+	@scripts/setup.sh
+	$(GO) run ./bench/cmd/bench-mu -out results/mu

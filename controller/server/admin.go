@@ -262,6 +262,7 @@ func (s *Server) adminHandler() http.Handler {
 			writeJSON(w, 200, adminapi.DeployResponse{Containers: placed, Rollout: roll})
 		}
 	})
+	s.scaleRoutes(mux) // issue 15: an autoscaler adds and removes replicas
 	mux.HandleFunc("DELETE /v1/apps/{name}", func(w http.ResponseWriter, r *http.Request) {
 		n, err := s.RemoveApp(r.Context(), r.PathValue("name"))
 		switch {

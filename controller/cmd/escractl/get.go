@@ -173,9 +173,10 @@ func itemOf(a adminclient.App) appItem {
 
 func getCmd(e *env) *cobra.Command {
 	var o output
+	var gateway string
 	c := &cobra.Command{
-		Use:   "get apps|containers|hosts [NAME]",
-		Short: "List apps, containers or hosts",
+		Use:   "get apps|containers|hosts|functions [NAME]",
+		Short: "List apps, containers, hosts, or escra-gateway's functions",
 		Long: `get lists what the controller knows. -o yaml and -o json print apps as
 specs (docs/spec.md) with a read-only status, so the output applies back
 unchanged: escractl get apps -o yaml | escractl apply -f -. For
@@ -184,10 +185,11 @@ containers, NAME is an app: its containers.`,
   escractl get apps shop -o yaml
   escractl get containers shop -o wide
   escractl get hosts --no-headers
-  escractl get apps --format '{{.name}} {{.status.members}}'`,
+  escractl get apps --format '{{.name}} {{.status.members}}'
+  escractl get functions --gateway http://127.0.0.1:8088`,
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
 			if len(args) == 0 {
-				return []string{"apps", "containers", "hosts"}, cobra.ShellCompDirectiveNoFileComp
+				return []string{"apps", "containers", "hosts", "functions"}, cobra.ShellCompDirectiveNoFileComp
 			}
 			return completeApps(e)(cmd, args, prefix)
 		},
@@ -202,6 +204,13 @@ containers, NAME is an app: its containers.`,
 			if len(args) == 2 {
 				name = args[1]
 			}
+			if what == "functions" || what == "function" {
+				// Mu's functions live in escra-gateway, not the controller.
+				if o.format != "table" && o.format != "json" {
+					return usageErr("get functions: -o %q: want table or json", o.format)
+				}
+				return getFunctions(e, gateway, o.format, name)
+			}
 			switch what {
 			case "apps", "app":
 				what = "apps"
@@ -210,7 +219,7 @@ containers, NAME is an app: its containers.`,
 			case "hosts", "host":
 				what = "hosts"
 			default:
-				return usageErr("get: unknown kind %q (apps, containers or hosts)", what)
+				return usageErr("get: unknown kind %q (apps, containers, hosts or functions)", what)
 			}
 			c, err := e.client()
 			if err != nil {
@@ -220,6 +229,7 @@ containers, NAME is an app: its containers.`,
 		},
 	}
 	o.register(c)
+	c.Flags().StringVar(&gateway, "gateway", "", "functions: escra-gateway's admin URL (default $ESCRA_GATEWAY or http://127.0.0.1:8089)")
 	return c
 }
 

@@ -24,12 +24,14 @@ type topState struct {
 func topCmd(e *env) *cobra.Command {
 	var once bool
 	var interval time.Duration
+	var gateway string
 	c := &cobra.Command{
-		Use:   "top [APP]",
+		Use:   "top [APP|FUNCTION]",
 		Short: "Live table of limits, usage and slack per container and app",
 		Example: `  escractl top
   escractl top shop --once
-  escractl top --interval 500ms`,
+  escractl top --interval 500ms
+  escractl top --gateway http://127.0.0.1:8089`,
 		Args:              maxArgs(1, "one app name"),
 		ValidArgsFunction: completeApps(e),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -40,11 +42,16 @@ func topCmd(e *env) *cobra.Command {
 			if len(args) == 1 {
 				app = args[0]
 			}
+			if gateway != "" {
+				// escra-gateway's functions: replicas, queue, capacity, predicted rate.
+				return topFunctions(e, gateway, app, once, interval)
+			}
 			return runTop(e, app, once, interval)
 		},
 	}
 	c.Flags().BoolVar(&once, "once", false, "print one frame and exit")
 	c.Flags().DurationVar(&interval, "interval", time.Second, "time between frames")
+	c.Flags().StringVar(&gateway, "gateway", "", "show escra-gateway's functions (URL) instead of the controller's apps")
 	return c
 }
 

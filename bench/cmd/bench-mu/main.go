@@ -1,0 +1,78 @@
+// Command bench-mu is `make bench-mu` (issue 15): seed 003's Table 3 and
+// Table 5 comparisons, the load-balancer experiment and the placement
+// simulation at this machine's scale; writes results/mu/summary.json,
+// report.md and plots. Root (escrad writes cgroups).
+//
+// Environment: MU_T3_SECONDS (120), MU_T5_SECONDS (120), MU_LB_SECONDS
+// (40), MU_SIM_CASES (500), MU_HOSTS (2 extra engines via
+// scripts/hosts.sh; 0: the main engine only), MU_PARTS (sim,lb,t3,t5).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/escra-dev/escra/bench/mu"
+	"github.com/escra-dev/escra/internal/dockertest"
+)
+
+func envInt(name string, def int) int {
+	if v := os.Getenv(name); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			fmt.Fprintf(os.Stderr, "bench-mu: %s=%q: want a non-negative integer\n", name, v)
+			os.Exit(2)
+		}
+		return n
+	}
+	return def
+}
+
+func main() {
+	out := flag.String("out", "results/mu", "output directory")
+	flag.Parse()
+	cfg := mu.Config{Out: *out, RepoRoot: dockertest.RepoRoot(),
+		T3Seconds: envInt("MU_T3_SECONDS", 120), T5Seconds: envInt("MU_T5_SECONDS", 120),
+		LBSeconds: envInt("MU_LB_SECONDS", 40), SimCases: envInt("MU_SIM_CASES", 500),
+		Hosts: envInt("MU_HOSTS", 2), Seed: 3,
+		Log: func(s string) { fmt.Printf("%s %s\n", time.Now().Format("15:04:05"), s) }}
+	if p := os.Getenv("MU_PARTS"); p != "" {
+		cfg.Parts = strings.Split(p, ",")
+		for _, x := range cfg.Parts {
+			switch x {
+			case "sim", "lb", "t3", "t5":
+			default:
+				fmt.Fprintf(os.Stderr, "bench-mu: MU_PARTS: unknown part %q (want sim, lb, t3, t5)\n", x)
+				os.Exit(2)
+			}
+		}
+	}
+	if (len(cfg.Parts) == 0 || strings.Contains(os.Getenv("MU_PARTS"), "t") || strings.Contains(os.Getenv("MU_PARTS"), "lb")) && os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "bench-mu: must run as root (escrad writes cgroups; MU_PARTS=sim runs without)")
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sum, err := mu.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-mu:", err)
+		os.Exit(1)
+	}
+	keys := make([]string, 0, len(sum))
+	for k := range sum {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Println("summary (" + *out + "/summary.json):")
+	for _, k := range keys {
+		fmt.Printf("  %-36s %10.2f\n", k, sum[k])
+	}
+}

@@ -1,0 +1,126 @@
+// Command escra-gateway is Mu's ingress gateway (seed 003, issue 15): it
+// routes /fn/NAME/... (or Host NAME.*) to a replica of function NAME,
+// balances with the function's policy, strips the queue proxy's
+// piggybacked metrics, and scales each function every 2 s through the
+// Escra controller within the function's app budget.
+//
+//	escra-gateway -controller http://127.0.0.1:7070 -config functions.json \
+//	    -listen 127.0.0.1:8088 -admin 127.0.0.1:8089
+//
+// functions.json is a JSON list of gateway.Function ("slo" in Go duration
+// syntax, e.g. "1s"). The admin address serves /metrics (Prometheus) and
+// /v1/functions (JSON, read by `escractl get functions` and `escractl top
+// --gateway`).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/escra-dev/escra/controller/adminclient"
+	"github.com/escra-dev/escra/controller/mu/gateway"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "escra-gateway:", err)
+		os.Exit(1)
+	}
+}
+
+// LoadFunctions reads a functions file.
+func loadFunctions(path string) ([]gateway.Function, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var raw []struct {
+		gateway.Function
+		SLO string `json:"slo"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return nil, fmt.Errorf("%s: %v", path, err)
+	}
+	out := make([]gateway.Function, len(raw))
+	for i, r := range raw {
+		out[i] = r.Function
+		d, err := time.ParseDuration(r.SLO)
+		if err != nil {
+			return nil, fmt.Errorf("%s: function %q: slo %q: want a duration like 1s", path, r.Name, r.SLO)
+		}
+		out[i].SLO = d
+		if err := out[i].Validate(); err != nil {
+			return nil, fmt.Errorf("%s: %v", path, err)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no functions", path)
+	}
+	return out, nil
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("escra-gateway", flag.ContinueOnError)
+	ctrl := fs.String("controller", adminclient.DefaultURL, "controller admin URL")
+	cfg := fs.String("config", "", "functions file (JSON)")
+	listen := fs.String("listen", "127.0.0.1:8088", "address clients call")
+	admin := fs.String("admin", "127.0.0.1:8089", "address of /metrics and /v1/functions")
+	prefix := fs.String("prefix", "mu-", "container name prefix of the replicas")
+	basePort := fs.Int("base-port", 20000, "first 127.0.0.1 port of the replicas (two per replica)")
+	proxyPath := fs.String("queue-proxy", "/escra-queue-proxy", "path of the queue proxy inside the function images")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cfg == "" {
+		return errors.New("-config is required (a JSON list of functions)")
+	}
+	fns, err := loadFunctions(*cfg)
+	if err != nil {
+		return err
+	}
+	cl, err := adminclient.New(*ctrl)
+	if err != nil {
+		return err
+	}
+	sc := &gateway.ControllerScaler{Client: cl, Prefix: *prefix, BasePort: *basePort, ProxyPath: *proxyPath}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	g, err := gateway.New(fns, sc, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	aln, err := net.Listen("tcp", *admin)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	asrv := &http.Server{Handler: g.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	go asrv.Serve(aln)
+	log.Info("gateway up", "listen", ln.Addr().String(), "admin", aln.Addr().String(), "functions", len(fns))
+	g.Run(ctx)
+	srv.Close()
+	asrv.Close()
+	sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return g.Shutdown(sctx)
+}

@@ -1,0 +1,667 @@
+// Package gateway is escra-gateway's core: Mu's ingress (seed 003 §3):
+// it routes each request to a function, picks a replica with the
+// function's load balancer, strips the queue proxy's piggybacked metrics
+// before the client sees them, and every epoch (2 s) asks the function's
+// autoscaler how many replicas it needs, caps that by the app budget and,
+// across functions, by DRF placement (Algorithm 3), and has a Scaler
+// create or remove replicas. When a function cannot have what it needs,
+// requests that would miss the SLO get 503 (admission, §4.1).
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/escra-dev/escra/controller/mu"
+	"github.com/escra-dev/escra/controller/placement"
+)
+
+// Function is one routed function and its policies.
+type Function struct {
+	Name        string        `json:"name"`
+	Image       string        `json:"image"`
+	CPUCores    float64       `json:"cpu_cores"`    // per replica, bootstrap
+	MemoryBytes int64         `json:"memory_bytes"` // per replica
+	Concurrency int           `json:"concurrency"`  // container concurrency (Table 2: 10)
+	MaxQueue    int           `json:"max_queue"`    // queue proxy queue (Table 2: 100)
+	SLO         time.Duration `json:"slo"`
+	Autoscaler  string        `json:"autoscaler"` // mu.ASPolicies
+	KPATarget   float64       `json:"kpa_target"` // per-pod target for rps/concurrency
+	LB          string        `json:"lb"`         // mu.LBPolicies
+	Grace       int           `json:"grace"`      // Mu's grace epochs (Table 4: 16)
+	MinReplicas int           `json:"min_replicas"`
+	MaxReplicas int           `json:"max_replicas"` // 0: the app budget decides
+	// Command is the function server's command line after the queue
+	// proxy's "--"; {port} is replaced by its port.
+	Command []string `json:"command"`
+}
+
+// Validate says what is wrong with a function's configuration.
+func (f *Function) Validate() error {
+	switch {
+	case f.Name == "" || strings.ContainsAny(f.Name, "/ "):
+		return fmt.Errorf("function name %q: want a non-empty name without / or spaces", f.Name)
+	case f.CPUCores <= 0 || f.MemoryBytes <= 0:
+		return fmt.Errorf("function %s: cpu_cores and memory_bytes must be positive", f.Name)
+	case f.Concurrency < 1:
+		return fmt.Errorf("function %s: concurrency must be ≥ 1", f.Name)
+	case f.SLO <= 0:
+		return fmt.Errorf("function %s: slo must be positive", f.Name)
+	case !slices.Contains(mu.ASPolicies, f.Autoscaler):
+		return fmt.Errorf("function %s: autoscaler %q (want one of %v)", f.Name, f.Autoscaler, mu.ASPolicies)
+	case !slices.Contains(mu.LBPolicies, f.LB):
+		return fmt.Errorf("function %s: lb %q (want one of %v)", f.Name, f.LB, mu.LBPolicies)
+	case (f.Autoscaler == mu.ASRPS || f.Autoscaler == mu.ASConcurrency) && f.KPATarget <= 0:
+		return fmt.Errorf("function %s: kpa_target must be positive for %s", f.Name, f.Autoscaler)
+	}
+	return nil
+}
+
+// Replica is one running replica: its queue proxy's address.
+type Replica struct {
+	ID   string // container name
+	Addr string // host:port of the queue proxy
+}
+
+// Scaler creates and removes replicas (ControllerScaler: through the Escra
+// controller's deployer and escrad).
+type Scaler interface {
+	// Ceiling is the most replicas the function's app budget allows.
+	Ceiling(ctx context.Context, f *Function) (int, error)
+	// Nodes is the cluster as placement sees it, for DRF across functions.
+	Nodes(ctx context.Context) ([]*placement.Node, error)
+	Add(ctx context.Context, f *Function) (Replica, error)
+	Remove(ctx context.Context, f *Function, id string) error
+}
+
+// fn is one function's live state.
+type fn struct {
+	spec  Function
+	pool  *mu.Pool
+	as    mu.Autoscaler
+	proxy *httputil.ReverseProxy
+
+	mu       sync.Mutex
+	arrivals float64
+	inflight int       // requests inside the gateway (held, queued or running)
+	area     float64   // ∫ inflight dt over the epoch
+	lastT    time.Time // last change of inflight
+	held     int       // requests waiting for a first replica
+	ready    map[string]Replica
+	pending  int
+	removing int
+	desired  int
+	ceiling  int
+	capped   bool
+	predRate float64
+	etEWMA   float64
+	wake     chan struct{} // closed when a replica becomes ready
+	// counters
+	served, rejected, failed uint64
+	lastObs                  mu.Observation
+}
+
+// Gateway routes requests and scales functions.
+type Gateway struct {
+	scaler Scaler
+	log    *slog.Logger
+	fns    map[string]*fn
+	order  []string
+	tr     http.RoundTripper
+	now    func() time.Time
+	// HoldTimeout bounds how long a request waits for a first replica
+	// (scale from zero).
+	HoldTimeout time.Duration
+	// ReadyTimeout bounds how long a new replica may take to answer.
+	ReadyTimeout time.Duration
+	epoch        time.Duration
+	wg           sync.WaitGroup
+
+	// Eq 7 on the real allocation, CPU: each epoch, replicas ready ×
+	// their cores (R_f) against the max-min split of the cluster's cores
+	// over what the autoscalers asked (d_f); summed to average over time.
+	fairMu            sync.Mutex
+	uNow, iNow        float64
+	uSum, iSum, fairN float64
+}
+
+// New returns a gateway for the functions.
+func New(fs []Function, s Scaler, log *slog.Logger) (*Gateway, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	g := &Gateway{scaler: s, log: log, fns: map[string]*fn{}, now: time.Now,
+		HoldTimeout: 60 * time.Second, ReadyTimeout: 60 * time.Second, epoch: mu.Epoch,
+		tr: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}}
+	for i := range fs {
+		f := fs[i]
+		if err := f.Validate(); err != nil {
+			return nil, err
+		}
+		if g.fns[f.Name] != nil {
+			return nil, fmt.Errorf("function %s defined twice", f.Name)
+		}
+		pool, err := mu.NewPool(f.LB, int64(i+1))
+		if err != nil {
+			return nil, err
+		}
+		pool.Concurrency = f.Concurrency
+		as, err := mu.NewAutoscaler(f.Autoscaler, mu.MuConfig{SLO: f.SLO, Grace: f.Grace, Concurrency: f.Concurrency}, f.KPATarget)
+		if err != nil {
+			return nil, err
+		}
+		st := &fn{spec: f, pool: pool, as: as, ready: map[string]Replica{}, wake: make(chan struct{}), lastT: g.now(), ceiling: math.MaxInt32}
+		st.proxy = g.reverseProxy(st)
+		g.fns[f.Name] = st
+		g.order = append(g.order, f.Name)
+	}
+	return g, nil
+}
+
+type pickKey struct{}
+
+func (g *Gateway) reverseProxy(st *fn) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Transport: g.tr,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			b := pr.In.Context().Value(pickKey{}).(*mu.Backend)
+			pr.SetURL(&url.URL{Scheme: "http", Host: b.Addr})
+			pr.Out.URL.Path, pr.Out.URL.RawPath = pr.In.URL.Path, pr.In.URL.RawPath
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			b := resp.Request.Context().Value(pickKey{}).(*mu.Backend)
+			m := parseMetrics(resp.Header)
+			for _, h := range []string{mu.HeaderQueue, mu.HeaderExecMs, mu.HeaderDeparture, mu.HeaderConfidence} {
+				resp.Header.Del(h)
+			}
+			st.pool.Done(b, m)
+			if m != nil && m.ExecSec > 0 {
+				st.mu.Lock()
+				if st.etEWMA == 0 {
+					st.etEWMA = m.ExecSec
+				} else {
+					st.etEWMA = 0.9*st.etEWMA + 0.1*m.ExecSec
+				}
+				st.mu.Unlock()
+			}
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			st.pool.Done(r.Context().Value(pickKey{}).(*mu.Backend), nil)
+			st.mu.Lock()
+			st.failed++
+			st.mu.Unlock()
+			http.Error(w, "gateway: replica: "+err.Error(), http.StatusBadGateway)
+		},
+	}
+}
+
+// parseMetrics reads the piggybacked headers; nil when absent or bad.
+func parseMetrics(h http.Header) *mu.PodMetrics {
+	q, err1 := strconv.Atoi(h.Get(mu.HeaderQueue))
+	et, err2 := strconv.ParseFloat(h.Get(mu.HeaderExecMs), 64)
+	r, err3 := strconv.ParseFloat(h.Get(mu.HeaderDeparture), 64)
+	c, err4 := strconv.ParseFloat(h.Get(mu.HeaderConfidence), 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
+		return nil
+	}
+	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) || v < 0 }
+	if q < 0 || bad(et) || bad(r) || bad(c) || c > 1 {
+		return nil
+	}
+	return &mu.PodMetrics{Queue: q, ExecSec: et / 1000, Departure: r, Confidence: c}
+}
+
+// route finds the function of a request: /fn/NAME/... (the prefix is
+// stripped) or a Host whose first label is NAME.
+func (g *Gateway) route(r *http.Request) (*fn, string) {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/fn/"); ok {
+		name, path, _ := strings.Cut(rest, "/")
+		if st := g.fns[name]; st != nil {
+			return st, "/" + path
+		}
+		return nil, ""
+	}
+	host, _, _ := strings.Cut(r.Host, ":")
+	name, _, _ := strings.Cut(host, ".")
+	if st := g.fns[name]; st != nil {
+		return st, r.URL.Path
+	}
+	return nil, ""
+}
+
+func (st *fn) track(now time.Time, d int) {
+	st.area += float64(st.inflight) * now.Sub(st.lastT).Seconds()
+	st.lastT = now
+	st.inflight += d
+}
+
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	st, path := g.route(r)
+	if st == nil {
+		http.Error(w, "gateway: no function for this host or path (use /fn/NAME/...)", http.StatusNotFound)
+		return
+	}
+	st.mu.Lock()
+	st.arrivals++
+	st.track(g.now(), +1)
+	st.mu.Unlock()
+	defer func() {
+		st.mu.Lock()
+		st.track(g.now(), -1)
+		st.mu.Unlock()
+	}()
+	if st.pool.Len() == 0 {
+		// Scale from zero: hold the request at the gateway until a
+		// replica is ready.
+		st.mu.Lock()
+		st.held++
+		wake := st.wake
+		st.mu.Unlock()
+		g.kick(st)
+		t := time.NewTimer(g.HoldTimeout)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+		t.Stop()
+		st.mu.Lock()
+		st.held--
+		st.mu.Unlock()
+	}
+	if g.reject(st) {
+		st.mu.Lock()
+		st.rejected++
+		st.mu.Unlock()
+		http.Error(w, "gateway: over capacity, request would miss the SLO", http.StatusServiceUnavailable)
+		return
+	}
+	b := st.pool.Pick()
+	if b == nil {
+		st.mu.Lock()
+		st.rejected++
+		st.mu.Unlock()
+		http.Error(w, "gateway: no replica ready", http.StatusServiceUnavailable)
+		return
+	}
+	r2 := r.WithContext(context.WithValue(r.Context(), pickKey{}, b))
+	r2.URL.Path, r2.URL.RawPath = path, ""
+	rec := &statusWriter{ResponseWriter: w}
+	st.proxy.ServeHTTP(rec, r2)
+	if rec.code < 500 {
+		st.mu.Lock()
+		st.served++
+		st.mu.Unlock()
+	}
+}
+
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(c int) {
+	if s.code == 0 {
+		s.code = c
+	}
+	s.ResponseWriter.WriteHeader(c)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = 200
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// reject is Mu's admission (§4.1): only for the Mu autoscalers, only when
+// the function is capped below N_des, a request whose best estimated
+// response time (Eq 5) already exceeds the SLO is refused.
+func (g *Gateway) reject(st *fn) bool {
+	if st.spec.Autoscaler != mu.ASMu && st.spec.Autoscaler != mu.ASMuNoPred {
+		return false
+	}
+	st.mu.Lock()
+	capped := st.capped
+	st.mu.Unlock()
+	if !capped {
+		return false
+	}
+	best := math.Inf(1)
+	for _, b := range st.pool.Stats() {
+		c := b.Capacity
+		if c <= 0 {
+			return false // a pod without an estimate yet: let it take the load
+		}
+		best = min(best, float64(max(b.Queue, b.Inflight)+1)/c)
+	}
+	return best > st.spec.SLO.Seconds()
+}
+
+// kick starts a scale-up to at least one replica at once (first request).
+func (g *Gateway) kick(st *fn) {
+	st.mu.Lock()
+	need := len(st.ready)+st.pending == 0
+	if need {
+		st.pending++
+		st.desired = max(st.desired, 1)
+	}
+	st.mu.Unlock()
+	if need {
+		g.wg.Add(1)
+		go g.addOne(st)
+	}
+}
+
+func (g *Gateway) addOne(st *fn) {
+	defer g.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), g.ReadyTimeout+60*time.Second)
+	defer cancel()
+	rep, err := g.scaler.Add(ctx, &st.spec)
+	if err == nil {
+		err = waitReady(ctx, g.tr, rep.Addr, g.ReadyTimeout)
+		if err != nil {
+			g.scaler.Remove(context.Background(), &st.spec, rep.ID)
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.pending--
+	if err != nil {
+		g.log.Warn("gateway: replica not added", "function", st.spec.Name, "err", err)
+		return
+	}
+	st.ready[rep.ID] = rep
+	st.pool.Add(rep.ID, rep.Addr)
+	close(st.wake)
+	st.wake = make(chan struct{})
+	g.log.Info("gateway: replica ready", "function", st.spec.Name, "replica", rep.ID, "addr", rep.Addr)
+}
+
+func waitReady(ctx context.Context, tr http.RoundTripper, addr string, d time.Duration) error {
+	c := &http.Client{Transport: tr, Timeout: time.Second}
+	deadline := time.Now().Add(d)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/mu/healthz", nil)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("replica at %s did not answer within %s", addr, d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (g *Gateway) removeOne(st *fn, id string) {
+	defer g.wg.Done()
+	// Already out of the pool: let requests sent to it finish first
+	// (bounded by the SLO), then remove the container.
+	time.Sleep(min(st.spec.SLO, 2*time.Second))
+	err := g.scaler.Remove(context.Background(), &st.spec, id)
+	st.mu.Lock()
+	st.removing--
+	st.mu.Unlock()
+	if err != nil {
+		g.log.Warn("gateway: replica not removed", "function", st.spec.Name, "replica", id, "err", err)
+	}
+}
+
+// Run scales every epoch until ctx ends, then waits for scale operations
+// in progress.
+func (g *Gateway) Run(ctx context.Context) {
+	t := time.NewTicker(g.epoch)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			g.wg.Wait()
+			return
+		case <-t.C:
+			g.Tick(ctx)
+		}
+	}
+}
+
+// Tick is one autoscaling epoch over every function.
+func (g *Gateway) Tick(ctx context.Context) {
+	now := g.now()
+	want := map[string]int{}
+	for _, name := range g.order {
+		st := g.fns[name]
+		st.mu.Lock()
+		st.track(now, 0)
+		el := g.epoch.Seconds()
+		o := mu.Observation{
+			Ready:       len(st.ready) + st.pending,
+			Arrivals:    st.arrivals,
+			EpochSec:    el,
+			Concurrency: st.area / el,
+			Queued:      float64(st.pool.Queued() + st.held),
+			CapE:        st.pool.Capacity(),
+			ExecSec:     st.etEWMA,
+		}
+		st.arrivals, st.area = 0, 0
+		st.lastObs = o
+		st.mu.Unlock()
+		d := st.as.Desired(o)
+		if m, ok := st.as.(*mu.MuAutoscaler); ok {
+			st.mu.Lock()
+			st.predRate = m.Predicted()
+			st.mu.Unlock()
+		}
+		if st.spec.MaxReplicas > 0 {
+			d = min(d, st.spec.MaxReplicas)
+		}
+		d = max(d, st.spec.MinReplicas)
+		want[name] = d
+	}
+	granted := g.grant(ctx, want)
+	for _, name := range g.order {
+		st := g.fns[name]
+		g.reconcile(st, want[name], granted[name])
+	}
+	g.fairness(ctx, want)
+}
+
+// fairness computes Eq 7 (seed 003 §3.5.1) for CPU over the functions
+// that want replicas, against the cluster's cores.
+func (g *Gateway) fairness(ctx context.Context, want map[string]int) {
+	nodes, err := g.scaler.Nodes(ctx)
+	if err != nil || len(nodes) == 0 {
+		return
+	}
+	var capCPU float64
+	for _, n := range nodes {
+		capCPU += n.CPUCap
+	}
+	var demand, alloc []float64
+	for _, name := range g.order {
+		st := g.fns[name]
+		if want[name] == 0 {
+			continue
+		}
+		st.mu.Lock()
+		ready := len(st.ready)
+		st.mu.Unlock()
+		demand = append(demand, float64(want[name])*st.spec.CPUCores)
+		alloc = append(alloc, float64(ready)*st.spec.CPUCores)
+	}
+	if len(demand) == 0 {
+		return
+	}
+	u, i := mu.Eq7(capCPU, demand, alloc)
+	g.fairMu.Lock()
+	g.uNow, g.iNow = u, i
+	g.uSum += u
+	g.iSum += i
+	g.fairN++
+	g.fairMu.Unlock()
+}
+
+// Fairness returns Eq 7's unfairness and inefficiency (CPU cores per
+// function) of the last epoch and averaged over the epochs so far.
+func (g *Gateway) Fairness() (uNow, iNow, uAvg, iAvg float64) {
+	g.fairMu.Lock()
+	defer g.fairMu.Unlock()
+	if g.fairN > 0 {
+		uAvg, iAvg = g.uSum/g.fairN, g.iSum/g.fairN
+	}
+	return g.uNow, g.iNow, uAvg, iAvg
+}
+
+// grant caps each function by its app budget and, when the cluster cannot
+// hold every function's growth, shares the room by DRF (Algorithm 3).
+func (g *Gateway) grant(ctx context.Context, want map[string]int) map[string]int {
+	out := map[string]int{}
+	var ds []*placement.Demand
+	for _, name := range g.order {
+		st := g.fns[name]
+		c, err := g.scaler.Ceiling(ctx, &st.spec)
+		if err != nil {
+			g.log.Warn("gateway: budget unknown", "function", name, "err", err)
+			st.mu.Lock()
+			c = len(st.ready) + st.pending
+			st.mu.Unlock()
+		}
+		st.mu.Lock()
+		st.ceiling = c
+		cur := len(st.ready) + st.pending
+		st.mu.Unlock()
+		out[name] = min(want[name], c)
+		if extra := out[name] - cur; extra > 0 {
+			ds = append(ds, &placement.Demand{App: name, CPU: st.spec.CPUCores, Memory: st.spec.MemoryBytes,
+				Pods: extra, AllocCPU: float64(cur) * st.spec.CPUCores, AllocMem: int64(cur) * st.spec.MemoryBytes})
+		}
+	}
+	if len(ds) == 0 {
+		return out
+	}
+	nodes, err := g.scaler.Nodes(ctx)
+	if err != nil || len(nodes) == 0 {
+		return out
+	}
+	prof, _ := placement.MuProfile("alignment")
+	placement.PlaceDRF(prof, ds, nodes)
+	for _, d := range ds {
+		st := g.fns[d.App]
+		st.mu.Lock()
+		cur := len(st.ready) + st.pending
+		st.mu.Unlock()
+		out[d.App] = cur + d.Placed
+	}
+	return out
+}
+
+func (g *Gateway) reconcile(st *fn, want, granted int) {
+	st.mu.Lock()
+	cur := len(st.ready) + st.pending
+	st.desired = want
+	st.capped = granted < want
+	add := granted - cur
+	var drop []string
+	if granted < cur && st.pending == 0 {
+		// Remove the slowest replicas first (§3.4.1).
+		// cur already leaves out replicas being removed.
+		for k := cur - granted; k > 0; k-- {
+			id := st.pool.Slowest()
+			if id == "" || len(st.ready) == 0 {
+				break
+			}
+			delete(st.ready, id)
+			st.pool.Remove(id)
+			drop = append(drop, id)
+		}
+	}
+	st.pending += max(add, 0)
+	st.removing += len(drop)
+	st.mu.Unlock()
+	for range max(add, 0) {
+		g.wg.Add(1)
+		go g.addOne(st)
+	}
+	for _, id := range drop {
+		g.wg.Add(1)
+		go g.removeOne(st, id)
+	}
+}
+
+// Status is one function's state for /v1/functions and `escractl top`.
+type Status struct {
+	Name          string            `json:"name"`
+	Autoscaler    string            `json:"autoscaler"`
+	LB            string            `json:"lb"`
+	Ready         int               `json:"ready"`
+	Pending       int               `json:"pending"`
+	Desired       int               `json:"desired"`
+	Ceiling       int               `json:"ceiling"`
+	Capped        bool              `json:"capped"`
+	Inflight      int               `json:"inflight"`
+	Queued        int               `json:"queued"`
+	CapacityRPS   float64           `json:"capacity_rps"`
+	RateRPS       float64           `json:"rate_rps"`
+	PredictedRPS  float64           `json:"predicted_rps"`
+	ExecMs        float64           `json:"exec_ms"`
+	Served        uint64            `json:"served"`
+	Rejected      uint64            `json:"rejected"`
+	Failed        uint64            `json:"failed"`
+	Replicas      []mu.BackendStats `json:"replicas"`
+	ObservedEpoch mu.Observation    `json:"observed_epoch"`
+}
+
+// Statuses returns every function's state.
+func (g *Gateway) Statuses() []Status {
+	var out []Status
+	for _, name := range g.order {
+		st := g.fns[name]
+		st.mu.Lock()
+		s := Status{Name: name, Autoscaler: st.spec.Autoscaler, LB: st.spec.LB, Ready: len(st.ready), Pending: st.pending,
+			Desired: st.desired, Ceiling: st.ceiling, Capped: st.capped, Inflight: st.inflight, PredictedRPS: st.predRate,
+			ExecMs: st.etEWMA * 1000, Served: st.served, Rejected: st.rejected, Failed: st.failed, ObservedEpoch: st.lastObs,
+			RateRPS: st.lastObs.Rate()}
+		st.mu.Unlock()
+		s.Queued = st.pool.Queued()
+		s.CapacityRPS = st.pool.Capacity()
+		s.Replicas = st.pool.Stats()
+		out = append(out, s)
+	}
+	return out
+}
+
+// Shutdown removes every replica the gateway made.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.wg.Wait()
+	var errs []error
+	for _, name := range g.order {
+		st := g.fns[name]
+		st.mu.Lock()
+		ids := make([]string, 0, len(st.ready))
+		for id := range st.ready {
+			ids = append(ids, id)
+		}
+		st.ready = map[string]Replica{}
+		st.mu.Unlock()
+		for _, id := range ids {
+			st.pool.Remove(id)
+			if err := g.scaler.Remove(ctx, &st.spec, id); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,260 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/escra-dev/escra/controller/mu"
+	"github.com/escra-dev/escra/controller/mu/queueproxy"
+	"github.com/escra-dev/escra/controller/placement"
+)
+
+// procScaler runs replicas as in-process queue proxies in front of a
+// sleeping handler: a stand-in for the controller only in these unit tests
+// of the gateway's own logic (the e2e test uses the real controller).
+type procScaler struct {
+	mu      sync.Mutex
+	ceiling int
+	work    time.Duration
+	srvs    map[string]*http.Server
+	adds    int
+	removes int
+	nodes   []*placement.Node
+}
+
+func (p *procScaler) Ceiling(context.Context, *Function) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ceiling, nil
+}
+func (p *procScaler) Nodes(context.Context) ([]*placement.Node, error) { return p.nodes, nil }
+
+func (p *procScaler) Add(_ context.Context, f *Function) (Replica, error) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(p.work)
+		fmt.Fprintln(w, "done", r.URL.Path)
+	}))
+	qp, err := queueproxy.New(up.URL, f.Concurrency, 100)
+	if err != nil {
+		return Replica{}, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Replica{}, err
+	}
+	srv := &http.Server{Handler: qp}
+	go srv.Serve(ln)
+	srv.RegisterOnShutdown(up.Close)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.adds++
+	id := fmt.Sprintf("r%d", p.adds)
+	if p.srvs == nil {
+		p.srvs = map[string]*http.Server{}
+	}
+	p.srvs[id] = srv
+	return Replica{ID: id, Addr: ln.Addr().String()}, nil
+}
+
+func (p *procScaler) Remove(_ context.Context, _ *Function, id string) error {
+	p.mu.Lock()
+	s := p.srvs[id]
+	delete(p.srvs, id)
+	p.removes++
+	p.mu.Unlock()
+	if s != nil {
+		s.Close()
+	}
+	return nil
+}
+
+func (p *procScaler) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.srvs {
+		s.Close()
+	}
+}
+
+func testFn(as string) Function {
+	return Function{Name: "hello", CPUCores: 0.5, MemoryBytes: 64 << 20, Concurrency: 2, SLO: time.Second,
+		Autoscaler: as, LB: mu.LBMu, KPATarget: 5, Grace: 2}
+}
+
+// The first request to a function with no replica is held until one is
+// ready, then answered; the client never sees the piggybacked headers.
+func TestScaleFromZeroAndHeadersStripped(t *testing.T) {
+	sc := &procScaler{ceiling: 4, work: 10 * time.Millisecond}
+	defer sc.closeAll()
+	g, err := New([]Function{testFn(mu.ASMu)}, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(g)
+	defer front.Close()
+	resp, err := http.Get(front.URL + "/fn/hello/work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "done /work") {
+		t.Fatalf("first request: %d %q", resp.StatusCode, body)
+	}
+	for h := range resp.Header {
+		if strings.HasPrefix(h, "X-Mu-") {
+			t.Fatalf("client saw piggybacked header %s", h)
+		}
+	}
+	if st := g.Statuses()[0]; st.Ready != 1 || st.Served != 1 {
+		t.Fatalf("after scale from zero: %+v", st)
+	}
+	// Unknown function: 404 with one line.
+	resp, _ = http.Get(front.URL + "/fn/nope/x")
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("unknown function: %d", resp.StatusCode)
+	}
+	g.wg.Wait()
+}
+
+// Under load the Mu autoscaler adds replicas, never beyond the budget's
+// ceiling, and with the load gone removes them after the grace period.
+func TestEpochScalingWithinCeiling(t *testing.T) {
+	sc := &procScaler{ceiling: 3, work: 50 * time.Millisecond}
+	defer sc.closeAll()
+	g, err := New([]Function{testFn(mu.ASMuNoPred)}, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.epoch = 200 * time.Millisecond // a short epoch for the test; rates are per second
+	front := httptest.NewServer(g)
+	defer front.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { g.Run(ctx); close(done) }()
+	// 8 clients in closed loop: far more than one replica at
+	// concurrency 2 and 50 ms (40 req/s) serves within budget.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if r, err := http.Get(front.URL + "/fn/hello/"); err == nil {
+					io.Copy(io.Discard, r.Body)
+					r.Body.Close()
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for g.Statuses()[0].Ready < 3 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	st := g.Statuses()[0]
+	if st.Ready != 3 {
+		t.Fatalf("under load: %d replicas ready, want the ceiling 3 (%+v)", st.Ready, st)
+	}
+	if sc.adds > 3 {
+		t.Fatalf("created %d replicas, ceiling 3", sc.adds)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for g.Statuses()[0].Ready > 1 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if r := g.Statuses()[0].Ready; r > 1 {
+		t.Fatalf("idle: still %d replicas after the grace period", r)
+	}
+	cancel()
+	<-done
+}
+
+// A function capped below what it needs answers 503 to requests that
+// would miss the SLO; an uncapped baseline (rps) queues them instead.
+func TestAdmissionWhenCapped(t *testing.T) {
+	sc := &procScaler{ceiling: 1, work: 0}
+	defer sc.closeAll()
+	g, err := New([]Function{testFn(mu.ASMu)}, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := g.fns["hello"]
+	g.kick(st)
+	g.wg.Wait()
+	st.mu.Lock()
+	st.capped = true
+	st.mu.Unlock()
+	b := st.pool.Pick()
+	// The replica reports 2 req/s capacity, 10 queued: (10+1)/2 s > 1 s.
+	st.pool.Done(b, &mu.PodMetrics{Queue: 10, Departure: 2, Confidence: 1})
+	if !g.reject(st) {
+		t.Fatal("capped function with an 5.5 s estimated response did not reject")
+	}
+	st.pool.Done(b, &mu.PodMetrics{Queue: 0, Departure: 2.5, Confidence: 1})
+	if g.reject(st) {
+		t.Fatal("rejected with an empty queue")
+	}
+	st.spec.Autoscaler = mu.ASRPS
+	st.pool.Done(b, &mu.PodMetrics{Queue: 50, Departure: 3, Confidence: 1})
+	if g.reject(st) {
+		t.Fatal("the rps baseline rejected: only Mu has admission")
+	}
+}
+
+func TestFunctionValidation(t *testing.T) {
+	f := testFn(mu.ASMu)
+	f.LB = "random"
+	if _, err := New([]Function{f}, &procScaler{}, nil); err == nil || !strings.Contains(err.Error(), "lb") {
+		t.Fatalf("bad lb: %v", err)
+	}
+	f = testFn(mu.ASRPS)
+	f.KPATarget = 0
+	if err := f.Validate(); err == nil {
+		t.Fatal("rps without a target accepted")
+	}
+	if m := parseMetrics(http.Header{mu.HeaderQueue: {"-1"}, mu.HeaderExecMs: {"1"}, mu.HeaderDeparture: {"1"}, mu.HeaderConfidence: {"0.5"}}); m != nil {
+		t.Fatal("negative queue accepted")
+	}
+	if m := parseMetrics(http.Header{mu.HeaderQueue: {"1"}, mu.HeaderExecMs: {"NaN"}, mu.HeaderDeparture: {"1"}, mu.HeaderConfidence: {"0.5"}}); m != nil {
+		t.Fatal("NaN accepted")
+	}
+}
+
+// Eq 7 on the real allocation: one 1-core node, two functions asking 4
+// replicas of 0.5 cores each; one has 2 ready, the other none. Max-min
+// gives each 0.5 cores: U = (|1−0.5| + |0−0.5|)/2 = 0.5; unmet demand
+// I = |4 − 1|/2 = 1.5.
+func TestFairnessOfRealAllocation(t *testing.T) {
+	sc := &procScaler{ceiling: 4, nodes: []*placement.Node{{Name: "n", CPUCap: 1}}}
+	a, b := testFn(mu.ASMu), testFn(mu.ASMu)
+	b.Name = "other"
+	g, err := New([]Function{a, b}, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := g.fns["hello"]
+	st.ready["r1"], st.ready["r2"] = Replica{}, Replica{}
+	g.fairness(context.Background(), map[string]int{"hello": 4, "other": 4})
+	u, i, ua, ia := g.Fairness()
+	if math.Abs(u-0.5) > 1e-9 || math.Abs(i-1.5) > 1e-9 || ua != u || ia != i {
+		t.Fatalf("U %.3f I %.3f (avg %.3f %.3f), want 0.5 and 1.5", u, i, ua, ia)
+	}
+}
