@@ -82,6 +82,7 @@ deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/
 clean: ## remove build outputs (not the kernel cache)
 	rm -rf $(BIN) results dist
 
+.PHONY: bench-depsched
 bench-depsched: ## seed 004: simulation, scheduling time, real engines + registry (≤ 20 min; root; PARTS=sim,sched to skip the real part)
 	@scripts/setup.sh
 	$(GO) run ./controller/bench/depsched -out results/depsched -parts $${PARTS:-sim,sched,real}

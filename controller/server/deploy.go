@@ -23,8 +23,9 @@ import (
 // when one of them fails. Placement is the deployer profile of
 // controller/placement (docs/operator.md): a host must have the free CPU and
 // memory for the container's bootstrap limits; among those, the one with the
-// fewest containers of this app wins, then the least loaded (mean free
-// fraction of CPU and memory), then the lowest host id.
+// fewest containers of this app wins, then the one holding the most bytes of
+// the image's layers (seed 004 layer-match, docs/depsched.md), then the least
+// loaded (mean free fraction of CPU and memory), then the lowest host id.
 
 // The deploy API's bodies (controller/adminapi).
 type (
@@ -61,6 +62,9 @@ func (s *Server) place(app string, cs []DeployContainer) ([]placement, error) {
 		n := &placementpkg.Node{Name: h.hello.GetHostId(), Index: int(h.id),
 			CPUCap: float64(h.hello.GetCores()), CPUFree: float64(h.hello.GetCores()),
 			MemCap: mem, MemFree: mem, AppCount: map[string]int{}}
+		if d := h.deps.Load(); d != nil {
+			n.Ext = map[string]any{placementpkg.DepsKey: d}
+		}
 		byID[h.id] = n
 		hosts[h.id] = h
 		nodes = append(nodes, n)
@@ -89,13 +93,22 @@ func (s *Server) place(app string, cs []DeployContainer) ([]placement, error) {
 		n.Containers++
 		n.AppCount[c.App]++
 	}
-	prof := placementpkg.Deployer()
+	prof, err := s.placementProfile()
+	if err != nil {
+		return nil, err
+	}
+	var images []string
+	for _, c := range cs {
+		images = append(images, c.Image)
+	}
+	deps := s.resolveImages(images)
 	var out []placement
 	for _, c := range cs {
 		if c.Host != "" && !slices.ContainsFunc(nodes, func(n *placementpkg.Node) bool { return n.Name == c.Host }) {
 			return nil, fmt.Errorf("container %s: host %q is not connected (connected: %s)", c.Name, c.Host, nodeNames(nodes))
 		}
-		req := &placementpkg.Request{Name: c.Name, App: app, Image: c.Image, CPU: c.CPUCores, Memory: c.MemoryBytes, Host: c.Host}
+		req := &placementpkg.Request{Name: c.Name, App: app, Image: c.Image, CPU: c.CPUCores, Memory: c.MemoryBytes, Host: c.Host,
+			Deps: deps[c.Image]}
 		res, err := prof.Schedule(req, nodes)
 		if err != nil {
 			return nil, fmt.Errorf("container %s: no host has %.2f free cores and %d MiB free memory for it (%s)",
@@ -196,7 +209,8 @@ func (s *Server) Deploy(ctx context.Context, app string, req DeployRequest) ([]P
 				errs[i] = fmt.Errorf("container %s on host %s: %w", p.c.Name, hid, err)
 				return
 			}
-			placed[i] = Placed{Name: p.c.Name, HostID: hid, ContainerID: rep.GetCreateContainerResult().GetContainerId()}
+			cr := rep.GetCreateContainerResult()
+			placed[i] = Placed{Name: p.c.Name, HostID: hid, ContainerID: cr.GetContainerId(), PullMs: float64(cr.GetPullUs()) / 1e3}
 		}()
 	}
 	wg.Wait()
