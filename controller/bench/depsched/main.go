@@ -220,6 +220,8 @@ func simulate() error {
 // their defaults (the arrival rate scales with the cluster in 5a so the
 // load stays ~80 %).
 func sweeps(base depsim.Config, cp *depsim.Corpus, run func(depsim.Config) (*depsim.Result, error)) error {
+	base.DurationS, base.WarmupS = *sweepDur, *sweepDur/2
+	def := map[string]float64{}
 	type point struct {
 		label string
 		x     float64
@@ -247,7 +249,13 @@ func sweeps(base depsim.Config, cp *depsim.Corpus, run func(depsim.Config) (*dep
 		lm := series{name: "layer-match"}
 		for _, pt := range f.pts {
 			m := map[string]float64{}
+			if pt.label == "200" || pt.label == "32" || pt.label == "1x" {
+				m = def // the default setting, run once for all three sweeps
+			}
 			for _, p := range []string{"random", "image-match", "layer-match"} {
+				if m[p] > 0 {
+					continue
+				}
 				c := base
 				c.Policy = p
 				pt.set(&c)

@@ -305,39 +305,51 @@ func (sm *sim) provision(n *node, i int32, now float64) float64 {
 	return max(pull, wait)
 }
 
-// evict frees need bytes on n for image keep. Only what no running
-// container uses may go; when nothing may, the store runs over budget (as
-// a real store does while its containers run).
+// evict frees need bytes on n for image keep, taking victims in the
+// policy's order from one sorted candidate list (dropping one victim does
+// not reorder the rest). Only what no running container uses may go; when
+// nothing may, the store runs over budget (as a real store does while its
+// containers run).
 func (sm *sim) evict(n *node, need int64, keep int32) {
-	for n.used+need > sm.cfg.CacheBytes {
-		switch sm.cfg.Evict {
-		case "lru-image":
-			victim, best := int32(-1), math.Inf(1)
-			for id, is := range n.images {
-				if id != keep && is.running == 0 && (is.last < best || is.last == best && id < victim) {
-					victim, best = id, is.last
-				}
+	if n.used+need <= sm.cfg.CacheBytes {
+		return
+	}
+	if sm.cfg.Evict == "lru-image" {
+		var ids []int32
+		for id, is := range n.images {
+			if id != keep && is.running == 0 {
+				ids = append(ids, id)
 			}
-			if victim < 0 {
-				return
-			}
-			sm.dropImage(n, victim)
-		default:
-			victim := int32(-1)
-			var vs *lstate
-			for id, ls := range n.layers {
-				if ls.inUse > 0 {
-					continue
-				}
-				if vs == nil || sm.layerBefore(ls, id, vs, victim) {
-					victim, vs = id, ls
-				}
-			}
-			if victim < 0 {
-				return
-			}
-			sm.dropLayer(n, victim)
 		}
+		sort.Slice(ids, func(i, j int) bool {
+			a, b := n.images[ids[i]], n.images[ids[j]]
+			if a.last != b.last {
+				return a.last < b.last
+			}
+			return ids[i] < ids[j]
+		})
+		for _, id := range ids {
+			if n.used+need <= sm.cfg.CacheBytes {
+				return
+			}
+			sm.dropImage(n, id)
+		}
+		return
+	}
+	var ids []int32
+	for id, ls := range n.layers {
+		if ls.inUse == 0 {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		return sm.layerBefore(n.layers[ids[i]], ids[i], n.layers[ids[j]], ids[j])
+	})
+	for _, id := range ids {
+		if n.used+need <= sm.cfg.CacheBytes {
+			return
+		}
+		sm.dropLayer(n, id)
 	}
 }
 
