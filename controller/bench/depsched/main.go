@@ -24,11 +24,12 @@ import (
 )
 
 var (
-	out    = flag.String("out", "results/depsched", "output directory")
-	parts  = flag.String("parts", "sim,sched,real", "which parts to run (comma-separated: sim, sched, real)")
-	sweep  = flag.Bool("sweep", true, "also the Fig 5 sweeps (cluster size, store size, load)")
-	simDur = flag.Float64("sim-duration", 1200, "simulated seconds of arrivals per run (the first half is warm-up)")
-	seed   = flag.Int64("seed", 4, "simulation seed")
+	out      = flag.String("out", "results/depsched", "output directory")
+	parts    = flag.String("parts", "sim,sched,real", "which parts to run (comma-separated: sim, sched, real)")
+	sweep    = flag.Bool("sweep", true, "also the Fig 5 sweeps (cluster size, store size, load)")
+	simDur   = flag.Float64("sim-duration", 900, "simulated seconds of arrivals per run (the first half is warm-up)")
+	sweepDur = flag.Float64("sweep-duration", 600, "simulated seconds per run of the Fig 5 sweeps")
+	seed     = flag.Int64("seed", 4, "simulation seed")
 )
 
 var (
