@@ -43,10 +43,10 @@ var (
 	registry   = flag.String("registry", "127.0.0.1:5000", "registry the images are pushed to and pulled from")
 	binDir     = flag.String("bin", "bin", "directory of escrad and escra-controller")
 	realHosts  = flag.Int("real-hosts", 3, "engines")
-	realN      = flag.Int("real-n", 45, "submissions per policy")
+	realN      = flag.Int("real-n", 40, "submissions per policy")
 	realRate   = flag.Float64("real-rate", 0.5, "submissions per second (Poisson)")
 	realBudget = flag.Int64("real-budget", 250<<20, "escrad --image-budget per engine, bytes")
-	realPols   = flag.String("real-policies", "random,image-match,layer-match", "placement policies to compare")
+	realPols   = flag.String("real-policies", "random,image-match,layer-match,prefix-match", "placement policies to compare")
 )
 
 const hostsName, hostsTag = "dep-hosts", "dep-"
@@ -64,7 +64,7 @@ type realImage struct {
 	deps *placement.ImageDeps
 }
 
-func imageRef(i int) string { return fmt.Sprintf("%s/dep-img%02d:latest", *registry, i) }
+func imageRef(i int) string { return fmt.Sprintf("%s/dep-v2-img%02d:latest", *registry, i) }
 
 func buildCorpus(ctx context.Context, cli *client.Client) ([]realImage, error) {
 	base, err := dockertest.WorkloadsLayer()
@@ -83,6 +83,12 @@ func buildCorpus(ctx context.Context, cli *client.Client) ([]realImage, error) {
 					{Seed: int64(1000 + f), Size: baseMB << 20},
 					{Seed: int64(2000 + 10*f + r), Size: runtimeMB << 20},
 					{Seed: int64(3000 + i), Size: appMB << 20},
+				}
+				if a == appsPer-1 {
+					// A tools layer every family's last app carries at
+					// the top: shared by diff-id but never as a chain
+					// prefix, where layer-match and prefix-match differ.
+					layers[2] = dockertest.LayerSpec{Seed: 4000, Size: appMB << 20}
 				}
 				// Content is deterministic: an image already in the
 				// registry is the same image.
