@@ -85,4 +85,5 @@ clean: ## remove build outputs (not the kernel cache)
 .PHONY: bench-depsched
 bench-depsched: ## seed 004: simulation, scheduling time, real engines + registry (≤ 20 min; root; PARTS=sim,sched to skip the real part)
 	@scripts/setup.sh
+	@$(MAKE) --no-print-directory build
 	$(GO) run ./controller/bench/depsched -out results/depsched -parts $${PARTS:-sim,sched,real}

@@ -243,14 +243,16 @@ func DepProfile(policy string, rng *rand.Rand) (*Profile, bool) {
 }
 
 // DependencyDeployer is the deployer's profile with seed 004's
-// layer-match: spreading an app's replicas first (the operator's
+// dependency scores: spreading an app's replicas first (the operator's
 // availability outranks startup time, §4.4 "balancing"), then the bytes of
-// the image's layers already on the host, then the least loaded host. A
-// percent of the image's bytes outweighs ten percent of free capacity.
+// the image's layers already on the host (and the image by name, which
+// still works when the image could not be resolved to layers), then the
+// least loaded host. A percent of the image's bytes outweighs ten percent
+// of free capacity.
 func DependencyDeployer() *Profile {
 	return &Profile{
 		Name:    "deployer",
 		Filters: []Filter{HostName{}, Resources{}},
-		Scorers: []Weighted{{AppSpread{}, 1000}, {LayerMatch{}, 10}, {LeastLoaded{}, 1}},
+		Scorers: []Weighted{{AppSpread{}, 1000}, {LayerMatch{}, 10}, {ImageMatch{}, 5}, {LeastLoaded{}, 1}},
 	}
 }
