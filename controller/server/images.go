@@ -35,10 +35,8 @@ func (s *Server) ImageState(ss *session.Session, st *pb.ImageState) {
 		return
 	}
 	rep := make([]imageresolve.ImageReport, 0, len(st.GetImages()))
-	layers := 0
 	for _, im := range st.GetImages() {
 		rep = append(rep, imageresolve.ImageReport{ID: im.GetId(), Names: im.GetNames(), DiffIDs: im.GetDiffIds()})
-		layers += len(im.GetDiffIds())
 	}
 	d := imageresolve.HostDeps(rep)
 	h.deps.Store(d)

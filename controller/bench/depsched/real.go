@@ -46,6 +46,7 @@ var (
 	realN      = flag.Int("real-n", 40, "submissions per policy")
 	realRate   = flag.Float64("real-rate", 0.5, "submissions per second (Poisson)")
 	realBudget = flag.Int64("real-budget", 250<<20, "escrad --image-budget per engine, bytes")
+	realLimit  = flag.Float64("real-link", 8<<20, "bytes per second per connection of the rate-limiting proxy engines pull through (0: pull from the registry directly)")
 	realPols   = flag.String("real-policies", "random,image-match,layer-match,prefix-match", "placement policies to compare")
 )
 
@@ -265,15 +266,27 @@ func realBench() error {
 		}
 		engines = append(engines, c)
 	}
+	pullReg := *registry
+	link := "none (loopback)"
+	if *realLimit > 0 {
+		addr, stop, err := linkProxy(*registry, *realLimit)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		pullReg = addr
+		link = fmt.Sprintf("%.0f MB/s per connection through a proxy on %s", *realLimit/(1<<20), addr)
+	}
+	summary["real_link_bytes_per_s_per_conn"] = *realLimit
 	logs := filepath.Join(*out, "logs")
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return err
 	}
-	say("real: %d engines (scripts/hosts.sh, overlay store), escrad --image-budget %d MB each, %d submissions at %.2f/s per policy, Zipf 0.75 over %d images; registry on loopback without a rate limit; this machine (2 cores) is shared with other engineers' builds and tests",
-		*realHosts, *realBudget>>20, *realN, *realRate, len(corpus))
+	say("real: %d engines (scripts/hosts.sh, overlay store), escrad --image-budget %d MB each, %d submissions at %.2f/s per policy, Zipf 0.75 over %d images; registry link: %s; this machine (2 cores) is shared with other engineers' builds and tests",
+		*realHosts, *realBudget>>20, *realN, *realRate, len(corpus), link)
 	means := map[string]float64{}
 	for _, pol := range strings.Split(*realPols, ",") {
-		ss, err := realPolicy(ctx, pol, corpus, engines, logs)
+		ss, err := realPolicy(ctx, pol, corpus, engines, logs, pullReg)
 		if err != nil {
 			return fmt.Errorf("policy %s: %w", pol, err)
 		}
@@ -329,7 +342,7 @@ func realBench() error {
 var realCDF = map[string][]float64{}
 
 // realPolicy runs one policy from empty engines.
-func realPolicy(ctx context.Context, pol string, corpus []realImage, engines []*client.Client, logs string) ([]sample, error) {
+func realPolicy(ctx context.Context, pol string, corpus []realImage, engines []*client.Client, logs, pullReg string) ([]sample, error) {
 	for _, e := range engines {
 		if err := wipe(ctx, e); err != nil {
 			return nil, err
@@ -345,7 +358,7 @@ func realPolicy(ctx context.Context, pol string, corpus []realImage, engines []*
 	adm, _ := freePort()
 	err = ps.start(filepath.Join(logs, "controller-"+pol+".log"), filepath.Join(*binDir, "escra-controller"),
 		"--insecure", "--listen", tcp, "--telemetry-listen", udp, "--admin-listen", adm, "--store", "none",
-		"--placement", pol, "--resolve-registries", *registry, "--reclaim-every", "0")
+		"--placement", pol, "--resolve-registries", pullReg, "--reclaim-every", "0")
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +370,7 @@ func realPolicy(ctx context.Context, pol string, corpus []realImage, engines []*
 	for n := 1; n <= len(engines); n++ {
 		err := ps.start(filepath.Join(logs, fmt.Sprintf("escrad-h%d-%s.log", n, pol)), filepath.Join(*binDir, "escrad"),
 			"--insecure", "--host-id", fmt.Sprintf("h%d", n), "--controller", tcp, "--docker-host", engineSock(n),
-			"--backend", "cgroupfs", "--pull-registries", *registry, "--image-budget", fmt.Sprint(*realBudget),
+			"--backend", "cgroupfs", "--pull-registries", pullReg, "--image-budget", fmt.Sprint(*realBudget),
 			"--lock-dir", tmp, "--oom-state", filepath.Join(tmp, fmt.Sprintf("h%d.oom", n)), "--no-oom-guard")
 		if err != nil {
 			return nil, err
@@ -419,7 +432,8 @@ func realPolicy(ctx context.Context, pol string, corpus []realImage, engines []*
 				s.err = err
 				return
 			}
-			placed, err := ac.Deploy(cctx, app, []adminapi.DeployContainer{{Name: app, Image: img.ref,
+			ref := strings.Replace(img.ref, *registry, pullReg, 1)
+			placed, err := ac.Deploy(cctx, app, []adminapi.DeployContainer{{Name: app, Image: ref,
 				Command: []string{"/bin/spin", "-idle"}, Network: "none", CPUCores: 0.05, MemoryBytes: 32 << 20}})
 			if err != nil {
 				s.err = err
@@ -498,4 +512,67 @@ func pearson(x, y []float64) float64 {
 		return 0
 	}
 	return sxy / math.Sqrt(sxx*syy)
+}
+
+// linkProxy forwards TCP to target and lets at most rate bytes per second
+// per connection flow back from it: a registry on loopback then costs a
+// pull what a network link of that rate would (the request direction is
+// not limited). It returns its address and a stop function.
+func linkProxy(target string, rate float64) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); _, _ = io.Copy(up, c); up.(*net.TCPConn).CloseWrite() }()
+			go func() {
+				defer wg.Done()
+				defer c.(*net.TCPConn).CloseWrite()
+				buf := make([]byte, 32<<10)
+				start, sent := time.Now(), 0.0
+				for {
+					n, err := up.Read(buf)
+					if n > 0 {
+						sent += float64(n)
+						if ahead := time.Duration(sent/rate*float64(time.Second)) - time.Since(start); ahead > 0 {
+							time.Sleep(ahead)
+						}
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	stop := func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}
+	return ln.Addr().String(), stop, nil
 }
