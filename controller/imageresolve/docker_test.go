@@ -93,7 +93,7 @@ func TestChainIDsMatchTheEngine(t *testing.T) {
 		}
 	}
 	// And what escrad reports (ImageInspect) gives the same host state.
-	ins, _, err := cli.ImageInspectWithRaw(ctx, ref)
+	ins, err := cli.ImageInspect(ctx, ref)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func (a *Agent) touchImage(ref string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if ins, _, err := a.cfg.Docker.ImageInspectWithRaw(ctx, ref); err == nil {
+	if ins, err := a.cfg.Docker.ImageInspect(ctx, ref); err == nil {
 		a.img.mu.Lock()
 		a.img.lastUse[ins.ID] = time.Now()
 		a.img.mu.Unlock()
@@ -135,7 +135,7 @@ func (a *Agent) readImages(ctx context.Context) (*pb.ImageState, error) {
 	}
 	st := &pb.ImageState{BudgetBytes: a.cfg.ImageBudget}
 	for _, s := range list {
-		ins, _, err := a.cfg.Docker.ImageInspectWithRaw(ctx, s.ID)
+		ins, err := a.cfg.Docker.ImageInspect(ctx, s.ID)
 		if err != nil {
 			if cerrdefs.IsNotFound(err) {
 				continue // removed meanwhile

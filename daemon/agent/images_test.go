@@ -90,7 +90,7 @@ func TestImageStateAndBudgetOnAnEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	has := func(id string) bool { _, _, err := cli.ImageInspectWithRaw(ctx, id); return err == nil }
+	has := func(id string) bool { _, err := cli.ImageInspect(ctx, id); return err == nil }
 	a.cfg.ImageBudget = full.StoreBytes - 1 // one image must go: C, never used
 	if err := a.refreshImages(ctx); err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ var (
 	parts    = flag.String("parts", "sim,sched,real", "which parts to run (comma-separated: sim, sched, real)")
 	sweep    = flag.Bool("sweep", true, "also the Fig 5 sweeps (cluster size, store size, load)")
 	simDur   = flag.Float64("sim-duration", 900, "simulated seconds of arrivals per run (the first half is warm-up)")
-	sweepDur = flag.Float64("sweep-duration", 600, "simulated seconds per run of the Fig 5 sweeps")
+	sweepDur = flag.Float64("sweep-duration", 400, "simulated seconds per run of the Fig 5 sweeps")
 	seed     = flag.Int64("seed", 4, "simulation seed")
 )
 

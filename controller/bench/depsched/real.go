@@ -191,10 +191,9 @@ func engineSock(n int) string { return fmt.Sprintf("unix:///run/%s/h%d/docker.so
 
 // hostState snapshots an engine's images as the controller would see them.
 type hostState struct {
-	cli   *client.Client
-	mu    sync.Mutex
-	byID  map[string][]string // image id -> diff-ids (immutable)
-	cache *placement.HostDeps
+	cli  *client.Client
+	mu   sync.Mutex
+	byID map[string][]string // image id -> diff-ids (immutable)
 }
 
 func (h *hostState) read(ctx context.Context) *placement.HostDeps {
@@ -208,7 +207,7 @@ func (h *hostState) read(ctx context.Context) *placement.HostDeps {
 	for _, s := range list {
 		ids, ok := h.byID[s.ID]
 		if !ok {
-			ins, _, err := h.cli.ImageInspectWithRaw(ctx, s.ID)
+			ins, err := h.cli.ImageInspect(ctx, s.ID)
 			if err != nil {
 				continue
 			}
@@ -332,6 +331,9 @@ func realBench() error {
 		}
 		if v, ok := means["layer-match"]; ok {
 			summary["real_layer_match_speedup"] = a / v
+		}
+		if v, ok := means["prefix-match"]; ok {
+			summary["real_prefix_match_speedup"] = a / v
 		}
 		say("real speedup vs random (seed 004 §7.1, low load: 1.83 / 2.34): image-match %v, layer-match %v",
 			summary["real_image_match_speedup"], summary["real_layer_match_speedup"])
