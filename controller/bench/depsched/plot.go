@@ -32,7 +32,7 @@ func esc(s string) string {
 	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
-func axes(b *strings.Builder, xlab, ylab string, x0, x1, y0, y1 float64, logx bool) (fx, fy func(float64) float64) {
+func axes(b *strings.Builder, xlab, ylab string, x0, x1, y0, y1 float64, logx, xticks bool) (fx, fy func(float64) float64) {
 	w, h := pw-ml-mr, ph-mt-mb
 	tx := func(v float64) float64 {
 		if logx {
@@ -53,7 +53,9 @@ func axes(b *strings.Builder, xlab, ylab string, x0, x1, y0, y1 float64, logx bo
 		} else {
 			xv = x0 + (x1-x0)*float64(i)/4
 		}
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", tx(xv), mt+h+15, num(xv))
+		if xticks {
+			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", tx(xv), mt+h+15, num(xv))
+		}
 	}
 	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", ml+w/2, ph-8, esc(xlab))
 	fmt.Fprintf(b, `<text transform="translate(14 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", mt+h/2, esc(ylab))
@@ -96,7 +98,7 @@ func linePlot(path, title, xlab, ylab string, ss []series, logx bool) error {
 	if logx {
 		x0 = max(x0, 0.01)
 	}
-	tx, ty := axes(&b, xlab, ylab, x0, x1, y0, y1*1.05, logx)
+	tx, ty := axes(&b, xlab, ylab, x0, x1, y0, y1*1.05, logx, true)
 	var names []string
 	for i, s := range ss {
 		var pts []string
@@ -121,7 +123,7 @@ func barPlot(path, title, ylab string, groups []string, ss []series) error {
 			y1 = max(y1, v)
 		}
 	}
-	_, ty := axes(&b, "", ylab, 0, 1, 0, y1*1.1, false)
+	_, ty := axes(&b, "", ylab, 0, 1, 0, y1*1.1, false, false)
 	w := (pw - ml - mr) / float64(len(groups))
 	bw := w * 0.8 / float64(len(ss))
 	var names []string

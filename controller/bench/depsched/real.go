@@ -45,7 +45,7 @@ var (
 	realHosts  = flag.Int("real-hosts", 3, "engines")
 	realN      = flag.Int("real-n", 40, "submissions per policy")
 	realRate   = flag.Float64("real-rate", 0.5, "submissions per second (Poisson)")
-	realBudget = flag.Int64("real-budget", 250<<20, "escrad --image-budget per engine, bytes")
+	realBudget = flag.Int64("real-budget", 150<<20, "escrad --image-budget per engine, bytes")
 	realLimit  = flag.Float64("real-link", 8<<20, "bytes per second per connection of the rate-limiting proxy engines pull through (0: pull from the registry directly)")
 	realPols   = flag.String("real-policies", "random,image-match,layer-match,prefix-match", "placement policies to compare")
 )
