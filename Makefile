@@ -107,3 +107,9 @@ bench-wysiwyg: ## issue 14 (seed 001): nproc/nginx/sysbench under quota vs WYSIW
 bench-mu: ## seed 003 (Mu): Tables 3 and 5, load balancers, placement simulation (~22 min; root; MU_HOSTS, MU_PARTS)
 	@scripts/setup.sh
 	$(GO) run ./bench/cmd/bench-mu -out results/mu
+
+.PHONY: bench-depsched
+bench-depsched: ## seed 004: simulation, scheduling time, real engines + registry (≤ 20 min; root; PARTS=sim,sched to skip the real part)
+	@scripts/setup.sh
+	@$(MAKE) --no-print-directory build
+	$(GO) run ./controller/bench/depsched -out results/depsched -parts $${PARTS:-sim,sched,real}

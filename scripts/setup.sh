@@ -32,6 +32,8 @@ pkgs=(
 	debootstrap systemd
 	# WYSIWYG containers (issue 14): a container's /proc view, a CPU benchmark
 	lxcfs sysbench
+	# seed 004 dependency placement: a real registry on 127.0.0.1:5000
+	docker-registry
 	# misc tools used by scripts
 	rsync iproute2 procps psmisc curl ca-certificates
 )
@@ -89,5 +91,31 @@ if ! docker_ok; then
 		sleep 0.5
 	done
 	docker_ok || { tail -20 /var/log/escra-dockerd.log >&2; die "dockerd did not answer within 30 s"; }
+fi
+
+# --- Registry (seed 004, docs/depsched.md) --------------------------------
+# Debian's docker-registry on 127.0.0.1:5000 only, no auth, its own store.
+# Engines treat 127.0.0.0/8 registries as insecure (plain HTTP) by default.
+registry_ok() { curl -fsS -m 3 http://127.0.0.1:5000/v2/ >/dev/null 2>&1; }
+if ! registry_ok; then
+	mkdir -p /etc/escra /var/lib/escra-registry
+	cat >/etc/escra/registry.yml <<'YML'
+version: 0.1
+storage:
+  filesystem:
+    rootdirectory: /var/lib/escra-registry
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:5000
+YML
+	say "starting docker-registry on 127.0.0.1:5000 (log /var/log/escra-registry.log)"
+	setsid nohup docker-registry serve /etc/escra/registry.yml >>/var/log/escra-registry.log 2>&1 </dev/null &
+	echo $! >/run/escra-registry.pid
+	for _ in $(seq 1 40); do
+		registry_ok && break
+		sleep 0.25
+	done
+	registry_ok || { tail -20 /var/log/escra-registry.log >&2; die "docker-registry did not answer on 127.0.0.1:5000"; }
 fi
 exit 0

@@ -210,4 +210,7 @@ type Placed struct {
 	Name        string `json:"name"`
 	HostID      string `json:"host_id"`
 	ContainerID string `json:"container_id"`
+	// PullMs is the time the host spent pulling the image first (seed
+	// 004 provisioning; 0: it was there).
+	PullMs float64 `json:"pull_ms,omitempty"`
 }

@@ -29,6 +29,10 @@ type Request struct {
 	Memory int64   // bytes the container is started with
 	Host   string  // required host, "" for any
 	Labels map[string]string
+	// Deps is the request's image resolved to its layers (seed 004 §5.2
+	// "image resolution"); nil when the controller could not resolve it,
+	// and the dependency scorers then score every host 0.
+	Deps *ImageDeps
 }
 
 // Node is one host as the placing code sees it at the moment of the

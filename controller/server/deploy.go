@@ -24,8 +24,9 @@ import (
 // when one of them fails. Placement is the deployer profile of
 // controller/placement (docs/operator.md): a host must have the free CPU and
 // memory for the container's bootstrap limits; among those, the one with the
-// fewest containers of this app wins, then the least loaded (mean free
-// fraction of CPU and memory), then the lowest host id.
+// fewest containers of this app wins, then the one holding the most bytes of
+// the image's layers (seed 004 layer-match, docs/depsched.md), then the least
+// loaded (mean free fraction of CPU and memory), then the lowest host id.
 
 // The deploy API's bodies (controller/adminapi).
 type (
@@ -62,6 +63,9 @@ func (s *Server) place(app string, cs []DeployContainer) ([]placement, error) {
 		n := &placementpkg.Node{Name: h.hello.GetHostId(), Index: int(h.id),
 			CPUCap: float64(h.hello.GetCores()), CPUFree: float64(h.hello.GetCores()),
 			MemCap: mem, MemFree: mem, AppCount: map[string]int{}}
+		if d := h.deps.Load(); d != nil {
+			n.Ext = map[string]any{placementpkg.DepsKey: d}
+		}
 		byID[h.id] = n
 		hosts[h.id] = h
 		nodes = append(nodes, n)
@@ -90,9 +94,18 @@ func (s *Server) place(app string, cs []DeployContainer) ([]placement, error) {
 		n.Containers++
 		n.AppCount[c.App]++
 	}
+	base, err := s.placementProfile()
+	if err != nil {
+		return nil, err
+	}
+	var images []string
+	for _, c := range cs {
+		images = append(images, c.Image)
+	}
+	deps := s.resolveImages(images)
 	var out []placement
 	for _, c := range cs {
-		prof := placementpkg.Deployer()
+		prof := base
 		if c.CPUClass == "wysiwyg" {
 			// Seed 001 §IV-D: every candidate host simulates Algorithm 1
 			// for this container; the best simulated allocation wins.
@@ -103,7 +116,7 @@ func (s *Server) place(app string, cs []DeployContainer) ([]placement, error) {
 			return nil, fmt.Errorf("container %s: host %q is not connected (connected: %s)", c.Name, c.Host, nodeNames(nodes))
 		}
 		req := &placementpkg.Request{Name: c.Name, App: app, Image: c.Image, CPU: c.CPUCores, Memory: c.MemoryBytes, Host: c.Host,
-			Labels: map[string]string{placementpkg.CPULabel: c.CPUClass}}
+			Labels: map[string]string{placementpkg.CPULabel: c.CPUClass}, Deps: deps[c.Image]}
 		res, err := prof.Schedule(req, nodes)
 		if err != nil {
 			return nil, fmt.Errorf("container %s: no host has %.2f free cores and %d MiB free memory for it (%s)",
@@ -273,7 +286,8 @@ func (s *Server) deployFresh(ctx context.Context, app string, req DeployRequest)
 				errs[i] = fmt.Errorf("container %s on host %s: %w", p.c.Name, hid, err)
 				return
 			}
-			placed[i] = Placed{Name: p.c.Name, HostID: hid, ContainerID: rep.GetCreateContainerResult().GetContainerId()}
+			cr := rep.GetCreateContainerResult()
+			placed[i] = Placed{Name: p.c.Name, HostID: hid, ContainerID: cr.GetContainerId(), PullMs: float64(cr.GetPullUs()) / 1e3}
 		}()
 	}
 	wg.Wait()

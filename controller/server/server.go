@@ -24,8 +24,10 @@ import (
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/app"
 	"github.com/escra-dev/escra/controller/events"
+	"github.com/escra-dev/escra/controller/imageresolve"
 	"github.com/escra-dev/escra/controller/internal/hist"
 	"github.com/escra-dev/escra/controller/internal/ratelog"
+	placementpkg "github.com/escra-dev/escra/controller/placement"
 	"github.com/escra-dev/escra/controller/session"
 	"github.com/escra-dev/escra/controller/spec"
 	"github.com/escra-dev/escra/controller/store"
@@ -105,6 +107,18 @@ type Config struct {
 	// joins, leaves, OOM verdicts, reclaims, rollouts) GET /v1/events?since=
 	// can replay (0: none; DefaultConfig: events.DefaultHistory).
 	EventHistory int
+	// Placement names the deployer's placement policy: "" or "deployer"
+	// (spread an app's replicas, then layer-match when hosts report their
+	// images, then the least loaded), or one of placement.Policies alone
+	// (seed 004's comparisons; escra-controller --placement).
+	Placement string
+	// ResolveRegistries are the registries (host:port) the controller may
+	// read manifests from to resolve an image to its layers (seed 004
+	// §5.2); others resolve to their normalised name only.
+	ResolveRegistries []string
+	// ResolveWait bounds how long a deploy waits for an image's first
+	// resolution; it goes on in the background (default 500 ms).
+	ResolveWait time.Duration
 }
 
 // DefaultConfig returns the paper's parameters on the default ports.
@@ -142,6 +156,10 @@ type host struct {
 
 	mu   sync.RWMutex
 	cont map[uint32]*ref
+
+	// deps is the host's image and layer state (seed 004), nil until its
+	// daemon reports it.
+	deps atomic.Pointer[placementpkg.HostDeps]
 
 	// Authenticated telemetry; used by the UDP goroutine only.
 	mac    *wire.DatagramMAC
@@ -183,6 +201,9 @@ type Server struct {
 	decLat  hist.H
 	oomLat  hist.H
 	closeMu sync.Once
+
+	resolveOnce sync.Once
+	resolver    *imageresolve.Resolver
 }
 
 // Start listens on the configured addresses and returns once ready.

@@ -54,6 +54,12 @@ type LeaseHandler interface {
 	LeaseReturn(s *Session, r *pb.CpuLeaseReturn)
 }
 
+// ImageHandler is implemented by a Handler that keeps each host's image
+// store (seed 004 §4.2–4.3 image and layer state).
+type ImageHandler interface {
+	ImageState(s *Session, st *pb.ImageState)
+}
+
 // Observer is told when a decision leaves the controller.
 type Observer interface {
 	// DecisionSent: telemetry datagram received → set-limits written.
@@ -263,6 +269,12 @@ func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
 		case *pb.Envelope_CpuLeaseReturn:
 			if lh, ok := h.(LeaseHandler); ok {
 				lh.LeaseReturn(s, b.CpuLeaseReturn)
+			} else {
+				h.BadInput(s, "unexpected", fmt.Errorf("unexpected %T from daemon", env.Body))
+			}
+		case *pb.Envelope_ImageState:
+			if ih, ok := h.(ImageHandler); ok {
+				ih.ImageState(s, b.ImageState)
 			} else {
 				h.BadInput(s, "unexpected", fmt.Errorf("unexpected %T from daemon", env.Body))
 			}

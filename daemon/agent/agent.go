@@ -98,6 +98,13 @@ type Config struct {
 	CPUPlacement string
 	// ViewDir holds per-container CPU views (DefaultViewDir when empty).
 	ViewDir string
+	// PullRegistries are the registries (host:port as in an image
+	// reference) the deployer's creates may pull a missing image from
+	// (escrad --pull-registries); empty: never pull.
+	PullRegistries []string
+	// ImageBudget bounds the engine's image store in bytes; least recently
+	// used images no container uses are removed past it (0: no budget).
+	ImageBudget int64
 }
 
 // Agent manages one host's labelled containers.
@@ -128,6 +135,8 @@ type Agent struct {
 	leaseMu sync.Mutex
 	credit  map[string]*leaseCredit
 	cores   int64
+
+	img *imageTracker
 }
 
 type leaseCredit struct {
@@ -220,7 +229,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: cfg.Log, app: limits.New(), byID: map[string]*managed{}, byH: map[uint32]*managed{},
-		credit: map[string]*leaseCredit{}, cores: int64(runtime.NumCPU()),
+		credit: map[string]*leaseCredit{}, cores: int64(runtime.NumCPU()), img: newImageTracker(),
 		reg: prometheus.NewRegistry(), cgVer: cgroups.HostVersion(), started: make(chan struct{}), ping: make(chan chan struct{})}
 	a.m = newMetrics(a.reg, a)
 	var err error
@@ -368,6 +377,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.Docker != nil {
 		d := &containers.Docker{Client: a.cfg.Docker, Log: a.log}
 		goRun(func() { _ = d.Run(ctx, evs) })
+		goRun(func() { a.imageLoop(ctx) })
 	}
 	if len(a.cfg.Cgroups) > 0 {
 		s := containers.Static{Specs: a.cfg.Cgroups}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/link"
@@ -41,11 +42,21 @@ func (a *Agent) CreateContainer(ctx context.Context, m *pb.CreateContainer) (*pb
 		cs.Binds = []string{view + ":/sys/devices/system/cpu/online:ro"}
 	}
 	id, err := containers.Create(ctx, a.cfg.Docker, cs)
+	var pull time.Duration
+	if errors.Is(err, containers.ErrNoImage) && len(a.cfg.PullRegistries) > 0 {
+		// Provisioning (seed 004 §3.3): pull what the engine lacks, then
+		// create; the pull time goes back to the controller.
+		if pull, err = containers.Pull(ctx, a.cfg.Docker, m.GetImage(), a.cfg.PullRegistries); err == nil {
+			a.log.Info("image pulled for the deployer", "image", m.GetImage(), "took", pull)
+			id, err = containers.Create(ctx, a.cfg.Docker, cs)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
+	a.touchImage(m.GetImage())
 	a.log.Info("container created for the deployer", "app", m.GetApp(), "name", m.GetName(), "id", id[:min(12, len(id))])
-	return &pb.CreateContainerResult{ContainerId: id, Name: m.GetName()}, nil
+	return &pb.CreateContainerResult{ContainerId: id, Name: m.GetName(), Pulled: pull > 0, PullUs: pull.Microseconds()}, nil
 }
 
 // RemoveContainers implements link.Deployer.

@@ -84,7 +84,7 @@ func Create(ctx context.Context, cli *client.Client, s CreateSpec) (string, erro
 	if err != nil {
 		switch {
 		case cerrdefs.IsNotFound(err):
-			return "", fmt.Errorf("image %s is not on engine %s (images are never pulled: load it first)", s.Image, cli.DaemonHost())
+			return "", &noImageError{fmt.Sprintf("image %s is not on engine %s (images are pulled only from escrad --pull-registries: load it first)", s.Image, cli.DaemonHost())}
 		case cerrdefs.IsConflict(err):
 			return "", fmt.Errorf("a container named %s already exists on engine %s", s.Name, cli.DaemonHost())
 		}
@@ -128,3 +128,11 @@ func Remove(ctx context.Context, cli *client.Client, app string, ids []string) (
 	}
 	return removed, errors.Join(errs...)
 }
+
+// ErrNoImage is what Create's error wraps when the engine lacks the image.
+var ErrNoImage = errors.New("image not on engine")
+
+type noImageError struct{ msg string }
+
+func (e *noImageError) Error() string        { return e.msg }
+func (e *noImageError) Is(target error) bool { return target == ErrNoImage }

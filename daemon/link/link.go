@@ -60,6 +60,13 @@ type LeaseHandler interface {
 	LeasesLost()
 }
 
+// ImageReporter is implemented by a Handler that reports its engine's
+// image store (seed 004 §4.2–4.3); the last state goes after every
+// connect, changes through SendImageState.
+type ImageReporter interface {
+	ImageState() *escrapb.ImageState
+}
+
 // SessionObserver is implemented by a Handler that wants to know when a
 // session ends (called from the same place as LeasesLost).
 type SessionObserver interface {
@@ -278,6 +285,15 @@ func (c *Client) session(ctx context.Context, addr string) (up bool, leader stri
 			return true, "", err
 		}
 		c.sent[reg.Handle] = true
+	}
+	if ir, ok := c.h.(ImageReporter); ok {
+		if st := ir.ImageState(); st != nil {
+			if err := c.sendLocked(0, &escrapb.Envelope_ImageState{ImageState: st}); err != nil {
+				c.mu.Unlock()
+				c.drop()
+				return true, "", err
+			}
+		}
 	}
 	c.mu.Unlock()
 	defer c.drop()
@@ -498,6 +514,8 @@ func (c *Client) sendLocked(reqID uint64, b any) error {
 		c.out.Body = v
 	case *escrapb.Envelope_CpuPlacementAnswer:
 		c.out.Body = v
+	case *escrapb.Envelope_ImageState:
+		c.out.Body = v
 	default:
 		return fmt.Errorf("link: cannot send %T", b)
 	}
@@ -571,6 +589,17 @@ func (c *Client) Register(r *escrapb.ContainerRegister) error {
 		c.sent[r.Handle] = true
 	}
 	return err
+}
+
+// SendImageState sends the engine's image store; while down it is
+// dropped (the reporter's state goes with the next connect).
+func (c *Client) SendImageState(st *escrapb.ImageState) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil {
+		return nil
+	}
+	return c.sendLocked(0, &escrapb.Envelope_ImageState{ImageState: st})
 }
 
 // Unregister announces a container's end.

@@ -101,38 +101,16 @@ var (
 
 // ImportWorkloads is WorkloadImage without a testing.TB (benchmarks).
 func ImportWorkloads(ctx context.Context, cli *client.Client) (string, error) {
-	dir, err := os.MkdirTemp("", "escra-img-")
+	b, sum, err := workloadsTarHash()
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(dir)
-	if err := BuildBinaries(dir, "./workloads/memhog", "./workloads/spin"); err != nil {
-		return "", err
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	h := sha256.New()
-	names := []string{"memhog", "spin"}
-	sort.Strings(names)
-	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(dir, n))
-		if err != nil {
-			return "", err
-		}
-		h.Write(b)
-		if err := tw.WriteHeader(&tar.Header{Name: "bin/" + n, Mode: 0o755, Size: int64(len(b)), ModTime: time.Unix(0, 0)}); err != nil {
-			return "", err
-		}
-		tw.Write(b)
-	}
-	// An empty /tmp keeps Go programs happy.
-	tw.WriteHeader(&tar.Header{Name: "tmp/", Mode: 0o1777, Typeflag: tar.TypeDir, ModTime: time.Unix(0, 0)})
-	tw.Close()
-	ref := "escra-test/workloads:" + hex.EncodeToString(h.Sum(nil))[:16]
+	buf := bytes.NewBuffer(b)
+	ref := "escra-test/workloads:" + sum[:16]
 	if _, err := cli.ImageInspect(ctx, ref); err == nil {
 		return ref, nil
 	}
-	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{
+	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: buf, SourceName: "-"}, ref, image.ImportOptions{
 		Changes: []string{`ENTRYPOINT ["/bin/spin"]`, `LABEL org.escra.test=1`},
 	})
 	if err != nil {
@@ -243,4 +221,42 @@ func Wait(ctx context.Context, cli *client.Client, id string) (code int, oomKill
 // UniqueName returns a container name unique to this test run.
 func UniqueName(prefix string) string {
 	return fmt.Sprintf("%s-%d-%d", strings.ReplaceAll(prefix, "/", "-"), os.Getpid(), time.Now().UnixNano()%1e9)
+}
+
+// workloadsTar builds the workloads' binaries into a root filesystem tar;
+// sum is a hash of the binaries.
+func workloadsTar() ([]byte, error) {
+	b, _, err := workloadsTarHash()
+	return b, err
+}
+
+func workloadsTarHash() ([]byte, string, error) {
+	dir, err := os.MkdirTemp("", "escra-img-")
+	if err != nil {
+		return nil, "", err
+	}
+	defer os.RemoveAll(dir)
+	if err := BuildBinaries(dir, "./workloads/memhog", "./workloads/spin"); err != nil {
+		return nil, "", err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	h := sha256.New()
+	names := []string{"memhog", "spin"}
+	sort.Strings(names)
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			return nil, "", err
+		}
+		h.Write(b)
+		if err := tw.WriteHeader(&tar.Header{Name: "bin/" + n, Mode: 0o755, Size: int64(len(b)), ModTime: time.Unix(0, 0)}); err != nil {
+			return nil, "", err
+		}
+		tw.Write(b)
+	}
+	// An empty /tmp keeps Go programs happy.
+	tw.WriteHeader(&tar.Header{Name: "tmp/", Mode: 0o1777, Typeflag: tar.TypeDir, ModTime: time.Unix(0, 0)})
+	tw.Close()
+	return buf.Bytes(), hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -1420,9 +1420,13 @@ func (x *CreateContainer) GetCpu() string {
 }
 
 type CreateContainerResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ContainerId   string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	Name        string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The image was not on the engine and was pulled first (seed 004 §3.3
+	// provisioning), taking pull_us of the create.
+	Pulled        bool  `protobuf:"varint,170,opt,name=pulled,proto3" json:"pulled,omitempty"`
+	PullUs        int64 `protobuf:"varint,171,opt,name=pull_us,json=pullUs,proto3" json:"pull_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1469,6 +1473,20 @@ func (x *CreateContainerResult) GetName() string {
 		return x.Name
 	}
 	return ""
+}
+
+func (x *CreateContainerResult) GetPulled() bool {
+	if x != nil {
+		return x.Pulled
+	}
+	return false
+}
+
+func (x *CreateContainerResult) GetPullUs() int64 {
+	if x != nil {
+		return x.PullUs
+	}
+	return 0
 }
 
 // RemoveContainers force-removes the app's containers on the daemon's
@@ -1817,6 +1835,7 @@ type Envelope struct {
 	//	*Envelope_CpuLeaseReturn
 	//	*Envelope_CpuPlacementQuery
 	//	*Envelope_CpuPlacementAnswer
+	//	*Envelope_ImageState
 	Body          isEnvelope_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2064,6 +2083,15 @@ func (x *Envelope) GetCpuPlacementAnswer() *CpuPlacementAnswer {
 	return nil
 }
 
+func (x *Envelope) GetImageState() *ImageState {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_ImageState); ok {
+			return x.ImageState
+		}
+	}
+	return nil
+}
+
 type isEnvelope_Body interface {
 	isEnvelope_Body()
 }
@@ -2156,6 +2184,10 @@ type Envelope_CpuPlacementAnswer struct {
 	CpuPlacementAnswer *CpuPlacementAnswer `protobuf:"bytes,41,opt,name=cpu_placement_answer,json=cpuPlacementAnswer,proto3,oneof"`
 }
 
+type Envelope_ImageState struct {
+	ImageState *ImageState `protobuf:"bytes,60,opt,name=image_state,json=imageState,proto3,oneof"`
+}
+
 func (*Envelope_Hello) isEnvelope_Body() {}
 
 func (*Envelope_HelloAck) isEnvelope_Body() {}
@@ -2199,6 +2231,8 @@ func (*Envelope_CpuLeaseReturn) isEnvelope_Body() {}
 func (*Envelope_CpuPlacementQuery) isEnvelope_Body() {}
 
 func (*Envelope_CpuPlacementAnswer) isEnvelope_Body() {}
+
+func (*Envelope_ImageState) isEnvelope_Body() {}
 
 // CpuPlacementQuery asks a daemon to simulate seed 001's Algorithm 1 on its
 // host for one container (§IV-D, with the simulation offloaded to the
@@ -2345,6 +2379,143 @@ func (x *CpuPlacementAnswer) GetEnabled() bool {
 	return false
 }
 
+// ImageState is everything a daemon's engine holds in its image store
+// (seed 004 §4.2 image state and §4.3 layer state), sent after each
+// connect and again after image events (pull, load, tag, delete). Each one
+// replaces the previous state of the session's host.
+type ImageState struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Images []*ImageInfo           `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	// Bytes the store's layers take on disk (docker system df), and the
+	// daemon's budget for them (escrad --image-budget; 0: none).
+	StoreBytes    int64 `protobuf:"varint,2,opt,name=store_bytes,json=storeBytes,proto3" json:"store_bytes,omitempty"`
+	BudgetBytes   int64 `protobuf:"varint,3,opt,name=budget_bytes,json=budgetBytes,proto3" json:"budget_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageState) Reset() {
+	*x = ImageState{}
+	mi := &file_escra_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageState) ProtoMessage() {}
+
+func (x *ImageState) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageState.ProtoReflect.Descriptor instead.
+func (*ImageState) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ImageState) GetImages() []*ImageInfo {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+func (x *ImageState) GetStoreBytes() int64 {
+	if x != nil {
+		return x.StoreBytes
+	}
+	return 0
+}
+
+func (x *ImageState) GetBudgetBytes() int64 {
+	if x != nil {
+		return x.BudgetBytes
+	}
+	return 0
+}
+
+type ImageInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The config digest (sha256:...), Docker's image id.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// RepoTags and RepoDigests as the engine reports them.
+	Names []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	// RootFS diff-ids, base layer first.
+	DiffIds       []string `protobuf:"bytes,3,rep,name=diff_ids,json=diffIds,proto3" json:"diff_ids,omitempty"`
+	SizeBytes     int64    `protobuf:"varint,4,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImageInfo) Reset() {
+	*x = ImageInfo{}
+	mi := &file_escra_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImageInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImageInfo) ProtoMessage() {}
+
+func (x *ImageInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImageInfo.ProtoReflect.Descriptor instead.
+func (*ImageInfo) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ImageInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ImageInfo) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
+func (x *ImageInfo) GetDiffIds() []string {
+	if x != nil {
+		return x.DiffIds
+	}
+	return nil
+}
+
+func (x *ImageInfo) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
 type MemoryUsage_Sample struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Handle        uint32                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
@@ -2357,7 +2528,7 @@ type MemoryUsage_Sample struct {
 
 func (x *MemoryUsage_Sample) Reset() {
 	*x = MemoryUsage_Sample{}
-	mi := &file_escra_proto_msgTypes[27]
+	mi := &file_escra_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2540,7 @@ func (x *MemoryUsage_Sample) String() string {
 func (*MemoryUsage_Sample) ProtoMessage() {}
 
 func (x *MemoryUsage_Sample) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[27]
+	mi := &file_escra_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +2598,7 @@ type SetLimitsAck_Applied struct {
 
 func (x *SetLimitsAck_Applied) Reset() {
 	*x = SetLimitsAck_Applied{}
-	mi := &file_escra_proto_msgTypes[28]
+	mi := &file_escra_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2439,7 +2610,7 @@ func (x *SetLimitsAck_Applied) String() string {
 func (*SetLimitsAck_Applied) ProtoMessage() {}
 
 func (x *SetLimitsAck_Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[28]
+	mi := &file_escra_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2674,7 @@ type ReclaimResult_Reclaimed struct {
 
 func (x *ReclaimResult_Reclaimed) Reset() {
 	*x = ReclaimResult_Reclaimed{}
-	mi := &file_escra_proto_msgTypes[29]
+	mi := &file_escra_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2686,7 @@ func (x *ReclaimResult_Reclaimed) String() string {
 func (*ReclaimResult_Reclaimed) ProtoMessage() {}
 
 func (x *ReclaimResult_Reclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[29]
+	mi := &file_escra_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,10 +2869,12 @@ const file_escra_proto_rawDesc = "" +
 	"\x03env\x18\x05 \x03(\tR\x03env\x12\x18\n" +
 	"\anetwork\x18\x06 \x01(\tR\anetwork\x12(\n" +
 	"\x06limits\x18\a \x01(\v2\x10.escra.v1.LimitsR\x06limits\x12\x11\n" +
-	"\x03cpu\x18\x8c\x01 \x01(\tR\x03cpu\"N\n" +
+	"\x03cpu\x18\x8c\x01 \x01(\tR\x03cpu\"\x81\x01\n" +
 	"\x15CreateContainerResult\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"I\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x17\n" +
+	"\x06pulled\x18\xaa\x01 \x01(\bR\x06pulled\x12\x18\n" +
+	"\apull_us\x18\xab\x01 \x01(\x03R\x06pullUs\"I\n" +
 	"\x10RemoveContainers\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12#\n" +
 	"\rcontainer_ids\x18\x02 \x03(\tR\fcontainerIds\"2\n" +
@@ -2721,7 +2894,7 @@ const file_escra_proto_rawDesc = "" +
 	"\x0eCpuLeaseReturn\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12!\n" +
-	"\fremaining_us\x18\x03 \x01(\x03R\vremainingUs\"\xaa\v\n" +
+	"\fremaining_us\x18\x03 \x01(\x03R\vremainingUs\"\xe3\v\n" +
 	"\bEnvelope\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12+\n" +
@@ -2752,7 +2925,9 @@ const file_escra_proto_rawDesc = "" +
 	"\rcpu_lease_use\x18\x1c \x01(\v2\x15.escra.v1.CpuLeaseUseH\x00R\vcpuLeaseUse\x12D\n" +
 	"\x10cpu_lease_return\x18\x1d \x01(\v2\x18.escra.v1.CpuLeaseReturnH\x00R\x0ecpuLeaseReturn\x12M\n" +
 	"\x13cpu_placement_query\x18( \x01(\v2\x1b.escra.v1.CpuPlacementQueryH\x00R\x11cpuPlacementQuery\x12P\n" +
-	"\x14cpu_placement_answer\x18) \x01(\v2\x1c.escra.v1.CpuPlacementAnswerH\x00R\x12cpuPlacementAnswerB\x06\n" +
+	"\x14cpu_placement_answer\x18) \x01(\v2\x1c.escra.v1.CpuPlacementAnswerH\x00R\x12cpuPlacementAnswer\x127\n" +
+	"\vimage_state\x18< \x01(\v2\x14.escra.v1.ImageStateH\x00R\n" +
+	"imageStateB\x06\n" +
 	"\x04body\"M\n" +
 	"\x11CpuPlacementQuery\x12\x1e\n" +
 	"\n" +
@@ -2767,7 +2942,19 @@ const file_escra_proto_rawDesc = "" +
 	"\arefused\x18\x04 \x01(\tR\arefused\x12\x1f\n" +
 	"\vnot_wysiwyg\x18\x05 \x01(\bR\n" +
 	"notWysiwyg\x12\x18\n" +
-	"\aenabled\x18\x06 \x01(\bR\aenabled*]\n" +
+	"\aenabled\x18\x06 \x01(\bR\aenabled\"}\n" +
+	"\n" +
+	"ImageState\x12+\n" +
+	"\x06images\x18\x01 \x03(\v2\x13.escra.v1.ImageInfoR\x06images\x12\x1f\n" +
+	"\vstore_bytes\x18\x02 \x01(\x03R\n" +
+	"storeBytes\x12!\n" +
+	"\fbudget_bytes\x18\x03 \x01(\x03R\vbudgetBytes\"k\n" +
+	"\tImageInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\x12\x19\n" +
+	"\bdiff_ids\x18\x03 \x03(\tR\adiffIds\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x04 \x01(\x03R\tsizeBytes*]\n" +
 	"\aBackend\x12\x17\n" +
 	"\x13BACKEND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10BACKEND_CGROUPFS\x10\x01\x12\x12\n" +
@@ -2791,7 +2978,7 @@ func file_escra_proto_rawDescGZIP() []byte {
 }
 
 var file_escra_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_escra_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_escra_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_escra_proto_goTypes = []any{
 	(Backend)(0),                    // 0: escra.v1.Backend
 	(CgroupVersion)(0),              // 1: escra.v1.CgroupVersion
@@ -2822,20 +3009,22 @@ var file_escra_proto_goTypes = []any{
 	(*Envelope)(nil),                // 26: escra.v1.Envelope
 	(*CpuPlacementQuery)(nil),       // 27: escra.v1.CpuPlacementQuery
 	(*CpuPlacementAnswer)(nil),      // 28: escra.v1.CpuPlacementAnswer
-	(*MemoryUsage_Sample)(nil),      // 29: escra.v1.MemoryUsage.Sample
-	(*SetLimitsAck_Applied)(nil),    // 30: escra.v1.SetLimitsAck.Applied
-	(*ReclaimResult_Reclaimed)(nil), // 31: escra.v1.ReclaimResult.Reclaimed
+	(*ImageState)(nil),              // 29: escra.v1.ImageState
+	(*ImageInfo)(nil),               // 30: escra.v1.ImageInfo
+	(*MemoryUsage_Sample)(nil),      // 31: escra.v1.MemoryUsage.Sample
+	(*SetLimitsAck_Applied)(nil),    // 32: escra.v1.SetLimitsAck.Applied
+	(*ReclaimResult_Reclaimed)(nil), // 33: escra.v1.ReclaimResult.Reclaimed
 }
 var file_escra_proto_depIdxs = []int32{
 	0,  // 0: escra.v1.HostHello.backend:type_name -> escra.v1.Backend
 	1,  // 1: escra.v1.HostHello.cgroup_version:type_name -> escra.v1.CgroupVersion
 	4,  // 2: escra.v1.ContainerRegister.limits:type_name -> escra.v1.Limits
 	7,  // 3: escra.v1.TelemetryBatch.stats:type_name -> escra.v1.CpuStat
-	29, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
+	31, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
 	4,  // 5: escra.v1.LimitUpdate.limits:type_name -> escra.v1.Limits
 	12, // 6: escra.v1.SetLimits.updates:type_name -> escra.v1.LimitUpdate
-	30, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
-	31, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
+	32, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
+	33, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
 	4,  // 9: escra.v1.CreateContainer.limits:type_name -> escra.v1.Limits
 	2,  // 10: escra.v1.Envelope.hello:type_name -> escra.v1.HostHello
 	3,  // 11: escra.v1.Envelope.hello_ack:type_name -> escra.v1.HelloAck
@@ -2859,11 +3048,13 @@ var file_escra_proto_depIdxs = []int32{
 	25, // 29: escra.v1.Envelope.cpu_lease_return:type_name -> escra.v1.CpuLeaseReturn
 	27, // 30: escra.v1.Envelope.cpu_placement_query:type_name -> escra.v1.CpuPlacementQuery
 	28, // 31: escra.v1.Envelope.cpu_placement_answer:type_name -> escra.v1.CpuPlacementAnswer
-	32, // [32:32] is the sub-list for method output_type
-	32, // [32:32] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	29, // 32: escra.v1.Envelope.image_state:type_name -> escra.v1.ImageState
+	30, // 33: escra.v1.ImageState.images:type_name -> escra.v1.ImageInfo
+	34, // [34:34] is the sub-list for method output_type
+	34, // [34:34] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_escra_proto_init() }
@@ -2894,6 +3085,7 @@ func file_escra_proto_init() {
 		(*Envelope_CpuLeaseReturn)(nil),
 		(*Envelope_CpuPlacementQuery)(nil),
 		(*Envelope_CpuPlacementAnswer)(nil),
+		(*Envelope_ImageState)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2901,7 +3093,7 @@ func file_escra_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_escra_proto_rawDesc), len(file_escra_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -22,6 +22,7 @@ import (
 
 	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/placement"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/controller/spec"
 	"github.com/escra-dev/escra/controller/store"
@@ -178,6 +179,9 @@ func run(args []string, stderr io.Writer) int {
 	hostAppsFile := fs.String("host-apps", "", "YAML map host id -> apps its daemon may register (hosts not named: any app)")
 	fs.IntVar(&cfg.MaxContainersPerHost, "max-containers-per-host", cfg.MaxContainersPerHost, "registrations one daemon session may hold; more are refused (0: no cap)")
 	fs.IntVar(&cfg.EventHistory, "events-history", cfg.EventHistory, "events kept for escractl events --since: this many limit changes and this many others (0: none)")
+	fs.StringVar(&cfg.Placement, "placement", "deployer", "deployer placement policy: deployer (spread replicas, then image layers on the host, then least loaded) or one of "+strings.Join(placement.Policies, ", ")+" alone (docs/depsched.md)")
+	resolveRegs := fs.String("resolve-registries", "", "comma-separated registries (host:port, plain HTTP) whose manifests the controller reads to resolve images to layers (default: none; images then match by name only)")
+	fs.DurationVar(&cfg.ResolveWait, "resolve-wait", 500*time.Millisecond, "how long a deploy waits for an image's first resolution (it goes on in the background)")
 	// Under systemd with LoadCredential= (the unit runs as a dynamic user
 	// that cannot read /etc/escra/*-key.pem) the files are in
 	// $CREDENTIALS_DIRECTORY.
@@ -247,6 +251,14 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if cfg.MaxContainersPerHost < 0 {
 		return fail("--max-containers-per-host must be >= 0")
+	}
+	if _, ok := placement.DepProfile(cfg.Placement, nil); !ok && cfg.Placement != "deployer" {
+		return fail("--placement %q: want deployer or one of %s", cfg.Placement, strings.Join(placement.Policies, ", "))
+	}
+	for _, r := range strings.Split(*resolveRegs, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			cfg.ResolveRegistries = append(cfg.ResolveRegistries, r)
+		}
 	}
 	if *hostAppsFile != "" {
 		m, err := loadHostApps(*hostAppsFile)

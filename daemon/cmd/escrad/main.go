@@ -103,6 +103,8 @@ func run(args []string, restoreOnly bool) error {
 		viewDir     = fs.String("view-dir", agent.DefaultViewDir, "directory of per-container CPU views: NAME/online follows the cpuset of container NAME (bind-mount it on /sys/devices/system/cpu/online)")
 		lockDir     = fs.String("lock-dir", defaultLockDir, "directory of the per-engine lock files (one escrad per Docker engine)")
 		insecure    = fs.Bool("insecure", false, "plain TCP and unsigned telemetry to the controller: anyone on the path can forge or read it")
+		pullRegs    = fs.String("pull-registries", "", "comma-separated registries (host:port as in image names, e.g. 127.0.0.1:5000) the deployer's creates may pull a missing image from (default: never pull)")
+		imageBudget = fs.Int64("image-budget", 0, "keep the engine's image store under this many bytes by removing the least recently used images no container uses (0: no budget)")
 	)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -257,7 +259,15 @@ func run(args []string, restoreOnly bool) error {
 		// auto/bpf then the CO-RE program when the kernel has BTF.
 		Backend: *backend, KernelSource: genl.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
 		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
-		RestoreAfter: *restoreAft, CPUPlacement: *cpuPlace, ViewDir: *viewDir,
+		RestoreAfter: *restoreAft, CPUPlacement: *cpuPlace, ViewDir: *viewDir, ImageBudget: *imageBudget,
+	}
+	if *imageBudget < 0 {
+		return fmt.Errorf("--image-budget %d: want bytes >= 0", *imageBudget)
+	}
+	for _, r := range strings.Split(*pullRegs, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			cfg.PullRegistries = append(cfg.PullRegistries, r)
+		}
 	}
 	cfg.Apps = src.Apps
 	if !*noDocker {

@@ -44,6 +44,17 @@ type Peer struct {
 
 	leaseUses    []*pb.CpuLeaseUse
 	leaseReturns []*pb.CpuLeaseReturn
+
+	images       *pb.ImageState
+	imageReports int
+}
+
+// Images is the last image state the daemon reported and how many
+// reports came.
+func (p *Peer) Images() (*pb.ImageState, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.images, p.imageReports
 }
 
 type session struct {
@@ -201,6 +212,11 @@ func (p *Peer) serve(c net.Conn) {
 			p.mu.Lock()
 			p.leaseReturns = append(p.leaseReturns, b.CpuLeaseReturn)
 			p.cond.Broadcast()
+			p.mu.Unlock()
+		case *pb.Envelope_ImageState:
+			p.mu.Lock()
+			p.images = b.ImageState
+			p.imageReports++
 			p.mu.Unlock()
 		case *pb.Envelope_SetLimitsAck, *pb.Envelope_ReclaimResult, *pb.Envelope_Error, *pb.Envelope_CpuPlacementAnswer:
 			s.wmu.Lock()
