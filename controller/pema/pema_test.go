@@ -201,7 +201,7 @@ func TestProperties(t *testing.T) {
 						if b.Violate {
 							le := true
 							for i := range e.X {
-								le = le && e.X[i] <= b.X[i]
+								le = le && e.X[i] <= b.X[i]+1e-12
 							}
 							worse = worse || le
 						}
