@@ -25,6 +25,8 @@ type AppSpec struct {
 	// Policy is the allocator policy (allocator.PolicyNames; "" = the
 	// controller's default).
 	Policy string `json:"policy,omitempty" yaml:"policy,omitempty"`
+	// SLO is the latency objective the pema policy needs (seed 002).
+	SLO *SLO `json:"slo,omitempty" yaml:"slo,omitempty"`
 }
 
 var appName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
@@ -48,6 +50,14 @@ func (s AppSpec) Validate() error {
 	if s.Policy != "" {
 		if _, err := allocator.PolicyByName(s.Policy); err != nil {
 			return fmt.Errorf("app %s: policy: %w", s.Name, err)
+		}
+	}
+	if s.Policy == allocator.PolicyPEMA && s.SLO == nil {
+		return fmt.Errorf("app %s: policy pema needs an slo (p95, listen, upstream)", s.Name)
+	}
+	if s.SLO != nil {
+		if err := s.SLO.Validate(); err != nil {
+			return fmt.Errorf("app %s: %w", s.Name, err)
 		}
 	}
 	return nil

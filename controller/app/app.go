@@ -95,6 +95,9 @@ type Shard struct {
 	// Sessions of the hosts that hold (or may be granted) a lease; kept
 	// until the session ends, so a revoke reaches a host whose members left.
 	hosts map[allocator.HostID]Host
+
+	hookMu sync.Mutex
+	onStop []func()
 }
 
 // New starts an app's goroutine. auto marks an app created for a
@@ -160,8 +163,24 @@ func (s *Shard) sendLeases(cmds []allocator.LeaseCmd) {
 	}
 }
 
-// Stop ends the goroutine.
-func (s *Shard) Stop() { close(s.done) }
+// Stop ends the goroutine, then runs the OnStop hooks.
+func (s *Shard) Stop() {
+	close(s.done)
+	s.hookMu.Lock()
+	hooks := s.onStop
+	s.onStop = nil
+	s.hookMu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
+}
+
+// OnStop runs f when the shard stops (a policy's own loop, e.g. pema).
+func (s *Shard) OnStop(f func()) {
+	s.hookMu.Lock()
+	defer s.hookMu.Unlock()
+	s.onStop = append(s.onStop, f)
+}
 
 // do runs f on the shard goroutine (blocking when the queue is full: TCP
 // messages apply backpressure to their own session only).

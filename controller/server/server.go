@@ -153,6 +153,7 @@ type Server struct {
 
 	mu   sync.RWMutex
 	apps map[string]*app.Shard
+	pema map[string]pemaRef // the pema policy's loops, by app (under mu)
 
 	hosts   sync.Map // uint32 → *host
 	nextID  atomic.Uint32
@@ -385,12 +386,23 @@ func (s *Server) defineApp(spec AppSpec) error {
 			a.Stop()
 			delete(s.apps, spec.Name)
 		} else {
+			if l := s.pema[spec.Name]; l.shard == a && l.loop != nil && spec.SLO != nil {
+				if err := l.loop.SetSLO(spec.SLO.P95.Seconds()); err != nil {
+					return err
+				}
+			}
 			return a.Define(b)
 		}
 	}
 	a, err := app.New(spec.Name, b, p, pol, false, s.log, &s.hub, s.met)
 	if err != nil {
 		return err
+	}
+	if tg, ok := pol.(*allocator.Targets); ok {
+		if err := s.startPEMA(a, tg, spec); err != nil {
+			a.Stop()
+			return err
+		}
 	}
 	s.apps[spec.Name] = a
 	return nil

@@ -81,7 +81,11 @@ func Parse(file string, data []byte) (*App, error) {
 			d.allocator(v, f, &app.Allocator)
 		},
 		"containers": func(v *yaml.Node, f string) { app.Containers = d.containers(v, f) },
+		"slo":        func(v *yaml.Node, f string) { app.SLO = d.slo(v, f) },
 	})
+	if app.Allocator.Policy == allocator.PolicyPEMA && app.SLO == nil && d.ok() {
+		d.errAt(top["allocator"], "slo", "is required by policy pema (p95, listen, upstream)")
+	}
 	d.validate(app, top)
 	if !d.ok() {
 		return nil, d.errs

@@ -14,6 +14,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/escra-dev/escra/controller/adminapi"
 )
 
 // Defaults from the paper (seed 000 §V: κ = 0.8, γ = 0.2, Υ = 20; §IV-C:
@@ -48,6 +50,8 @@ type App struct {
 	// uses the controller's configured parameters.
 	AllocatorSet bool
 	Containers   []Container
+	// SLO: the latency objective of the pema policy (seed 002).
+	SLO *adminapi.SLO
 }
 
 // Allocator holds the resource allocator's parameters (seed 000 §IV-C/D).

@@ -100,6 +100,7 @@ func Budget(a *spec.App) adminclient.AppBudget {
 		b.Params = &p
 		b.Policy = al.Policy
 	}
+	b.SLO = a.SLO
 	return b
 }
 
