@@ -356,15 +356,18 @@ func (in *Instance) okEntries() []Entry {
 	if err != nil {
 		return nil
 	}
+	// Judged against the SLO in force now, not when recorded: after the
+	// SLO is tightened (Fig 20) an entry that met the old one may not.
+	viol := func(e Entry) bool { return e.Violate || e.R > in.cfg.SLO }
 	var bad [][]float64
 	for _, e := range all {
-		if e.Violate && len(e.X) == len(in.x) {
+		if viol(e) && len(e.X) == len(in.x) {
 			bad = append(bad, e.X)
 		}
 	}
 	var out []Entry
 	for _, e := range all {
-		if !e.Violate && len(e.X) == len(in.x) && !dominated(e.X, bad) {
+		if !viol(e) && len(e.X) == len(in.x) && !dominated(e.X, bad) {
 			out = append(out, e)
 		}
 	}

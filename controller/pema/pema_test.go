@@ -269,3 +269,20 @@ type memLog struct{ b [][]byte }
 
 func (m *memLog) Append(v []byte) error  { m.b = append(m.b, append([]byte(nil), v...)); return nil }
 func (m *memLog) All() ([][]byte, error) { return m.b, nil }
+
+// After the SLO is tightened (Fig 20) history is judged against the new
+// SLO: the rollback goes to an allocation that met it.
+func TestSLOChangeRollsBackFurther(t *testing.T) {
+	c := testCfg()
+	in, _ := NewInstance(c, []float64{1, 1}, nil, 2)
+	z := []float64{0, 0}
+	in.Step(Obs{P95: 0.010, U: z, H: z}) // x0 gave 10 ms
+	in.Step(Obs{P95: 0.030, U: z, H: z}) // (0.7, 0.7) gave 30 ms
+	if err := in.SetSLO(0.020); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := in.Step(Obs{P95: 0.040, U: z, H: z})
+	if st.Kind != KindRollback || st.X[0] != 1 {
+		t.Fatalf("rollback to %v, want x0 (the only entry under the new 20 ms): %+v", st.X, st)
+	}
+}
