@@ -20,10 +20,10 @@ type Proxy struct {
 	ln  net.Listener
 	srv *http.Server
 
-	mu     sync.Mutex
-	lat    []time.Duration
-	errs   int
-	since  time.Time
+	mu    sync.Mutex
+	lat   []time.Duration
+	errs  int
+	since time.Time
 }
 
 // Window is what the proxy saw since the last Take.
