@@ -81,3 +81,9 @@ deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/
 
 clean: ## remove build outputs (not the kernel cache)
 	rm -rf $(BIN) results dist
+
+.PHONY: bench-pema
+bench-pema: ## issue 16: PEMA vs RULE, OPTM and Escra on a six-service app (~25 min; root; writes results/pema and docs/pema/*.svg)
+	@scripts/setup.sh
+	$(GO) build -o $(BIN)/bench-pema ./bench/cmd/bench-pema
+	$(BIN)/bench-pema -out results/pema -docs docs/pema $(PEMA_FLAGS)

@@ -73,6 +73,10 @@ type Record struct {
 	Violate   bool               `json:"violate"`
 	Cut       []string           `json:"cut,omitempty"`
 	Skipped   string             `json:"skipped,omitempty"`
+	// U, H: the observation the step used (utilisation, throttled share
+	// of periods), so a recording can be replayed (Replay).
+	U map[string]float64 `json:"u,omitempty"`
+	H map[string]float64 `json:"h,omitempty"`
 	SLOSecond float64            `json:"slo_s"`
 }
 
@@ -249,6 +253,11 @@ func (l *Loop) Tick() {
 			o.H[i] = float64(u.Throttled) / float64(u.Periods)
 		}
 	}
+	rec.U, rec.H = map[string]float64{}, map[string]float64{}
+	for i, n := range names {
+		rec.U[n], rec.H[n] = o.U[i], o.H[i]
+	}
+	rec.P95 = o.P95
 	s, err := l.mg.Step(o)
 	if err != nil {
 		rec.Skipped = err.Error()
@@ -269,6 +278,53 @@ func (l *Loop) Tick() {
 	rec.Kind, rec.Range, rec.Violate = s.Kind, s.Range, s.Violate
 	l.log.Info("pema step", "kind", s.Kind, "p95_ms", o.P95*1000, "rps", w.RPS, "requests", w.N,
 		"range", s.Range, "total_cpu", rec.TotalCPU, "violate", s.Violate, "cut", rec.Cut)
+}
+
+// Replay runs PEMA on recorded intervals without a clock, Docker or a
+// proxy: from the allocation of the record that (re)started it, every
+// recorded step's observation in order. With the loop's configuration and
+// seed the decisions are the recorded ones (PEMA is deterministic given
+// its observations).
+func Replay(c pema.Config, rc pema.RangeConfig, seed uint64, recs []Record) ([]pema.Step, error) {
+	var mg *pema.Manager
+	var names []string
+	var out []pema.Step
+	for _, r := range recs {
+		if r.Skipped == "started" {
+			names = names[:0]
+			for n := range r.X {
+				names = append(names, n)
+			}
+			slices.Sort(names)
+			x0 := make([]float64, len(names))
+			for i, n := range names {
+				x0[i] = max(r.X[n], c.MinCPU)
+			}
+			cc := c
+			cc.SLO = r.SLOSecond
+			var err error
+			if mg, err = pema.NewManager(cc, rc, x0, nil, seed); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if r.Kind == "" || mg == nil {
+			continue
+		}
+		if err := mg.SetSLO(r.SLOSecond); err != nil {
+			return nil, err
+		}
+		o := pema.Obs{P95: r.P95, RPS: r.RPS, U: make([]float64, len(names)), H: make([]float64, len(names))}
+		for i, n := range names {
+			o.U[i], o.H[i] = r.U[n], r.H[n]
+		}
+		s, err := mg.Step(o)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 func (l *Loop) dbFunc() func(int) (pema.RHDb, error) {
