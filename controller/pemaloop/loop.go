@@ -61,22 +61,22 @@ type Shard interface{ Snapshot() app.State }
 
 // Record is one interval, for logs, tests and the benchmark.
 type Record struct {
-	Time      time.Time          `json:"time"`
-	P95       float64            `json:"p95_s"`
-	RPS       float64            `json:"rps"`
-	Requests  int                `json:"requests"`
-	Errors    int                `json:"errors"`
-	Kind      pema.Kind          `json:"kind"`
-	Range     int                `json:"range"`
-	X         map[string]float64 `json:"x"` // cores per member name, as decided
-	TotalCPU  float64            `json:"total_cpu"`
-	Violate   bool               `json:"violate"`
-	Cut       []string           `json:"cut,omitempty"`
-	Skipped   string             `json:"skipped,omitempty"`
+	Time     time.Time          `json:"time"`
+	P95      float64            `json:"p95_s"`
+	RPS      float64            `json:"rps"`
+	Requests int                `json:"requests"`
+	Errors   int                `json:"errors"`
+	Kind     pema.Kind          `json:"kind"`
+	Range    int                `json:"range"`
+	X        map[string]float64 `json:"x"` // cores per member name, as decided
+	TotalCPU float64            `json:"total_cpu"`
+	Violate  bool               `json:"violate"`
+	Cut      []string           `json:"cut,omitempty"`
+	Skipped  string             `json:"skipped,omitempty"`
 	// U, H: the observation the step used (utilisation, throttled share
 	// of periods), so a recording can be replayed (Replay).
-	U map[string]float64 `json:"u,omitempty"`
-	H map[string]float64 `json:"h,omitempty"`
+	U         map[string]float64 `json:"u,omitempty"`
+	H         map[string]float64 `json:"h,omitempty"`
 	SLOSecond float64            `json:"slo_s"`
 }
 
