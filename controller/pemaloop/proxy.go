@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -75,7 +76,7 @@ func parseUpstream(s string) (*url.URL, error) {
 		return nil, errors.New("pema proxy: no upstream")
 	}
 	raw := s
-	if u, err := url.Parse(s); err != nil || u.Scheme == "" || u.Host == "" {
+	if !strings.Contains(s, "://") {
 		raw = "http://" + s
 	}
 	u, err := url.Parse(raw)
