@@ -13,6 +13,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 )
 
 // Config holds PEMA's parameters. Defaults (DefaultConfig) are the paper's
@@ -359,31 +360,49 @@ func (in *Instance) okEntries() []Entry {
 	// Judged against the SLO in force now, not when recorded: after the
 	// SLO is tightened (Fig 20) an entry that met the old one may not.
 	viol := func(e Entry) bool { return e.Violate || e.R > in.cfg.SLO }
-	var bad [][]float64
+	// An allocation measured more than once is judged by its record: it
+	// is "without SLO violation" only while its violations are fewer than
+	// its clean intervals (docs/pema.md, reading 4).
+	score := map[string]int{}
 	for _, e := range all {
-		if viol(e) && len(e.X) == len(in.x) {
+		if len(e.X) != len(in.x) {
+			continue
+		}
+		if viol(e) {
+			score[allocKey(e.X)]--
+		} else {
+			score[allocKey(e.X)]++
+		}
+	}
+	// An allocation that gives no service more than one judged bad would
+	// violate too (§3.2's monotonicity), however lucky it once was. The
+	// ample start is exempt from being the judge: §3.1 assumes it meets
+	// the SLO, and a noisy interval there must not condemn every cut.
+	x0 := allocKey(in.x0)
+	var bad [][]float64
+	seen := map[string]bool{}
+	for _, e := range all {
+		k := allocKey(e.X)
+		if len(e.X) == len(in.x) && score[k] <= 0 && k != x0 && !seen[k] {
+			seen[k] = true
 			bad = append(bad, e.X)
 		}
 	}
 	var out []Entry
 	for _, e := range all {
-		if !viol(e) && len(e.X) == len(in.x) && !dominated(e.X, bad) {
+		if !viol(e) && len(e.X) == len(in.x) && score[allocKey(e.X)] > 0 && !dominated(e.X, bad) {
 			out = append(out, e)
 		}
 	}
 	return out
 }
 
-// dominated: x gives no service more than some allocation that violated
-// the SLO. Such an x is not a configuration "with no SLO violation" even
-// if it once got lucky: by §3.2's monotonicity it would violate too, and
-// rolling back to it again is what made the loop violate in turn
-// (docs/pema.md, reading 4).
+// dominated: x gives no service more than some allocation in bad.
 func dominated(x []float64, bad [][]float64) bool {
 	for _, b := range bad {
 		le := true
 		for i := range x {
-			if x[i] > b[i]+1e-12 {
+			if x[i] > b[i]+1e-9 {
 				le = false
 				break
 			}
@@ -395,9 +414,16 @@ func dominated(x []float64, bad [][]float64) bool {
 	return false
 }
 
-// fitBudget raises every x to the floor and, when Σx > Ω, scales the part
-// above the floor down so Σx ≤ Ω (the floor itself is Ω/N when Ω cannot
-// give every service MinCPU).
+// allocKey identifies an allocation (to the µs of a 100 ms period).
+func allocKey(x []float64) string {
+	b := make([]byte, 0, 8*len(x))
+	for _, v := range x {
+		b = strconv.AppendInt(b, int64(math.Round(v*1e5)), 36)
+		b = append(b, ',')
+	}
+	return string(b)
+}
+
 func fitBudget(x []float64, floor, omega float64) []float64 {
 	if omega > 0 {
 		floor = math.Min(floor, omega/float64(len(x)))

@@ -194,23 +194,38 @@ func TestProperties(t *testing.T) {
 			}
 			if st.Kind == KindRollback {
 				es, _ := in.DB().Entries()
+				// Independently: per allocation, clean intervals minus
+				// violations; bad allocations (but the start) condemn
+				// every allocation they dominate.
+				score := map[string]int{}
+				for _, b := range es {
+					if b.Violate || b.R > c.SLO {
+						score[allocKey(b.X)]--
+					} else {
+						score[allocKey(b.X)]++
+					}
+				}
 				best := math.Inf(1)
 				for _, e := range es {
-					worse := false // at most what a violating entry gave every service
+					ok := !e.Violate && e.R <= c.SLO && score[allocKey(e.X)] > 0
 					for _, b := range es {
-						if b.Violate {
-							le := true
-							for i := range e.X {
-								le = le && e.X[i] <= b.X[i]+1e-12
-							}
-							worse = worse || le
+						if score[allocKey(b.X)] > 0 || allocKey(b.X) == allocKey(x0) {
+							continue
 						}
+						le := true
+						for i := range e.X {
+							le = le && e.X[i] <= b.X[i]+1e-9
+						}
+						ok = ok && !le
 					}
-					if !e.Violate && !worse {
+					if ok {
 						best = math.Min(best, sum(fitBudget(clone(e.X), c.MinCPU, c.Budget)))
 					}
 				}
-				if !math.IsInf(best, 1) && math.Abs(sum(st.X)-best) > 1e-9 {
+				if math.IsInf(best, 1) {
+					best = sum(fitBudget(clone(x0), c.MinCPU, c.Budget))
+				}
+				if math.Abs(sum(st.X)-best) > 1e-9 {
 					t.Fatalf("seed %d step %d: rollback Σx %v, least non-violating %v", seed, step, sum(st.X), best)
 				}
 				if !st.Violate {

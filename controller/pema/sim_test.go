@@ -99,9 +99,19 @@ func TestConvergesOnModel(t *testing.T) {
 		}
 		ratios = append(ratios, best/m.optm(x0, lambda, slo))
 		viols = append(viols, viol)
-		if viol > 16 { // 20 % of 80 intervals, with 5 % noise on every p95
+		// Settling at the 0.95 buffer with 5 % noise on every p95 violates
+		// ~16 % of intervals by itself; Alg. 1's plain rollback made
+		// 11–59 of 80 (docs/pema.md, reading 4).
+		if viol > 24 {
 			t.Errorf("seed %d: %d violations in 80 intervals", seed, viol)
 		}
+	}
+	tot := 0
+	for _, v := range viols {
+		tot += v
+	}
+	if tot > 160 { // 20 % over the ten seeds
+		t.Errorf("%d violations in 800 intervals", tot)
 	}
 	if r := mean(ratios); r > 1.3 || r < 0.9 {
 		t.Fatalf("PEMA/OPTM = %v (per seed %v)", r, ratios)

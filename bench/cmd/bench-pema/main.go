@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
 	"github.com/escra-dev/escra/bench/images"
@@ -70,7 +72,7 @@ func main() {
 	flag.IntVar(&o.ruleSteps, "rule-steps", 10, "RULE and Escra intervals at the fixed load")
 	flag.IntVar(&o.dailySteps, "daily-steps", 14, "intervals of the compressed daily curve per policy")
 	flag.DurationVar(&o.optmWindow, "optm-window", 4*time.Second, "OPTM: one measurement window (two per trial)")
-	flag.IntVar(&o.optmTrials, "optm-trials", 40, "OPTM: at most this many trials")
+	flag.IntVar(&o.optmTrials, "optm-trials", 50, "OPTM: at most this many trials")
 	flag.StringVar(&o.clientCPUs, "client-cpus", "0", "CPUs of this process (client, controller, escrad); empty: no pinning")
 	flag.StringVar(&o.appCPUs, "app-cpus", "1", "cpuset of the app's containers")
 	flag.Uint64Var(&o.seed, "seed", 1, "seed of PEMA and the load")
@@ -194,6 +196,15 @@ func run(o opts) error {
 	defer func() { acancel(); awg.Wait() }()
 	<-ag.Started()
 
+	// On SIGINT/SIGTERM remove this run's containers before exiting.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sig
+		logf("interrupted: removing this run's containers")
+		removeOurs(cli)
+		os.Exit(130)
+	}()
 	e := &env{o: o, cli: cli, img: img, srv: srv, svcs: bp.SixServices(), ctx: ctx}
 	begin := time.Now()
 	logf("machine: %d CPUs online; client on %q, app on cpuset %q; the machine is shared with other engineers' jobs", numCPU(), o.clientCPUs, o.appCPUs)
@@ -272,6 +283,26 @@ func run(o opts) error {
 		fmt.Printf("%-32s %v\n", k, sum[k])
 	}
 	return nil
+}
+
+// removeOurs force-removes the containers this process started (by name
+// prefix: pema-bench-<pid>-).
+func removeOurs(cli *client.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+	if err != nil {
+		return
+	}
+	prefix := fmt.Sprintf("/pema-bench-%d-", os.Getpid())
+	for _, c := range list {
+		for _, n := range c.Names {
+			if strings.HasPrefix(n, prefix) {
+				_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+				break
+			}
+		}
+	}
 }
 
 func fixedRate(r float64) func(time.Duration) float64 {
@@ -435,7 +466,7 @@ func (e *env) optm() (*Phase, error) {
 		}
 		return true
 	}
-	x, used := bp.OPTM(x0, 0.04, 0.01, 0.02, e.o.optmTrials, holds)
+	x, used := bp.OPTM(x0, 0.05, 0.0125, 0.02, e.o.optmTrials, holds)
 	for i, id := range r.IDs {
 		bp.SetQuota(e.ctx, e.cli, id, x[i])
 	}
