@@ -161,3 +161,15 @@ func TestTargetsPolicy(t *testing.T) {
 		t.Fatal("Take did not reset")
 	}
 }
+
+// PEMA is CPU only (seed 002 §6): under the pema policy an OOM request is
+// still granted from the app's memory pool, as under Escra.
+func TestTargetsKeepsOOMRescue(t *testing.T) {
+	a, _ := NewApp("x", Budget{CPUCores: 1, MemoryBytes: 512 * MiB, Sigma: 0.5}, DefaultParams(), NewTargets())
+	a.Join(Join{Key: 1, HostMaxUs: 100000})
+	lim := a.Member(1).MemLimit
+	o := a.OOM(1, lim, lim, 0, false)
+	if o.Action != OOMGrant || o.Decision.MemLimit != lim+64*MiB {
+		t.Fatalf("limit %d: %+v", lim, o)
+	}
+}
