@@ -79,7 +79,15 @@ func main() {
 	flag.BoolVar(&o.skipDaily, "skip-daily", false, "skip the daily-curve runs")
 	flag.StringVar(&o.recordTrace, "trace", "", "also write the PEMA loop's records (its telemetry) here")
 	flag.BoolVar(&o.escraEnabled, "escra", true, "run the Escra policy too")
+	resum := flag.Bool("summarize-only", false, "recompute summary.json and the plots from -out's phases.json")
 	flag.Parse()
+	if *resum {
+		if err := resummarize(o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-pema:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := pin(o.clientCPUs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-pema:", err)
 		os.Exit(2)
@@ -282,6 +290,29 @@ func run(o opts) error {
 	for _, k := range keys {
 		fmt.Printf("%-32s %v\n", k, sum[k])
 	}
+	return nil
+}
+
+func resummarize(o opts) error {
+	b, err := os.ReadFile(filepath.Join(o.out, "phases.json"))
+	if err != nil {
+		return err
+	}
+	var ps []*Phase
+	if err := json.Unmarshal(b, &ps); err != nil {
+		return err
+	}
+	e := &env{o: o, svcs: bp.SixServices()}
+	for _, p := range ps {
+		if p.Name == "rule" && len(p.SLOms) > 0 {
+			e.slo = time.Duration(p.SLOms[0] * 1e6)
+		}
+	}
+	sum := summarize(e, ps)
+	if err := writeJSON(filepath.Join(o.out, "summary.json"), sum); err != nil {
+		return err
+	}
+	plots(o.docs, e, ps)
 	return nil
 }
 
@@ -581,9 +612,14 @@ func (e *env) pemaRun(name, app string, rate func(time.Duration) float64, steps,
 		}
 	})
 	if ph != nil {
-		// Intervals after the cut are judged against the new SLO.
-		for i := steps; i < len(ph.SLOms); i++ {
-			ph.SLOms[i] = float64(e.slo) / 1e6
+		// Intervals before the cut are judged against the SLO then, those
+		// after it against the new one.
+		for i := range ph.SLOms {
+			if i < steps {
+				ph.SLOms[i] = float64(origSLO) / 1e6
+			} else {
+				ph.SLOms[i] = float64(e.slo) / 1e6
+			}
 		}
 		ph.Load = load(name)
 		ph.Records = loop.Records()
