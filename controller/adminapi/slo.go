@@ -31,7 +31,10 @@ type SLO struct {
 	Ranges     []float64 `json:"ranges,omitempty" yaml:"ranges,omitempty"`
 	RangeWidth float64   `json:"range_width,omitempty" yaml:"range_width,omitempty"`
 	// LearnSteps: intervals to fit Eq 9's m with the allocation held.
-	LearnSteps int    `json:"learn_steps,omitempty" yaml:"learn_steps,omitempty"`
+	LearnSteps int `json:"learn_steps,omitempty" yaml:"learn_steps,omitempty"`
+	// MinCPU: PEMA cuts no service below this many cores (0: 0.05; the
+	// allocator's cpu_floor also applies).
+	MinCPU float64 `json:"min_cpu,omitempty" yaml:"min_cpu,omitempty"`
 	Seed       uint64 `json:"seed,omitempty" yaml:"seed,omitempty"`
 }
 
@@ -58,6 +61,9 @@ func (s SLO) PEMA() (pema.Config, pema.RangeConfig, error) {
 	}
 	if s.K != 0 {
 		c.K = s.K
+	}
+	if s.MinCPU != 0 {
+		c.MinCPU = s.MinCPU
 	}
 	rc := pema.RangeConfig{Bounds: s.Ranges, TargetWidth: s.RangeWidth, LearnSteps: s.LearnSteps}
 	if err := c.Validate(); err != nil {

@@ -25,6 +25,7 @@ func (d *decoder) slo(n *yaml.Node, field string) *adminapi.SLO {
 		"k":            func(v *yaml.Node, f string) { s.K = d.int(v, f) },
 		"range_width":  func(v *yaml.Node, f string) { s.RangeWidth = d.float(v, f) },
 		"learn_steps":  func(v *yaml.Node, f string) { s.LearnSteps = d.int(v, f) },
+		"min_cpu":      func(v *yaml.Node, f string) { s.MinCPU = d.cpu(v, f) },
 		"ranges": func(v *yaml.Node, f string) {
 			v = resolve(v)
 			if v == nil || v.Kind != yaml.SequenceNode {

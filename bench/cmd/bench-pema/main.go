@@ -29,6 +29,7 @@ import (
 	"github.com/escra-dev/escra/bench/images"
 	bp "github.com/escra-dev/escra/bench/pema"
 	"github.com/escra-dev/escra/controller/adminapi"
+	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/pema"
 	"github.com/escra-dev/escra/controller/pemaloop"
 	"github.com/escra-dev/escra/controller/server"
@@ -63,10 +64,10 @@ func main() {
 	flag.StringVar(&o.out, "out", "results/pema", "results directory")
 	flag.StringVar(&o.docs, "docs", "docs/pema", "where the SVG plots go")
 	flag.Float64Var(&o.rps, "rps", 60, "fixed load, requests per second (Fig 11's setting)")
-	flag.IntVar(&o.ms, "ms", 2, "CPU per request per hop in ms (times the service's scale)")
+	flag.IntVar(&o.ms, "ms", 1, "CPU per request per hop in ms (times the service's scale)")
 	flag.DurationVar(&o.interval, "interval", 10*time.Second, "PEMA interval (and RULE's, and the SLO window)")
 	flag.DurationVar(&o.slo, "slo", 0, "p95 SLO (0: 3 × the p95 at the ample start, measured first)")
-	flag.Float64Var(&o.omega, "omega", 1.8, "the app's CPU budget Ω in cores (the ample start is Ω/6 each)")
+	flag.Float64Var(&o.omega, "omega", 1.5, "the app's CPU budget Ω in cores (the ample start is Ω/6 each)")
 	flag.IntVar(&o.pemaSteps, "pema-steps", 20, "PEMA intervals at the fixed load")
 	flag.IntVar(&o.sloSteps, "slo-steps", 6, "further PEMA intervals after the SLO is cut to 0.6× (Fig 20)")
 	flag.IntVar(&o.ruleSteps, "rule-steps", 10, "RULE and Escra intervals at the fixed load")
@@ -336,9 +337,19 @@ func removeOurs(cli *client.Client) {
 	}
 }
 
-// floorCores is every policy's smallest limit: the controller's cpu_floor
-// (5 ms per 100 ms period), which also bounds PEMA and Escra.
-const floorCores = 0.05
+// floorCores is every policy's smallest limit (the controller's cpu_floor
+// is lowered to it for the PEMA and Escra apps): with six services on
+// half a shared core, the default 0.05 was what all of them ended at in
+// the first run, which compared floors, not policies.
+const floorCores = 0.01
+
+// appParams are the allocator parameters of the bench's escra and pema
+// apps: the defaults with the common floor.
+func appParams() *allocator.Params {
+	p := allocator.DefaultParams()
+	p.CPUFloorUs = int64(floorCores * float64(p.PeriodUs()))
+	return &p
+}
 
 func fixedRate(r float64) func(time.Duration) float64 {
 	return func(time.Duration) float64 { return r }
@@ -542,7 +553,7 @@ func (e *env) rule(name string, rate func(time.Duration) float64, steps int) (*P
 
 // escra is the usage-driven default policy on the same app.
 func (e *env) escra(name, app string, rate func(time.Duration) float64, steps int) (*Phase, error) {
-	if err := e.srv.DefineApp(server.AppSpec{Name: app, CPUCores: e.o.omega, MemoryBytes: 1 << 30, Sigma: 0.1, Policy: "escra"}); err != nil {
+	if err := e.srv.DefineApp(server.AppSpec{Name: app, CPUCores: e.o.omega, MemoryBytes: 1 << 30, Sigma: 0.1, Policy: "escra", Params: appParams()}); err != nil {
 		return nil, err
 	}
 	r, err := e.start(app)
@@ -566,12 +577,12 @@ func (e *env) pemaRun(name, app string, rate func(time.Duration) float64, steps,
 	}
 	minReq := int(0.5 * e.o.rps / 5.5 * e.o.interval.Seconds())
 	slo := &adminapi.SLO{P95: e.slo, Interval: e.o.interval, MinRequests: max(minReq, 50), Listen: "127.0.0.1:0",
-		Upstream: fmt.Sprintf("127.0.0.1:%d", ports["front"]), Seed: e.o.seed, Ranges: ranges}
+		Upstream: fmt.Sprintf("127.0.0.1:%d", ports["front"]), Seed: e.o.seed, Ranges: ranges, MinCPU: floorCores}
 	if ranges != nil {
 		slo.RangeWidth = (ranges[1] - ranges[0]) / 2
 	}
 	if err := e.srv.DefineApp(server.AppSpec{Name: app, CPUCores: e.o.omega, MemoryBytes: 1 << 30, Sigma: 0.1,
-		Policy: "pema", SLO: slo}); err != nil {
+		Policy: "pema", SLO: slo, Params: appParams()}); err != nil {
 		return nil, err
 	}
 	e.phase++
