@@ -35,7 +35,7 @@ type SLO struct {
 	// MinCPU: PEMA cuts no service below this many cores (0: 0.05; the
 	// allocator's cpu_floor also applies).
 	MinCPU float64 `json:"min_cpu,omitempty" yaml:"min_cpu,omitempty"`
-	Seed       uint64 `json:"seed,omitempty" yaml:"seed,omitempty"`
+	Seed   uint64  `json:"seed,omitempty" yaml:"seed,omitempty"`
 }
 
 // PEMA converts the SLO to the algorithm's configuration, defaults filled.
