@@ -30,6 +30,9 @@ type Client struct {
 
 	mu      sync.Mutex
 	samples []Sample
+	open    map[uint64]time.Duration // requests in flight: id → arrival
+	nextID  uint64
+	start   time.Time
 }
 
 // Run sends requests until ctx ends.
@@ -74,9 +77,19 @@ func (c *Client) Run(ctx context.Context) {
 			continue
 		}
 		wg.Add(1)
+		c.mu.Lock()
+		if c.open == nil {
+			c.open = map[uint64]time.Duration{}
+		}
+		c.start = start
+		c.nextID++
+		id := c.nextID
+		c.open[id] = at
+		c.mu.Unlock()
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
+			defer func() { c.mu.Lock(); delete(c.open, id); c.mu.Unlock() }()
 			t0 := time.Now()
 			resp, err := hc.Get(c.URL)
 			ok := err == nil
@@ -105,6 +118,20 @@ func (c *Client) Samples() []Sample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]Sample(nil), c.samples...)
+}
+
+// SamplesNow is Samples plus the requests still in flight, each with the
+// latency it has so far: a window read while requests queue must count
+// them (OPTM's trials read windows while the client runs).
+func (c *Client) SamplesNow() []Sample {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := append([]Sample(nil), c.samples...)
+	now := time.Since(c.start)
+	for _, at := range c.open {
+		out = append(out, Sample{At: at, Latency: max(0, now-at)})
+	}
+	return out
 }
 
 // Window is the client's view of one interval.

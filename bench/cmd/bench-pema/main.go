@@ -57,6 +57,19 @@ type opts struct {
 	skipDaily    bool
 	recordTrace  string
 	escraEnabled bool
+	only         string
+}
+
+func (o opts) want(phase string) bool {
+	if o.only == "" {
+		return true
+	}
+	for _, p := range strings.Split(o.only, ",") {
+		if strings.TrimSpace(p) == phase {
+			return true
+		}
+	}
+	return false
 }
 
 func main() {
@@ -80,6 +93,7 @@ func main() {
 	flag.BoolVar(&o.skipDaily, "skip-daily", false, "skip the daily-curve runs")
 	flag.StringVar(&o.recordTrace, "trace", "", "also write the PEMA loop's records (its telemetry) here")
 	flag.BoolVar(&o.escraEnabled, "escra", true, "run the Escra policy too")
+	flag.StringVar(&o.only, "only", "", "run only these phases (comma list of optm, pema, rule, escra, daily; needs -slo)")
 	resum := flag.Bool("summarize-only", false, "recompute summary.json and the plots from -out's phases.json")
 	flag.Parse()
 	if *resum {
@@ -240,21 +254,27 @@ func run(o opts) error {
 		writeJSON(filepath.Join(o.out, "phases.json"), phases)
 		return nil
 	}
-	if err := add(e.optm()); err != nil {
-		return err
+	if o.want("optm") {
+		if err := add(e.optm()); err != nil {
+			return err
+		}
 	}
-	if err := add(e.pemaRun("pema", "pema-bench-pema", fixedRate(o.rps), o.pemaSteps, o.sloSteps, nil)); err != nil {
-		return err
+	if o.want("pema") {
+		if err := add(e.pemaRun("pema", "pema-bench-pema", fixedRate(o.rps), o.pemaSteps, o.sloSteps, nil)); err != nil {
+			return err
+		}
 	}
-	if err := add(e.rule("rule", fixedRate(o.rps), o.ruleSteps)); err != nil {
-		return err
+	if o.want("rule") {
+		if err := add(e.rule("rule", fixedRate(o.rps), o.ruleSteps)); err != nil {
+			return err
+		}
 	}
-	if o.escraEnabled {
+	if o.escraEnabled && o.want("escra") {
 		if err := add(e.escra("escra", "pema-bench-escra", fixedRate(o.rps), o.ruleSteps)); err != nil {
 			return err
 		}
 	}
-	if !o.skipDaily {
+	if !o.skipDaily && o.want("daily") {
 		span := time.Duration(o.dailySteps) * o.interval
 		rate := daily(o.rps, span)
 		ranges := []float64{0, o.rps * 0.9, o.rps * 1.8, o.rps * 3}
@@ -491,7 +511,7 @@ func (e *env) optm() (*Phase, error) {
 		from := time.Since(t0)
 		time.Sleep(time.Duration(n) * e.o.optmWindow)
 		var lat []time.Duration
-		for _, s := range cl.Samples() {
+		for _, s := range cl.SamplesNow() {
 			if s.At >= from && s.At < from+time.Duration(n)*e.o.optmWindow {
 				lat = append(lat, s.Latency)
 			}
