@@ -145,7 +145,7 @@ func TestLoopTicks(t *testing.T) {
 func TestReplayRecordedTrace(t *testing.T) {
 	b, err := os.ReadFile("testdata/trace.json")
 	if err != nil {
-		t.Skip("no recorded trace: bench-pema -trace controller/pemaloop/testdata/trace.json")
+		t.Fatal("no recorded trace (bench-pema -trace controller/pemaloop/testdata/trace.json):", err)
 	}
 	var recs []Record
 	if err := json.Unmarshal(b, &recs); err != nil {
@@ -160,7 +160,9 @@ func TestReplayRecordedTrace(t *testing.T) {
 	if len(live) < 5 {
 		t.Fatalf("trace has %d steps", len(live))
 	}
+	// bench-pema's configuration: the defaults with a 0.01-core floor, Ω = 1.5, seed 1.
 	c := pema.DefaultConfig(live[0].SLOSecond)
+	c.MinCPU, c.Budget = 0.01, 1.5
 	steps, err := Replay(c, pema.RangeConfig{}, 1, recs)
 	if err != nil {
 		t.Fatal(err)
