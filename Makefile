@@ -113,3 +113,9 @@ bench-depsched: ## seed 004: simulation, scheduling time, real engines + registr
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory build
 	$(GO) run ./controller/bench/depsched -out results/depsched -parts $${PARTS:-sim,sched,real}
+
+.PHONY: bench-pema
+bench-pema: ## issue 16: PEMA vs RULE, OPTM and Escra on a six-service app (~25 min; root; writes results/pema and docs/pema/*.svg)
+	@scripts/setup.sh
+	$(GO) build -o $(BIN)/bench-pema ./bench/cmd/bench-pema
+	$(BIN)/bench-pema -out results/pema -docs docs/pema $(PEMA_FLAGS)

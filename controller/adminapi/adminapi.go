@@ -27,6 +27,8 @@ type AppSpec struct {
 	// Policy is the allocator policy (allocator.PolicyNames; "" = the
 	// controller's default).
 	Policy string `json:"policy,omitempty" yaml:"policy,omitempty"`
+	// SLO is the latency objective the pema policy needs (seed 002).
+	SLO *SLO `json:"slo,omitempty" yaml:"slo,omitempty"`
 	// Spec is the spec the app was applied with, kept to be shown back
 	// (escractl get apps -o yaml); the fields above are what takes effect.
 	Spec *spec.Doc `json:"spec,omitempty" yaml:"spec,omitempty"`
@@ -57,6 +59,14 @@ func (s AppSpec) Validate() error {
 	if s.Spec != nil && s.Spec.Name != s.Name {
 		return fmt.Errorf("app %s: its spec names app %q", s.Name, s.Spec.Name)
 	}
+	if s.Policy == allocator.PolicyPEMA && s.SLO == nil {
+		return fmt.Errorf("app %s: policy pema needs an slo (p95, listen, upstream)", s.Name)
+	}
+	if s.SLO != nil {
+		if err := s.SLO.Validate(); err != nil {
+			return fmt.Errorf("app %s: %w", s.Name, err)
+		}
+	}
 	return nil
 }
 
@@ -79,6 +89,7 @@ func FromSpec(a *spec.App) AppSpec {
 		b.Params = &p
 		b.Policy = al.Policy
 	}
+	b.SLO = a.SLO
 	return b
 }
 

@@ -42,6 +42,7 @@ const (
 	ReasonLease         Reason = "lease"          // a daemon raised the quota from its host-local lease
 	ReasonOOMGrant      Reason = "oom-grant"      // §IV-D-2
 	ReasonPoolFilled    Reason = "pool-filled"    // memory assigned after reclaim refilled the pool
+	ReasonSLO           Reason = "slo"            // a latency-SLO policy's target (pema)
 )
 
 // Decision is one container's new limits; zero fields stay unchanged.

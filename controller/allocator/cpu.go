@@ -74,7 +74,7 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 	if m.QuotaUs <= 0 {
 		return Decision{}, nil // not assigned yet
 	}
-	in := CPUInput{P: a.P, QuotaUs: m.QuotaUs, UnusedUs: unused, Throttled: s.Throttled,
+	in := CPUInput{Key: k, P: a.P, QuotaUs: m.QuotaUs, UnusedUs: unused, Throttled: s.Throttled,
 		AvgThrottle: m.AvgThrottle(), AvgUnusedUs: m.AvgUnusedUs(), PeakUsedUs: m.PeakUsedUs(),
 		DecayedPeakUs: int64(m.decayPeak), UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order),
 		RaisedInPeriod: m.raisedSeq == s.Seq+1}
@@ -102,7 +102,7 @@ func (a *App) Throttle(k Key, seq uint64) (Decision, error) {
 	if m.QuotaUs <= 0 {
 		return Decision{}, nil
 	}
-	in := CPUInput{P: a.P, QuotaUs: m.QuotaUs, Throttled: true,
+	in := CPUInput{Key: k, P: a.P, QuotaUs: m.QuotaUs, Throttled: true,
 		AvgThrottle: m.AvgThrottle(), AvgUnusedUs: m.AvgUnusedUs(), PeakUsedUs: m.PeakUsedUs(),
 		DecayedPeakUs: int64(m.decayPeak), UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order)}
 	q, r := a.Policy.OnThrottle(in)

@@ -10,6 +10,7 @@ import (
 // CPUInput is what a policy sees when one period's statistic arrives, or
 // when a throttle event arrives in the middle of a period.
 type CPUInput struct {
+	Key           Key // the member (policies that keep per-member state)
 	P             Params
 	QuotaUs       int64   // C(i)_q[t], the quota the controller assigned
 	UnusedUs      int64   // C(i)_q[t] − C(i)_u[t] of this period (0 mid-period)
@@ -56,11 +57,13 @@ type Policy interface {
 const (
 	PolicyEscra      = "escra"
 	PolicyEscraPaper = "escra-paper"
+	PolicyPEMA       = "pema"
 )
 
 var policies = map[string]func() Policy{
 	PolicyEscra:      func() Policy { return Escra{} },
 	PolicyEscraPaper: func() Policy { return EscraPaper{} },
+	PolicyPEMA:       func() Policy { return NewTargets() },
 }
 
 // PolicyNames lists the known policies, sorted.

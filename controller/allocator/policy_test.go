@@ -126,3 +126,50 @@ func TestDecayingPeak(t *testing.T) {
 		t.Fatalf("quota %d after two half-lives, want ≈ 1.1 × 20000", q)
 	}
 }
+
+// The pema policy returns the loop's target and sums what it saw; the
+// App still clamps a target to Ω.
+func TestTargetsPolicy(t *testing.T) {
+	p, err := PolicyByName("pema")
+	if err != nil || p.Name() != "pema" {
+		t.Fatal(p, err)
+	}
+	tg := p.(*Targets)
+	a, _ := NewApp("x", Budget{CPUCores: 1, MemoryBytes: 64 * MiB}, DefaultParams(), tg)
+	a.Join(Join{Key: 1, HostMaxUs: 200000})
+	a.Join(Join{Key: 2, HostMaxUs: 200000})
+	// No target: no change, whatever the usage.
+	d, _ := a.CPU(1, Stat{Seq: 1, QuotaUs: 50000, PeriodUs: 100000, UnusedUs: 40000, UsageUs: 10000})
+	if d.Gen != 0 {
+		t.Fatalf("changed without a target: %+v", d)
+	}
+	tg.Set(map[Key]int64{1: 20000, 2: 90000})
+	d, _ = a.CPU(1, Stat{Seq: 2, QuotaUs: 50000, PeriodUs: 100000, UnusedUs: 0, Throttled: true, UsageUs: 50000})
+	if d.QuotaUs != 20000 || d.Reason != ReasonSLO {
+		t.Fatalf("target not applied: %+v", d)
+	}
+	// 90000 asked, 50000 + the 30000 freed is all Ω = 100000 allows.
+	d, _ = a.CPU(2, Stat{Seq: 1, QuotaUs: 50000, PeriodUs: 100000, UnusedUs: 50000})
+	if d.QuotaUs != 80000 || a.CPUAllocatedUs() > a.OmegaUs() {
+		t.Fatalf("over Ω: %+v alloc %d", d, a.CPUAllocatedUs())
+	}
+	u := tg.Take()
+	if u[1].Periods != 2 || u[1].Throttled != 1 || u[1].UsedUs != 10000+50000 || u[1].QuotaUs != 100000 {
+		t.Fatalf("usage %+v", u[1])
+	}
+	if len(tg.Take()) != 0 {
+		t.Fatal("Take did not reset")
+	}
+}
+
+// PEMA is CPU only (seed 002 §6): under the pema policy an OOM request is
+// still granted from the app's memory pool, as under Escra.
+func TestTargetsKeepsOOMRescue(t *testing.T) {
+	a, _ := NewApp("x", Budget{CPUCores: 1, MemoryBytes: 512 * MiB, Sigma: 0.5}, DefaultParams(), NewTargets())
+	a.Join(Join{Key: 1, HostMaxUs: 100000})
+	lim := a.Member(1).MemLimit
+	o := a.OOM(1, lim, lim, 0, false)
+	if o.Action != OOMGrant || o.Decision.MemLimit != lim+64*MiB {
+		t.Fatalf("limit %d: %+v", lim, o)
+	}
+}

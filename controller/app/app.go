@@ -99,6 +99,9 @@ type Shard struct {
 	// hold's sequence number, so an old expiry cannot end a newer hold.
 	holds   map[string]uint64
 	holdSeq uint64
+
+	hookMu sync.Mutex
+	onStop []func()
 }
 
 // New starts an app's goroutine. auto marks an app created for a
@@ -164,8 +167,24 @@ func (s *Shard) sendLeases(cmds []allocator.LeaseCmd) {
 	}
 }
 
-// Stop ends the goroutine.
-func (s *Shard) Stop() { close(s.done) }
+// Stop ends the goroutine, then runs the OnStop hooks.
+func (s *Shard) Stop() {
+	close(s.done)
+	s.hookMu.Lock()
+	hooks := s.onStop
+	s.onStop = nil
+	s.hookMu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
+}
+
+// OnStop runs f when the shard stops (a policy's own loop, e.g. pema).
+func (s *Shard) OnStop(f func()) {
+	s.hookMu.Lock()
+	defer s.hookMu.Unlock()
+	s.onStop = append(s.onStop, f)
+}
 
 // do runs f on the shard goroutine (blocking when the queue is full: TCP
 // messages apply backpressure to their own session only).

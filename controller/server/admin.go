@@ -198,6 +198,14 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		writeJSON(w, 200, cs)
 	})
+	mux.HandleFunc("GET /v1/apps/{name}/pema", func(w http.ResponseWriter, r *http.Request) {
+		l := s.PEMALoop(r.PathValue("name"))
+		if l == nil {
+			writeJSON(w, 404, map[string]string{"error": "app has no pema policy"})
+			return
+		}
+		writeJSON(w, 200, l.Records())
+	})
 	mux.HandleFunc("GET /v1/hosts", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, s.Snapshot().Hosts)
 	})

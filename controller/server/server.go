@@ -190,7 +190,8 @@ type Server struct {
 	// compares against them). Both under mu.
 	docs     map[string]*spec.Doc
 	deployed map[string]DeployRequest
-	rollMu   sync.Mutex // one deploy or rollout at a time
+	rollMu   sync.Mutex         // one deploy or rollout at a time
+	pema     map[string]pemaRef // the pema policy's loops, by app (under mu)
 
 	hosts   sync.Map // uint32 → *host
 	nextID  atomic.Uint32
@@ -428,6 +429,11 @@ func (s *Server) defineApp(spec AppSpec) error {
 			a.Stop()
 			delete(s.apps, spec.Name)
 		} else {
+			if l := s.pema[spec.Name]; l.shard == a && l.loop != nil && spec.SLO != nil {
+				if err := l.loop.SetSLO(spec.SLO.P95.Seconds()); err != nil {
+					return err
+				}
+			}
 			if err := a.Define(b); err != nil {
 				return err
 			}
@@ -438,6 +444,12 @@ func (s *Server) defineApp(spec AppSpec) error {
 	a, err := app.New(spec.Name, b, p, pol, false, s.log, &s.hub, s.met)
 	if err != nil {
 		return err
+	}
+	if tg, ok := pol.(*allocator.Targets); ok {
+		if err := s.startPEMA(a, tg, spec); err != nil {
+			a.Stop()
+			return err
+		}
 	}
 	s.apps[spec.Name] = a
 	s.docs[spec.Name] = spec.Spec

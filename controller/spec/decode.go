@@ -170,7 +170,11 @@ func (d *decoder) app(n *yaml.Node) *App {
 		// What the controller reports (escractl get -o yaml): read-only,
 		// so a listing applies back unchanged.
 		"status": func(v *yaml.Node, f string) {},
+		"slo":    func(v *yaml.Node, f string) { app.SLO = d.slo(v, f) },
 	})
+	if app.Allocator.Policy == allocator.PolicyPEMA && app.SLO == nil && d.ok() {
+		d.errAt(top["allocator"], "slo", "is required by policy pema (p95, listen, upstream)")
+	}
 	d.validate(app, top)
 	return app
 }

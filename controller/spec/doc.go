@@ -2,6 +2,7 @@ package spec
 
 import (
 	"math"
+	"reflect"
 	"sort"
 	"strconv"
 )
@@ -17,7 +18,28 @@ type Doc struct {
 	Memory     string         `json:"memory" yaml:"memory"`
 	Sigma      float64        `json:"sigma" yaml:"sigma"`
 	Allocator  *DocAllocator  `json:"allocator,omitempty" yaml:"allocator,omitempty"`
+	SLO        *DocSLO        `json:"slo,omitempty" yaml:"slo,omitempty"`
 	Containers []DocContainer `json:"containers,omitempty" yaml:"containers,omitempty"`
+}
+
+// DocSLO is the pema policy's slo section, durations written as the spec
+// takes them ("50ms") in YAML and JSON alike.
+type DocSLO struct {
+	P95         string    `json:"p95" yaml:"p95"`
+	Interval    string    `json:"interval,omitempty" yaml:"interval,omitempty"`
+	MinRequests int       `json:"min_requests,omitempty" yaml:"min_requests,omitempty"`
+	Listen      string    `json:"listen" yaml:"listen"`
+	Upstream    string    `json:"upstream" yaml:"upstream"`
+	Alpha       float64   `json:"alpha,omitempty" yaml:"alpha,omitempty"`
+	Beta        float64   `json:"beta,omitempty" yaml:"beta,omitempty"`
+	Exploration string    `json:"exploration,omitempty" yaml:"exploration,omitempty"`
+	Buffer      float64   `json:"buffer,omitempty" yaml:"buffer,omitempty"`
+	K           int       `json:"k,omitempty" yaml:"k,omitempty"`
+	Ranges      []float64 `json:"ranges,omitempty" yaml:"ranges,omitempty,flow"`
+	RangeWidth  float64   `json:"range_width,omitempty" yaml:"range_width,omitempty"`
+	LearnSteps  int       `json:"learn_steps,omitempty" yaml:"learn_steps,omitempty"`
+	MinCPU      string    `json:"min_cpu,omitempty" yaml:"min_cpu,omitempty"`
+	Seed        uint64    `json:"seed,omitempty" yaml:"seed,omitempty"`
 }
 
 // DocAllocator is the allocator section, every field written out.
@@ -57,6 +79,17 @@ func (a *App) Doc() Doc {
 			Window: al.Window, Period: al.Period.String(), ReclaimMargin: FormatBytesExact(al.ReclaimMarginBytes),
 			CPUFloor: FormatCPU(al.CPUFloor), Headroom: al.Headroom, OOMStep: FormatBytesExact(al.OOMStepBytes)}
 	}
+	if o := a.SLO; o != nil {
+		d.SLO = &DocSLO{P95: o.P95.String(), MinRequests: o.MinRequests, Listen: o.Listen, Upstream: o.Upstream,
+			Alpha: o.Alpha, Beta: o.Beta, Exploration: o.Exploration, Buffer: o.Buffer, K: o.K, Ranges: o.Ranges,
+			RangeWidth: o.RangeWidth, LearnSteps: o.LearnSteps, Seed: o.Seed}
+		if o.Interval > 0 {
+			d.SLO.Interval = o.Interval.String()
+		}
+		if o.MinCPU > 0 {
+			d.SLO.MinCPU = FormatCPU(o.MinCPU)
+		}
+	}
 	for _, c := range a.Containers {
 		dc := DocContainer{Name: c.Name, Image: c.Image, Command: c.Command, Replicas: c.Replicas, Host: c.Host, Network: c.Network}
 		if len(c.Env) > 0 {
@@ -83,6 +116,9 @@ func (d Doc) Equal(o Doc) bool {
 		return false
 	}
 	if d.Allocator != nil && *d.Allocator != *o.Allocator {
+		return false
+	}
+	if (d.SLO == nil) != (o.SLO == nil) || d.SLO != nil && !reflect.DeepEqual(*d.SLO, *o.SLO) {
 		return false
 	}
 	for i := range d.Containers {

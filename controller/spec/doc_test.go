@@ -11,7 +11,7 @@ import (
 // A spec printed as a Doc (YAML or JSON) parses back to the same Doc: what
 // escractl get apps -o yaml|json prints applies back unchanged.
 func TestDocRoundTrip(t *testing.T) {
-	for _, f := range []string{"shop", "minimal", "batch"} {
+	for _, f := range []string{"shop", "minimal", "batch", "pema"} {
 		a, err := Load("../../docs/examples/" + f + ".yaml")
 		if err != nil {
 			t.Fatal(err)

@@ -51,6 +51,8 @@ type App struct {
 	// docker run --label escra.app=NAME.
 	Containers []Container
 	Line       int // where the app starts in its file
+	// SLO: the latency objective of the pema policy (seed 002).
+	SLO *SLO
 }
 
 // Allocator holds the resource allocator's parameters (seed 000 §IV-C/D).

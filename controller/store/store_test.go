@@ -64,3 +64,39 @@ func TestBoltKeepsRecordsAndLocks(t *testing.T) {
 		t.Fatal("bad name stored")
 	}
 }
+
+// A log keeps its records in order across a reopen of the file.
+func TestBoltLog(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.Log("pema/app/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"a", "b", "c"} {
+		if err := l.Append([]byte(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	s, err = OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l, _ = s.Log("pema/app/0")
+	all, err := l.All()
+	if err != nil || len(all) != 3 || string(all[0]) != "a" || string(all[2]) != "c" {
+		t.Fatalf("%q %v", all, err)
+	}
+	if _, err := s.Log(""); err == nil {
+		t.Fatal("empty log name accepted")
+	}
+	// The apps bucket is untouched by logs.
+	if rs, err := s.List(context.Background()); err != nil || len(rs) != 0 {
+		t.Fatalf("apps %v %v", rs, err)
+	}
+}

@@ -4,8 +4,9 @@
 //
 //	GET /cpu?ms=N            hash for about N ms of single-core work
 //	GET /mem?mib=N&hold=MS   allocate and touch N MiB, hold MS ms, release
-//	GET /chain?ms=N          burn N ms, then call the -next service's /chain
-//	                         (a multi-service app: each hop is a container)
+//	GET /chain?ms=N          burn N×-scale ms, then call the /chain of every
+//	                         -next service in parallel (a multi-service app:
+//	                         each hop is a container; a list fans out)
 //	GET /healthz             200 "ok"
 package main
 
@@ -18,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -50,6 +52,15 @@ func burn(ms int) [32]byte {
 	return buf
 }
 
+// burnUs is burn at microsecond resolution (a -scale below 1).
+func burnUs(us int) [32]byte {
+	var buf [32]byte
+	for i := 0; i < us*hashesPerMs/1000; i++ {
+		buf = sha256.Sum256(buf[:])
+	}
+	return buf
+}
+
 func intParam(r *http.Request, name string, def, max int) (int, error) {
 	s := r.URL.Query().Get(name)
 	if s == "" {
@@ -64,10 +75,21 @@ func intParam(r *http.Request, name string, def, max int) (int, error) {
 
 func main() {
 	addr := flag.String("listen", "127.0.0.1:8080", "address to listen on (containers use --network host)")
-	next := flag.String("next", "", "base URL of the next service /chain calls (empty: last hop)")
+	next := flag.String("next", "", "base URLs, comma-separated, of the services /chain calls in parallel (empty: last hop)")
+	scale := flag.Float64("scale", 1, "multiplies /chain's ms: this service's share of a request's CPU")
 	flag.Parse()
 	calibrate()
-	hop := &http.Client{Timeout: 10 * time.Second}
+	hop := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	var nexts []string
+	for _, n := range strings.Split(*next, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			nexts = append(nexts, n)
+		}
+	}
+	if !(*scale >= 0) || *scale > 1000 {
+		fmt.Fprintln(os.Stderr, "demo-http: -scale must be in [0, 1000]")
+		os.Exit(2)
+	}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
@@ -86,19 +108,30 @@ func main() {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		sum := burn(ms)
-		if *next != "" {
-			resp, err := hop.Get(fmt.Sprintf("%s/chain?ms=%d", *next, ms))
-			if err != nil {
-				http.Error(w, "next hop: "+err.Error(), http.StatusBadGateway)
-				return
+		sum := burnUs(int(float64(ms) * *scale * 1000))
+		errs := make(chan error, len(nexts))
+		for _, n := range nexts {
+			go func() {
+				resp, err := hop.Get(fmt.Sprintf("%s/chain?ms=%d", n, ms))
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("%s", resp.Status)
+					}
+				}
+				errs <- err
+			}()
+		}
+		var failed error
+		for range nexts {
+			if err := <-errs; err != nil {
+				failed = err
 			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				http.Error(w, "next hop: "+resp.Status, http.StatusBadGateway)
-				return
-			}
+		}
+		if failed != nil {
+			http.Error(w, "next hop: "+failed.Error(), http.StatusBadGateway)
+			return
 		}
 		fmt.Fprintf(w, "%x\n", sum[:4])
 	})

@@ -58,6 +58,8 @@ type appEntry struct {
 	Memory string  `yaml:"memory"` // "2GiB"
 	Sigma  float64 `yaml:"sigma"`
 	Policy string  `yaml:"policy"` // allocator policy; "" = --policy
+	// SLO: the pema policy's objective and proxy (docs/pema.md).
+	SLO *adminapi.SLO `yaml:"slo"`
 }
 
 func loadApps(path string) ([]server.AppSpec, error) {
@@ -105,7 +107,7 @@ func parseOldApps(path string, data []byte) ([]server.AppSpec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: app %d (%s): memory: %w", path, i+1, e.Name, err)
 		}
-		a := server.AppSpec{Name: e.Name, CPUCores: cpu, MemoryBytes: mem, Sigma: e.Sigma, Policy: e.Policy}
+		a := server.AppSpec{Name: e.Name, CPUCores: cpu, MemoryBytes: mem, Sigma: e.Sigma, Policy: e.Policy, SLO: e.SLO}
 		if err := a.Validate(); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestBadFlagsOneLineExit2(t *testing.T) {
@@ -123,5 +124,16 @@ func TestCheckConfig(t *testing.T) {
 		if rc := run(args, &e); rc != 2 || strings.Count(e.String(), "\n") != 1 {
 			t.Errorf("%v: rc %d, stderr %q", args, rc, e.String())
 		}
+	}
+}
+
+// An --apps entry can carry the pema policy's SLO; pema without one is refused.
+func TestParseAppsSLO(t *testing.T) {
+	apps, err := parseApps("f", []byte("- name: shop\n  cpu: 1\n  memory: 1GiB\n  policy: pema\n  slo: {p95: 50ms, listen: '127.0.0.1:0', upstream: '127.0.0.1:9000'}\n"))
+	if err != nil || len(apps) != 1 || apps[0].SLO == nil || apps[0].SLO.P95 != 50*time.Millisecond {
+		t.Fatalf("%+v %v", apps, err)
+	}
+	if _, err := parseApps("f", []byte("- {name: shop, cpu: 1, memory: 1GiB, policy: pema}\n")); err == nil {
+		t.Fatal("pema without an slo accepted")
 	}
 }

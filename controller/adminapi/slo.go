@@ -1,0 +1,7 @@
+package adminapi
+
+import "github.com/escra-dev/escra/controller/spec"
+
+// SLO is the pema policy's latency objective (seed 002), as the spec
+// defines it (controller/spec).
+type SLO = spec.SLO
