@@ -22,7 +22,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
-	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
@@ -110,7 +109,10 @@ func New(log *slog.Logger) (*Source, error) {
 	}
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones
 	// to the memory cgroup, where this is a no-op.
-	if err := rlimit.RemoveMemlock(); err != nil {
+	// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK. Raised here,
+	// not with cilium/ebpf's rlimit package: its init() probes with bpf(2)
+	// in every escrad process, which a seccomp filter without bpf kills.
+	if err := unix.Setrlimit(unix.RLIMIT_MEMLOCK, &unix.Rlimit{Cur: unix.RLIM_INFINITY, Max: unix.RLIM_INFINITY}); err != nil {
 		log.Debug("bpf backend: memlock rlimit not raised", "err", err)
 	}
 	s := &Source{log: log, byID: map[uint64]*watched{}, byH: map[uint32]uint64{}}
