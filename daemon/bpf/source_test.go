@@ -264,24 +264,31 @@ func TestHostKernelAlternatingThrottles(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := pairs()
-	var on, off, wrong int
+	var on, off, extra, missing int
 	for _, p := range ps {
 		if p.flagged {
 			on++
 		} else {
 			off++
 		}
-		if p.flagged != p.counted {
-			wrong++
+		switch {
+		case p.flagged && !p.counted:
+			extra++
+		case !p.flagged && p.counted:
+			missing++
 		}
 	}
-	t.Logf("%d consecutive periods: %d flagged, %d not, %d disagree with nr_throttled", len(ps), on, off, wrong)
+	t.Logf("%d consecutive periods: %d flagged, %d not; %d flagged the kernel did not count, %d counted not flagged",
+		len(ps), on, off, extra, missing)
 	if on < 3 || off < 3 {
 		t.Fatalf("%d throttled and %d unthrottled periods: the workload did not alternate", on, off)
 	}
-	// One tolerated: the kernel checks its throttled list just after the
-	// program, without a lock between them.
-	if wrong > 1 {
+	// The kernel checks its throttled list just after the program, without
+	// a lock between them, and on a 2-core host shared with two busy loops
+	// (CI's load) 2 of 31 periods disagreed; idle, 0. A flag derived from
+	// the counters (what item 3 forbids: a throttle at boundary N marking
+	// N+1) gets about 22 of 31 wrong, so a tenth still tells them apart.
+	if wrong := extra + missing; wrong > max(1, len(ps)/10) {
 		t.Errorf("%d of %d periods flagged differently from the kernel's own count", wrong, len(ps))
 	}
 }
