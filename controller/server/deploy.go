@@ -265,33 +265,8 @@ func (s *Server) deployFresh(ctx context.Context, app string, req DeployRequest)
 	if err != nil {
 		return nil, err
 	}
-	period := uint32(s.cfg.Params.PeriodUs())
-	placed := make([]Placed, len(plan))
-	errs := make([]error, len(plan))
-	var wg sync.WaitGroup
-	for i, p := range plan {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			quota := int64(math.Round(p.c.CPUCores * float64(period)))
-			if quota > 0 {
-				quota = max(quota, 1000) // the kernel's smallest CFS quota
-			}
-			env := &pb.Envelope{Body: &pb.Envelope_CreateContainer{CreateContainer: &pb.CreateContainer{
-				App: app, Name: p.c.Name, Image: p.c.Image, Command: p.c.Command, Env: p.c.Env, Network: p.c.Network, Cpu: p.c.CPUClass,
-				Limits: &pb.Limits{CpuQuotaUs: quota, CpuPeriodUs: period, MemoryLimitBytes: p.c.MemoryBytes}}}}
-			rep, err := call(ctx, p.host.sess, env)
-			hid := p.host.hello.GetHostId()
-			if err != nil {
-				errs[i] = fmt.Errorf("container %s on host %s: %w", p.c.Name, hid, err)
-				return
-			}
-			cr := rep.GetCreateContainerResult()
-			placed[i] = Placed{Name: p.c.Name, HostID: hid, ContainerID: cr.GetContainerId(), PullMs: float64(cr.GetPullUs()) / 1e3}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	placed, err := s.createPlanned(ctx, app, plan)
+	if err != nil {
 		s.rollback(app, plan)
 		return nil, firstLine(err)
 	}
@@ -408,4 +383,37 @@ func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 	a.Stop()
 	s.log.Info("app deleted", "app", app, "containers", n)
 	return n, s.storeDelete(app)
+}
+
+// createPlanned has each planned container created by its host's escrad,
+// all at once, with its bootstrap limits. placed[i] is set for every
+// container that was created, also when others failed (the caller undoes).
+func (s *Server) createPlanned(ctx context.Context, app string, plan []placement) ([]Placed, error) {
+	period := uint32(s.cfg.Params.PeriodUs())
+	placed := make([]Placed, len(plan))
+	errs := make([]error, len(plan))
+	var wg sync.WaitGroup
+	for i, p := range plan {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			quota := int64(math.Round(p.c.CPUCores * float64(period)))
+			if quota > 0 {
+				quota = max(quota, 1000) // the kernel's smallest CFS quota
+			}
+			env := &pb.Envelope{Body: &pb.Envelope_CreateContainer{CreateContainer: &pb.CreateContainer{
+				App: app, Name: p.c.Name, Image: p.c.Image, Command: p.c.Command, Env: p.c.Env, Network: p.c.Network, Cpu: p.c.CPUClass,
+				Limits: &pb.Limits{CpuQuotaUs: quota, CpuPeriodUs: period, MemoryLimitBytes: p.c.MemoryBytes}}}}
+			rep, err := call(ctx, p.host.sess, env)
+			hid := p.host.hello.GetHostId()
+			if err != nil {
+				errs[i] = fmt.Errorf("container %s on host %s: %w", p.c.Name, hid, err)
+				return
+			}
+			cr := rep.GetCreateContainerResult()
+			placed[i] = Placed{Name: p.c.Name, HostID: hid, ContainerID: cr.GetContainerId(), PullMs: float64(cr.GetPullUs()) / 1e3}
+		}()
+	}
+	wg.Wait()
+	return placed, errors.Join(errs...)
 }

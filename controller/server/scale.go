@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/escra-dev/escra/controller/adminapi"
@@ -35,31 +33,8 @@ func (s *Server) ScaleOut(ctx context.Context, app string, cs []DeployContainer)
 	if err != nil {
 		return nil, err
 	}
-	period := uint32(s.cfg.Params.PeriodUs())
-	placed := make([]Placed, len(plan))
-	errs := make([]error, len(plan))
-	var wg sync.WaitGroup
-	for i, p := range plan {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			quota := int64(math.Round(p.c.CPUCores * float64(period)))
-			if quota > 0 {
-				quota = max(quota, 1000)
-			}
-			env := &pb.Envelope{Body: &pb.Envelope_CreateContainer{CreateContainer: &pb.CreateContainer{
-				App: app, Name: p.c.Name, Image: p.c.Image, Command: p.c.Command, Env: p.c.Env, Network: p.c.Network,
-				Limits: &pb.Limits{CpuQuotaUs: quota, CpuPeriodUs: period, MemoryLimitBytes: p.c.MemoryBytes}}}}
-			rep, err := call(ctx, p.host.sess, env)
-			if err != nil {
-				errs[i] = fmt.Errorf("container %s on host %s: %w", p.c.Name, p.host.hello.GetHostId(), err)
-				return
-			}
-			placed[i] = Placed{Name: p.c.Name, HostID: p.host.hello.GetHostId(), ContainerID: rep.GetCreateContainerResult().GetContainerId()}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	placed, err := s.createPlanned(ctx, app, plan)
+	if err != nil {
 		// Undo only what this call made.
 		rctx, cancel := context.WithTimeout(context.Background(), deployTimeout)
 		defer cancel()
