@@ -57,6 +57,26 @@ func member(s *server.Server, id string) *server.ContainerState {
 }
 
 func TestRealControllerRegistersAndItsQuotaReachesCgroupThenDocker(t *testing.T) {
+	quotaReachesCgroupThenDocker(t, container.Resources{CPUQuota: 150000, CPUPeriod: 100000, Memory: 200 << 20, MemorySwap: 200 << 20},
+		func(hc *container.HostConfig) int64 { return hc.CPUQuota })
+}
+
+// A container created with `docker run --cpus` (NanoCPUs): Docker refuses
+// CpuQuota/CpuPeriod updates for it, so its view must follow as NanoCPUs.
+func TestQuotaReachesDockerForACpusContainer(t *testing.T) {
+	quotaReachesCgroupThenDocker(t, container.Resources{NanoCPUs: 1_500_000_000, Memory: 200 << 20, MemorySwap: 200 << 20},
+		func(hc *container.HostConfig) int64 {
+			if hc.CPUQuota != 0 {
+				t.Fatalf("docker inspect shows CpuQuota %d beside NanoCPUs %d", hc.CPUQuota, hc.NanoCPUs)
+			}
+			return hc.NanoCPUs * 100000 / 1e9
+		})
+}
+
+// quotaReachesCgroupThenDocker starts a labelled container with res (1.5
+// cores), checks that the controller's quota replaces it in the cgroup,
+// then that docker inspect (read by dockerQuota, in µs per 100 ms) follows.
+func quotaReachesCgroupThenDocker(t *testing.T, res container.Resources, dockerQuota func(*container.HostConfig) int64) {
 	cli := dockertest.Client(t, "")
 	img := dockertest.WorkloadImage(t, cli)
 	app := appLabel(t)[containers.AppLabel]
@@ -65,7 +85,7 @@ func TestRealControllerRegistersAndItsQuotaReachesCgroupThenDocker(t *testing.T)
 	time.Sleep(300 * time.Millisecond)
 
 	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-rc"), Image: img, Cmd: []string{"-idle"}, Labels: appLabel(t),
-		Resources: container.Resources{CPUQuota: 150000, CPUPeriod: 100000, Memory: 200 << 20, MemorySwap: 200 << 20}})
+		Resources: res})
 	start := time.Now()
 	for member(s, id) == nil {
 		if time.Since(start) > time.Second {
@@ -101,11 +121,11 @@ func TestRealControllerRegistersAndItsQuotaReachesCgroupThenDocker(t *testing.T)
 			t.Fatal(err)
 		}
 		cg, _ = strconv.ParseInt(readFile(t, quotaFile), 10, 64)
-		if j.HostConfig.CPUQuota == cg {
+		if dockerQuota(j.HostConfig) == cg {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("docker inspect quota %d, cgroup %d", j.HostConfig.CPUQuota, cg)
+			t.Fatalf("docker inspect quota %d, cgroup %d", dockerQuota(j.HostConfig), cg)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -465,6 +465,7 @@ func (a *Agent) add(c containers.Container) {
 		a.log.Warn("skipping container: cgroup limits", "name", c.Name, "id", short(c.ID), "err", err)
 		return
 	}
+	e.DockerNanoCPUs.Store(c.Docker && c.Limits.NanoCPUs > 0)
 	m := &managed{c: c, g: g, e: e}
 	m.orig, _ = e.Current()
 	if c.Docker {

@@ -39,6 +39,10 @@ type Entry struct {
 	// NoDockerCPUs keeps the cpuset out of Docker's view (the shared
 	// cpusets of escrad's CPU placement: rewritten whenever escrad starts).
 	NoDockerCPUs atomic.Bool
+	// DockerNanoCPUs: the container was created with `--cpus`. Docker then
+	// refuses a CpuQuota/CpuPeriod update ("Conflicting options"), so its
+	// view is kept as NanoCPUs instead.
+	DockerNanoCPUs atomic.Bool
 
 	mu      sync.Mutex
 	gen     uint64 // newest controller generation applied

@@ -136,12 +136,7 @@ func (r *Reconciler) one(ctx context.Context, h uint32) bool {
 	if e.NoDockerCPUs.Load() {
 		res.CpusetCpus = "" // docker update leaves it as it is
 	}
-	if cur.CPUQuotaUs > 0 {
-		res.CPUQuota = cur.CPUQuotaUs
-	} else {
-		res.CPUQuota = -1
-	}
-	res.CPUPeriod = int64(cur.CPUPeriodUs)
+	dockerCPU(&res, cur, e.DockerNanoCPUs.Load())
 	if cur.MemoryBytes != cgroups.Max {
 		res.Memory = cur.MemoryBytes
 		res.MemorySwap = cur.MemswBytes // -1 when unlimited
@@ -173,6 +168,34 @@ func (r *Reconciler) one(ctx context.Context, h uint32) bool {
 	}
 	e.mu.Unlock()
 	return true
+}
+
+// dockerPeriodUs is the CFS period Docker writes with NanoCPUs.
+const dockerPeriodUs = 100000
+
+// dockerCPU puts the quota into Docker's terms. A container created with
+// `--cpus` only takes NanoCPUs (Docker refuses CpuQuota/CpuPeriod beside
+// it), which Docker applies with its own 100 ms period: the quota is
+// rescaled to it, and left out (Docker's CPU view stays as it was) when
+// escrad runs another period, so runc never writes a period escrad did not
+// choose.
+func dockerCPU(res *container.Resources, cur Current, nano bool) {
+	if nano {
+		switch {
+		case cur.CPUPeriodUs != dockerPeriodUs:
+		case cur.CPUQuotaUs > 0:
+			res.NanoCPUs = cur.CPUQuotaUs * 1e9 / dockerPeriodUs
+		default:
+			// Docker has no "unlimited" NanoCPUs update; 0 leaves it unchanged.
+		}
+		return
+	}
+	if cur.CPUQuotaUs > 0 {
+		res.CPUQuota = cur.CPUQuotaUs
+	} else {
+		res.CPUQuota = -1
+	}
+	res.CPUPeriod = int64(cur.CPUPeriodUs)
 }
 
 func short(id string) string {
