@@ -61,6 +61,8 @@ type Escra struct {
 	Budget        func(c Cell) float64
 	ControllerPID int
 	DaemonPID     int
+	// Backend is the telemetry backend escrad chose (its start line).
+	Backend string
 }
 
 // IsEscra tells Escra's policies (escra, escra-paper) from the baselines.

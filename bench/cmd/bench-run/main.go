@@ -75,6 +75,8 @@ func run() error {
 	// would never take anything back from them.
 	safeMargin := flag.String("safe-margin", "8MiB", "reclaim margin δ given to escra-controller")
 	ctlFlags := flag.String("controller-flags", "", "extra escra-controller flags, space-separated (allocator A/B runs, e.g. \"-headroom 0\")")
+	backend := flag.String("backend", "auto", "escrad's telemetry backend: auto (what escrad picks on this host, as a user gets it), kernel, bpf or cgroupfs")
+	daemonFlags := flag.String("escrad-flags", "", "extra escrad flags, space-separated (e.g. \"-throttle-poll 2ms\")")
 	clientCPUs := flag.String("client-cpus", "0", "CPUs the client (this process, vegeta, wrk, redis-benchmark) is pinned to (\"\": not pinned)")
 	appCPUs := flag.String("app-cpus", "1", "CPUs of the containers under test, the batch container, escrad and escra-controller (\"\": not pinned)")
 	burstCycle := flag.Duration("burst-cycle", 0, "cycle of the Burst load, calm then burst, half each (default 6 s quick: three cycles per run; 20 s full, seed 000's)")
@@ -189,10 +191,17 @@ func run() error {
 
 	if (contains(cfg.Policies, "escra") || contains(cfg.Policies, "escra-paper")) && !*noEscra {
 		extra := strings.Fields(*ctlFlags)
-		stopEscra, e, err := startEscra(ctx, cfg, profiles, *bin, *out, *safeMargin, *appCPUs, extra)
+		stopEscra, e, err := startEscra(ctx, cfg, profiles, escraOpts{bin: *bin, out: *out, safeMargin: *safeMargin,
+			appCPUs: *appCPUs, ctlFlags: extra, backend: *backend, daemonFlags: strings.Fields(*daemonFlags)})
 		res.Notes = append(res.Notes, fmt.Sprintf("Escra: one app per cell and Escra policy, its budget exactly Σ static15 limits of that cell; reclaim margin δ = %s (seed 000: 50 MiB for containers of GiBs; these are tens of MiB), other parameters the controller's defaults (docs/allocator.md).", *safeMargin))
 		if len(extra) > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("escra-controller run with the extra flags %q.", *ctlFlags))
+		}
+		if *daemonFlags != "" {
+			res.Notes = append(res.Notes, fmt.Sprintf("escrad run with the extra flags %q.", *daemonFlags))
+		}
+		if e != nil {
+			res.Notes = append(res.Notes, fmt.Sprintf("escrad's backend: %s (asked for %s).", e.Backend, *backend))
 		}
 		if err != nil {
 			say("Escra not started: %v", err)
@@ -329,7 +338,13 @@ func machine(ctx context.Context, cli *client.Client) report.Machine {
 // startEscra starts escra-controller with one app per cell and Escra
 // policy (budget: exactly what static15 provisions for that cell) and one
 // escrad on the default engine, both pinned to the app CPUs.
-func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell]matrix.Profile, bin, out, safeMargin, appCPUs string, ctlFlags []string) (func(), *matrix.Escra, error) {
+type escraOpts struct {
+	bin, out, safeMargin, appCPUs, backend string
+	ctlFlags, daemonFlags                  []string
+}
+
+func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell]matrix.Profile, o escraOpts) (func(), *matrix.Escra, error) {
+	bin, out, appCPUs := o.bin, o.out, o.appCPUs
 	ctlBin, dBin := filepath.Join(bin, "escra-controller"), filepath.Join(bin, "escrad")
 	for _, p := range []string{ctlBin, dBin} {
 		if _, err := os.Stat(p); err != nil {
@@ -394,15 +409,15 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 		}
 	}
 	// -store none: the benchmark's apps live as long as this run.
-	ctl, err := start(ctlBin, append([]string{"-insecure", "-store", "none", "-apps", appsFile, "-safe-margin", safeMargin}, ctlFlags...)...)
+	ctl, err := start(ctlBin, append([]string{"-insecure", "-store", "none", "-apps", appsFile, "-safe-margin", o.safeMargin}, o.ctlFlags...)...)
 	if err != nil {
 		return nil, nil, err
 	}
 	time.Sleep(500 * time.Millisecond)
 	// --apps: this escrad manages (and, at start, restores) only the
 	// benchmark's containers, whatever else runs on the engine.
-	d, err := start(dBin, "-insecure", "-backend", "cgroupfs", "-apps", strings.Join(names, ","),
-		"-oom-state", filepath.Join(out, "escrad.oom-armed"))
+	d, err := start(dBin, append([]string{"-insecure", "-backend", o.backend, "-apps", strings.Join(names, ","),
+		"-oom-state", filepath.Join(out, "escrad.oom-armed")}, o.daemonFlags...)...)
 	if err != nil {
 		stopAll(ctl)
 		return nil, nil, err
@@ -416,9 +431,30 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 		default:
 		}
 	}
-	say("started escra-controller (pid %d) and escrad (pid %d); apps in %s", ctl.cmd.Process.Pid, d.cmd.Process.Pid, appsFile)
+	chosen := daemonBackend(filepath.Join(out, "escrad.log"))
+	say("started escra-controller (pid %d) and escrad (pid %d, backend %s); apps in %s", ctl.cmd.Process.Pid, d.cmd.Process.Pid, chosen, appsFile)
 	stop := func() { stopAll(d, ctl) }
-	return stop, &matrix.Escra{App: app, Budget: budget, ControllerPID: ctl.cmd.Process.Pid, DaemonPID: d.cmd.Process.Pid}, nil
+	return stop, &matrix.Escra{App: app, Budget: budget, ControllerPID: ctl.cmd.Process.Pid, DaemonPID: d.cmd.Process.Pid, Backend: chosen}, nil
+}
+
+// daemonBackend reads the backend escrad chose from its start line
+// ("escrad starting" … backend=X), "unknown" if it is not there.
+func daemonBackend(logPath string) string {
+	b, err := os.ReadFile(logPath)
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, "escrad starting") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "backend="); ok {
+				return v
+			}
+		}
+	}
+	return "unknown"
 }
 
 // measureOverheads measures, on one demo-http container, the limit apply
