@@ -17,6 +17,7 @@ import (
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/daemon/limits"
 	"github.com/escra-dev/escra/internal/dockertest"
 )
 
@@ -113,8 +114,9 @@ func quotaReachesCgroupThenDocker(t *testing.T, res container.Resources, dockerQ
 	if cg > 30000 {
 		t.Errorf("quota %d above the app's 0.3-core budget", cg)
 	}
-	// Docker's view follows: docker inspect shows what the cgroup holds.
-	deadline = time.Now().Add(5 * time.Second)
+	// Docker's view follows within the reconciler's window: docker inspect
+	// shows what the cgroup holds.
+	deadline = time.Now().Add(limits.DefaultReconcileWindow + 5*time.Second)
 	for {
 		j, err := cli.ContainerInspect(context.Background(), id)
 		if err != nil {

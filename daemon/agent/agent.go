@@ -88,6 +88,11 @@ type Config struct {
 	// OnLeaseRaise, when set, sees every raise from host-local lease
 	// credit: the event seen to the raising write returned (issue 11).
 	OnLeaseRaise func(h uint32, took time.Duration)
+	// DockerSync is how often, at most, Docker's view of a container's
+	// limits (docker inspect) is brought up to the cgroup: a docker update
+	// runs runc, milliseconds of CPU each (0: limits.DefaultReconcileWindow;
+	// < 0: never).
+	DockerSync time.Duration
 	// RestoreAfter puts back the limits Docker knows (or, for configured
 	// cgroups, the ones found at start) once no controller session has
 	// been up for this long; 0: never (escrad --restore-after).
@@ -295,8 +300,8 @@ func New(cfg Config) (*Agent, error) {
 		a.src = cs
 		a.sampler = cs
 	}
-	if cfg.Docker != nil {
-		a.rec = &limits.Reconciler{A: a.app, Docker: cfg.Docker, Log: cfg.Log}
+	if cfg.Docker != nil && cfg.DockerSync >= 0 {
+		a.rec = &limits.Reconciler{A: a.app, Docker: cfg.Docker, Log: cfg.Log, Window: cfg.DockerSync}
 		a.app.Reconcile = a.rec
 	}
 	var mem uint64

@@ -37,12 +37,15 @@ type Reconciler struct {
 	Errors  atomic.Uint64
 }
 
-// DefaultReconcileWindow batches Docker's view for a second. With throttle
-// events a quota moves several times a second, and at 250 ms three busy
-// containers meant a dozen runc runs a second: on a loaded 2-core host that
-// starved escrad's own telemetry (TestE2EDeployAcrossThreeHosts under two
-// busy loops). docker inspect lags the cgroup by at most this much.
-const DefaultReconcileWindow = time.Second
+// DefaultReconcileWindow batches Docker's view for five seconds. A quota
+// moves several times a second, and each docker update runs runc
+// (milliseconds of dockerd, containerd and runc CPU): at 250 ms three busy
+// containers meant a dozen runc runs a second and starved escrad's own
+// telemetry on a loaded 2-core host (TestE2EDeployAcrossThreeHosts under
+// two busy loops); at 1 s they still cost the benchmark's chain cell three
+// a second. docker inspect lags the cgroup by at most this much; the
+// cgroup, escractl get and /metrics are current.
+const DefaultReconcileWindow = 5 * time.Second
 
 // Mark queues h; it never blocks.
 func (r *Reconciler) Mark(h uint32) {

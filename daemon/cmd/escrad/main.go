@@ -27,6 +27,7 @@ import (
 	"github.com/escra-dev/escra/daemon/bpf"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/genl"
+	"github.com/escra-dev/escra/daemon/limits"
 	"github.com/escra-dev/escra/daemon/oom"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
@@ -41,6 +42,7 @@ type fileConfig struct {
 	OOMDeadline   string                  `yaml:"oom_deadline"`
 	ThrottlePoll  string                  `yaml:"throttle_poll"`
 	RestoreAfter  string                  `yaml:"restore_after"`
+	DockerSync    string                  `yaml:"docker_sync"`
 	Backend       string                  `yaml:"backend"`
 	HostID        string                  `yaml:"host_id"`
 	LogLevel      string                  `yaml:"log_level"`
@@ -81,6 +83,7 @@ func run(args []string, restoreOnly bool) error {
 		controller  = fs.String("controller", "127.0.0.1:7470", "controller TCP address; A,B,... for several controllers sharing an etcd store: tried in turn, following the elected leader")
 		period      = fs.Duration("period", 100*time.Millisecond, "telemetry period (CFS period)")
 		oomDeadline = fs.Duration("oom-deadline", 200*time.Millisecond, "wait this long for an OOM verdict before letting the kernel OOM killer act")
+		dockerSync  = fs.Duration("docker-sync", limits.DefaultReconcileWindow, "bring Docker's view of a container's limits (docker inspect) up to the cgroup at most this often; each docker update runs runc (0: never)")
 		restoreAft  = fs.Duration("restore-after", 10*time.Second, "put back the limits Docker knows for every managed container once no controller has been reachable this long (0: never)")
 		thrPoll     = fs.Duration("throttle-poll", 10*time.Millisecond, "cgroupfs: read nr_throttled of every group with a quota this often between periods and report a rise to the controller at once (0: off, also the bpf backend's throttle events)")
 		thrNear     = fs.Float64("throttle-near", 0.95, "cgroupfs: also report a group that has used this share of its quota within the CFS period in progress, before it is throttled (0: off)")
@@ -158,7 +161,7 @@ func run(args []string, restoreOnly bool) error {
 		dst  *time.Duration
 		name string
 		val  string
-	}{{period, "period", fc.Period}, {oomDeadline, "oom-deadline", fc.OOMDeadline}, {thrPoll, "throttle-poll", fc.ThrottlePoll}, {restoreAft, "restore-after", fc.RestoreAfter}} {
+	}{{period, "period", fc.Period}, {oomDeadline, "oom-deadline", fc.OOMDeadline}, {thrPoll, "throttle-poll", fc.ThrottlePoll}, {restoreAft, "restore-after", fc.RestoreAfter}, {dockerSync, "docker-sync", fc.DockerSync}} {
 		if !set[d.name] && d.val != "" {
 			v, err := time.ParseDuration(d.val)
 			if err != nil {
@@ -172,6 +175,9 @@ func run(args []string, restoreOnly bool) error {
 	}
 	if *thrPoll != 0 && (*thrPoll < 100*time.Microsecond || *thrPoll >= *period) {
 		return fmt.Errorf("--throttle-poll %v out of range: want 0 (off) or [100µs, --period %v)", *thrPoll, *period)
+	}
+	if *dockerSync < 0 {
+		return fmt.Errorf("--docker-sync %v out of range: want 0 (never) or a positive interval", *dockerSync)
 	}
 	if *thrNear < 0 || *thrNear > 1 {
 		return fmt.Errorf("--throttle-near %v out of range: want 0 (off) or (0, 1]", *thrNear)
@@ -259,7 +265,7 @@ func run(args []string, restoreOnly bool) error {
 		// auto/bpf then the CO-RE program when the kernel has BTF.
 		Backend: *backend, KernelSource: genl.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
 		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
-		RestoreAfter: *restoreAft, CPUPlacement: *cpuPlace, ViewDir: *viewDir, ImageBudget: *imageBudget,
+		RestoreAfter: *restoreAft, DockerSync: syncOrOff(*dockerSync), CPUPlacement: *cpuPlace, ViewDir: *viewDir, ImageBudget: *imageBudget,
 	}
 	if *imageBudget < 0 {
 		return fmt.Errorf("--image-budget %d: want bytes >= 0", *imageBudget)
@@ -347,6 +353,14 @@ func run(args []string, restoreOnly bool) error {
 
 // nearOrOff maps the flag's 0 (off) to the agent's "off" (< 0); the
 // agent's 0 means the default.
+// syncOrOff maps --docker-sync 0 (never) to agent.Config's "off" (< 0).
+func syncOrOff(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 func nearOrOff(v float64) float64 {
 	if v == 0 {
 		return -1
