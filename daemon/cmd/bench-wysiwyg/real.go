@@ -523,7 +523,7 @@ func (e *env) oneCase(ctx context.Context, mode string, r int) (caseResult, erro
 	if err != nil {
 		return c, err
 	}
-	name := fmt.Sprintf("wys-bench-nginx-%s-%d-%d", mode, os.Getpid(), r)
+	name := fmt.Sprintf("%s-nginx-%s-%d-%d", *namePrefix, mode, os.Getpid(), r)
 	id, err := e.start(ctx, name, e.nginx, c1, 100000, []string{"PORT=" + strconv.Itoa(port)}, nil)
 	if err != nil {
 		return c, fmt.Errorf("nginx %s: %w", mode, err)
@@ -575,7 +575,7 @@ func (e *env) oneCase(ctx context.Context, mode string, r int) (caseResult, erro
 	// sysbench: the container waits 2 s (escrad places a C1 container
 	// within a second of its start), then sizes its threads with nproc
 	// like the command line.
-	name = fmt.Sprintf("wys-bench-sysbench-%s-%d-%d", mode, os.Getpid(), r)
+	name = fmt.Sprintf("%s-sysbench-%s-%d-%d", *namePrefix, mode, os.Getpid(), r)
 	cmd := fmt.Sprintf("sleep 2; echo threads=$(nproc); exec sysbench cpu --threads=$(nproc) --time=%d --percentile=99 run", max(1, int(dur.Seconds())))
 	sid, err := e.start(ctx, name, e.sysb, c1, 100000, nil, []string{cmd})
 	if err != nil {
@@ -592,7 +592,7 @@ func (e *env) oneCase(ctx context.Context, mode string, r int) (caseResult, erro
 	}
 
 	// A Go program with the runtime's default GOMAXPROCS.
-	name = fmt.Sprintf("wys-bench-gowork-%s-%d-%d", mode, os.Getpid(), r)
+	name = fmt.Sprintf("%s-gowork-%s-%d-%d", *namePrefix, mode, os.Getpid(), r)
 	gid, err := e.start(ctx, name, e.gowork, c1, 100000, nil, []string{fmt.Sprintf("sleep 2; exec /gowork -for %v", *dur)})
 	if err != nil {
 		return c, fmt.Errorf("gowork %s: %w", mode, err)
@@ -656,8 +656,8 @@ func tail(s string, n int) string {
 // boundary; the cgroup files are sampled every 100 ms.
 func (e *env) escraRun(ctx context.Context, sum summary, rep *strings.Builder) error {
 	spin := "while :; do :; done & while :; do :; done"
-	c2 := fmt.Sprintf("wys-bench-c2-%d", os.Getpid())
-	c1 := fmt.Sprintf("wys-bench-c1-%d", os.Getpid())
+	c2 := fmt.Sprintf("%s-c2-%d", *namePrefix, os.Getpid())
+	c1 := fmt.Sprintf("%s-c1-%d", *namePrefix, os.Getpid())
 	// The C2 container joins the same app so escrad places it too.
 	cfg := &container.Config{Image: e.busy, Cmd: []string{"while :; do :; done"}, Labels: map[string]string{containers.AppLabel: benchApp}}
 	hc := &container.HostConfig{NetworkMode: "none"}
@@ -782,7 +782,7 @@ func (e *env) escraNginx(ctx context.Context, sum summary, rep *strings.Builder)
 		if err != nil {
 			return err
 		}
-		name := fmt.Sprintf("wys-bench-escra-nginx-%s-%d", mode, os.Getpid())
+		name := fmt.Sprintf("%s-escra-nginx-%s-%d", *namePrefix, mode, os.Getpid())
 		id, err := e.startManaged(ctx, name, e.nginx, c1, true, 100000, []string{"PORT=" + strconv.Itoa(port)}, nil)
 		if err != nil {
 			return fmt.Errorf("nginx under Escra (%s): %w", mode, err)
