@@ -102,7 +102,7 @@ bench-bpf: ## bpf vs cgroupfs telemetry on this host's kernel, 100 groups at 100
 
 bench-wysiwyg: ## issue 14 (seed 001): nproc/nginx/sysbench under quota vs WYSIWYG, an Escra run across whole cores, the §V simulation (5-8 min; root)
 	@scripts/setup.sh
-	$(GO) run ./daemon/cmd/bench-wysiwyg -out results/wysiwyg
+	$(GO) run ./daemon/cmd/bench-wysiwyg -out results/wysiwyg $(BENCH_WYSIWYG_ARGS)
 
 bench-mu: ## seed 003 (Mu): Tables 3 and 5, load balancers, placement simulation (~22 min; root; MU_HOSTS, MU_PARTS)
 	@scripts/setup.sh

@@ -103,6 +103,9 @@ type Config struct {
 	CPUPlacement string
 	// ViewDir holds per-container CPU views (DefaultViewDir when empty).
 	ViewDir string
+	// CPUProfileDir holds escractl profile's verdicts per image, which
+	// resolve escra.cpu=auto (wysiwyg.DefaultProfileDir when empty).
+	CPUProfileDir string
 	// PullRegistries are the registries (host:port as in an image
 	// reference) the deployer's creates may pull a missing image from
 	// (escrad --pull-registries); empty: never pull.
@@ -240,6 +243,9 @@ func New(cfg Config) (*Agent, error) {
 	var err error
 	if a.cpu, err = newCPUMgr(cfg.CPUPlacement, hostCPUs(), a.app, cfg.ViewDir, cfg.Log); err != nil {
 		return nil, err
+	}
+	if a.cpu != nil && cfg.CPUProfileDir != "" {
+		a.cpu.profiles = cfg.CPUProfileDir
 	}
 
 	// auto prefers kernel > bpf > cgroupfs (issue 13).

@@ -34,9 +34,10 @@ const DefaultViewDir = "/run/escra/view"
 // are made in order around the quota write, so that at no instant a
 // container sees fewer cores than its quota needs or shares a P1 core.
 type cpuMgr struct {
-	log     *slog.Logger
-	app     *limits.Applier
-	viewDir string
+	log      *slog.Logger
+	app      *limits.Applier
+	viewDir  string
+	profiles string // verdicts of escractl profile --record, for escra.cpu=auto
 
 	mu   sync.Mutex
 	host *wysiwyg.Host
@@ -73,7 +74,7 @@ func newCPUMgr(mode string, cores int, app *limits.Applier, viewDir string, log 
 	if viewDir == "" {
 		viewDir = DefaultViewDir
 	}
-	return &cpuMgr{log: log, app: app, viewDir: viewDir, host: wysiwyg.NewHost(cores, m), byH: map[uint32]*cpuCtr{}}, nil
+	return &cpuMgr{log: log, app: app, viewDir: viewDir, profiles: wysiwyg.DefaultProfileDir, host: wysiwyg.NewHost(cores, m), byH: map[uint32]*cpuCtr{}}, nil
 }
 
 func hid(h uint32) string { return strconv.FormatUint(uint64(h), 10) }
@@ -92,8 +93,9 @@ func toMilli(quotaUs int64, periodUs uint32) int64 {
 	return (quotaUs*wysiwyg.Milli + int64(periodUs) - 1) / int64(periodUs)
 }
 
-// add places a new container: C1 by Algorithm 1 when labelled wysiwyg and
-// limited, else in the shared pool. A container whose cpuset its owner
+// add places a new container: C1 by Algorithm 1 when labelled wysiwyg (or
+// auto, and its image was profiled processor-sensitive: seed 001 §IV-C)
+// and limited, else in the shared pool. A container whose cpuset its owner
 // gave Docker and that carries no escra.cpu label is left alone (make
 // bench pins its apps that way). Shared cpusets are not written into
 // Docker's view, so after a restart a cpuset there is still the owner's.
@@ -103,8 +105,13 @@ func (c *cpuMgr) add(h uint32, ctr containers.Container, cur limits.Current) {
 		return
 	}
 	x := &cpuCtr{h: h, name: ctr.Name, want: wysiwyg.C2}
-	if ctr.CPU == containers.CPUWysiwyg {
+	switch ctr.CPU {
+	case containers.CPUWysiwyg:
 		x.want = wysiwyg.C1
+	case containers.CPUAuto:
+		var why string
+		x.want, why = wysiwyg.ResolveAuto(c.profiles, ctr.Image)
+		c.log.Info("escra.cpu=auto: "+why, "name", ctr.Name, "image", ctr.Image)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -116,7 +123,7 @@ func (c *cpuMgr) add(h uint32, ctr containers.Container, cur limits.Current) {
 		}
 		x.retry = time.Now().Add(c1Retry)
 	} else if x.want == wysiwyg.C1 {
-		c.log.Info("escra.cpu=wysiwyg without a CPU limit: shared until a quota is set", "name", ctr.Name)
+		c.log.Info("wysiwyg container without a CPU limit: shared until a quota is set", "name", ctr.Name)
 	}
 	c.addShared(x)
 }
@@ -126,7 +133,7 @@ func (c *cpuMgr) add(h uint32, ctr containers.Container, cur limits.Current) {
 func (c *cpuMgr) addC1(x *cpuCtr, r int64, apply func() error) error {
 	plan, err := c.host.Add(hid(x.h), wysiwyg.C1, r)
 	if err != nil {
-		c.log.Error("cannot place container as wysiwyg (escra.cpu=wysiwyg): placed in the shared pool",
+		c.log.Error("cannot place container as wysiwyg: placed in the shared pool",
 			"name", x.name, "millicores", r, "mode", c.host.Mode, "err", err)
 		return err
 	}

@@ -89,3 +89,63 @@ func TestCPUMgrOnRealCgroups(t *testing.T) {
 		t.Fatalf("shared cpuset %q after the C1 left", got)
 	}
 }
+
+// escra.cpu=auto on real cgroups: the container whose image escractl
+// profile recorded as processor-sensitive gets an exclusive core (C1);
+// one whose image was never profiled stays in the shared pool (C2).
+func TestCPUMgrAutoOnRealCgroups(t *testing.T) {
+	if hostCPUs() < 2 {
+		t.Skip("needs 2 CPUs")
+	}
+	app := limits.New()
+	m, err := newCPUMgr(CPUPlacementHard, hostCPUs(), app, t.TempDir(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.profiles = t.TempDir()
+	const sensitive = "sha256:aa00000000000000000000000000000000000000000000000000000000000001"
+	const unprofiled = "sha256:bb00000000000000000000000000000000000000000000000000000000000002"
+	if err := wysiwyg.RecordProfile(m.profiles, sensitive, wysiwyg.VerdictWysiwyg); err != nil {
+		t.Fatal(err)
+	}
+	groups := map[uint32]*cgroups.Group{}
+	for h, name := range map[uint32]string{1: "wys-auto-c1", 2: "wys-auto-c2"} {
+		rel := cgtest.New(t, name)
+		cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "100000")
+		p, err := cgroups.PathsForCgroup(rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := cgroups.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Close)
+		e, err := limits.NewEntry(name, false, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		app.Add(h, e)
+		groups[h] = g
+	}
+	cur1, _ := app.Get(1).Current()
+	m.add(1, containers.Container{Name: "wys-auto-c1", CPU: containers.CPUAuto, Image: sensitive}, cur1)
+	cur2, _ := app.Get(2).Current()
+	m.add(2, containers.Container{Name: "wys-auto-c2", CPU: containers.CPUAuto, Image: unprofiled}, cur2)
+	if !m.manages(1) || m.manages(2) {
+		t.Fatalf("manages as C1: profiled %v, unprofiled %v; want true, false", m.manages(1), m.manages(2))
+	}
+	cpus := func(g *cgroups.Group) string {
+		var buf [64]byte
+		b, _ := g.Read(cgroups.CPUSetCPUs, buf[:])
+		return strings.TrimSpace(string(b))
+	}
+	n := hostCPUs()
+	top := wysiwyg.NewCPUSet(n - 1).String()
+	if got := cpus(groups[1]); got != top {
+		t.Fatalf("profiled auto container's cpuset %q, want the exclusive top core %s", got, top)
+	}
+	if got := cpus(groups[2]); got != wysiwyg.Range(n-1).String() {
+		t.Fatalf("unprofiled auto container's cpuset %q, want the shared pool %s", got, wysiwyg.Range(n-1))
+	}
+}

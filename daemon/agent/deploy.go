@@ -28,9 +28,11 @@ func (a *Agent) CreateContainer(ctx context.Context, m *pb.CreateContainer) (*pb
 	if err := containers.ValidateCPU(cs.CPU); err != nil {
 		return nil, err
 	}
-	if cs.CPU == containers.CPUWysiwyg && a.cpu != nil {
+	if (cs.CPU == containers.CPUWysiwyg || cs.CPU == containers.CPUAuto) && a.cpu != nil {
 		// The container's online view, truthful from its first instruction
-		// (seed 001's WYSIWYG principle; docs/wysiwyg.md).
+		// (seed 001's WYSIWYG principle; docs/wysiwyg.md). An auto
+		// container gets it too: its profile may make it C1, and for C2
+		// the view follows the shared pool.
 		cores := 0
 		if q, p := l.GetCpuQuotaUs(), l.GetCpuPeriodUs(); q > 0 && p > 0 {
 			cores = int((q + int64(p) - 1) / int64(p))

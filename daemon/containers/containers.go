@@ -17,8 +17,8 @@ const AppLabel = "escra.app"
 
 // CPULabel picks a container's CPU placement (seed 001 §IV-B):
 // "wysiwyg" (C1: an exclusive cpuset of ⌈quota⌉ cores), "shared" (C2, the
-// default: the shared pool) or "auto" (`escractl profile` decides; escrad
-// treats it as shared until the label says otherwise).
+// default: the shared pool) or "auto" (the verdict `escractl profile
+// --record` stored for the container's image decides; shared when none).
 const CPULabel = "escra.cpu"
 
 // CPU label values.
@@ -69,6 +69,9 @@ type Container struct {
 	Name string
 	App  string
 	CPU  string // escra.cpu label value ("" when absent)
+	// Image is the Docker image ID ("sha256:..."), "" for cgroups: the key
+	// of escractl profile's verdict for escra.cpu=auto.
+	Image string
 	// Pid is the init process (0 for configured cgroups); CgroupPath is
 	// set instead for configured cgroups (relative to the hierarchy root).
 	Pid        int

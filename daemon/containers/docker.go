@@ -161,7 +161,7 @@ func (d *Docker) inspect(ctx context.Context, id string) (Container, bool) {
 		name = name[1:]
 	}
 	return Container{
-		ID: j.ID, Name: name, App: app, CPU: cpu, Pid: j.State.Pid, Docker: true,
+		ID: j.ID, Name: name, App: app, CPU: cpu, Image: j.Image, Pid: j.State.Pid, Docker: true,
 		Limits: Limits{
 			CPUQuotaUs: r.CPUQuota, CPUPeriodUs: uint32(r.CPUPeriod),
 			MemoryBytes: r.Memory, MemswBytes: r.MemorySwap, CpusetCpus: r.CpusetCpus, NanoCPUs: r.NanoCPUs,

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/escra-dev/escra/controller/spec"
+	"github.com/escra-dev/escra/internal/wysiwyg"
 )
 
 // profileCmd is seed 001 §IV-C's container type determination: the app is
@@ -48,14 +49,15 @@ escra.cpu=wysiwyg) or not (C2: shared). The cpuset must win by more than
 	f.StringVar(&o.prefix, "name-prefix", "escra-profile", "prefix of the containers it creates")
 	f.DurationVar(&o.timeout, "timeout", 5*time.Minute, "bound on one evaluation")
 	f.Float64Var(&o.margin, "margin", 0.05, "share by which the cpuset must win, in [0, 1)")
+	f.StringVar(&o.record, "record", "", "also store the verdict for the image in DIR (escrad --cpu-profiles, default "+wysiwyg.DefaultProfileDir+"): escrad then places its escra.cpu=auto containers by it")
 	return c
 }
 
 type profileOpts struct {
-	file, workload, cpus, score, dockerHost, prefix string
-	reps                                            int
-	timeout                                         time.Duration
-	margin                                          float64
+	file, workload, cpus, score, dockerHost, prefix, record string
+	reps                                                    int
+	timeout                                                 time.Duration
+	margin                                                  float64
 }
 
 func runProfile(e *env, o profileOpts) error {
@@ -150,6 +152,19 @@ func runProfile(e *env, o profileOpts) error {
 		verdict, label = "C1 (processor sensitive: needs WYSIWYG)", "wysiwyg"
 	}
 	fmt.Fprintf(e.stdout, "cpuset better in %d of %d evaluations: %s; label its containers escra.cpu=%s\n", wins, total, verdict, label)
+	if o.record == "" {
+		return nil
+	}
+	// Keyed by image ID, which escrad reads from docker inspect: any tag
+	// of this image, on any host with the same file, resolves the same.
+	ins, err := cli.ImageInspect(e.ctx, ctr.Image)
+	if err != nil {
+		return fmt.Errorf("profile --record: image %s: %w", ctr.Image, err)
+	}
+	if err := wysiwyg.RecordProfile(o.record, ins.ID, label); err != nil {
+		return fmt.Errorf("profile --record: %w", err)
+	}
+	fmt.Fprintf(e.stdout, "recorded %s for image %s in %s: escra.cpu=auto containers of it are placed %s\n", label, ins.ID, o.record, label)
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/escra-dev/escra/internal/dockertest"
+	"github.com/escra-dev/escra/internal/wysiwyg"
 )
 
 func profileSpec(t *testing.T, image, cmd string) string {
@@ -48,16 +50,26 @@ func TestProfileOnTheRealEngine(t *testing.T) {
 	cli := dockertest.Client(t, "")
 	img := dockertest.BusyboxImage(t, cli)
 	f := profileSpec(t, img, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
-	r := runCLI(t, "profile", "-f", f, "--reps", "2", "--name-prefix", "wys-prof")
+	rec := t.TempDir()
+	r := runCLI(t, "profile", "-f", f, "--reps", "2", "--name-prefix", "h14-wys-prof", "--record", rec)
 	if r.code != 0 {
 		t.Fatalf("code %d: %s", r.code, r.stderr)
 	}
 	if !strings.Contains(r.stdout, "of 2 evaluations") || !strings.Contains(r.stdout, "escra.cpu=") {
 		t.Fatalf("output:\n%s", r.stdout)
 	}
+	// --record stores the printed verdict where escrad resolves auto.
+	ins, err := cli.ImageInspect(context.Background(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, why := wysiwyg.ResolveAuto(rec, ins.ID)
+	if want := map[wysiwyg.Class]string{wysiwyg.C1: "escra.cpu=wysiwyg", wysiwyg.C2: "escra.cpu=shared"}[c]; !strings.Contains(r.stdout, want) || strings.Contains(why, "not profiled") {
+		t.Fatalf("recorded %v (%s), but the output says:\n%s", c, why, r.stdout)
+	}
 	// A failing app is an error, not a verdict.
 	f = profileSpec(t, img, "exit 3")
-	if r := runCLI(t, "profile", "-f", f, "--reps", "1", "--name-prefix", "wys-prof"); r.code != 1 || !strings.Contains(r.stderr, "status 3") {
+	if r := runCLI(t, "profile", "-f", f, "--reps", "1", "--name-prefix", "h14-wys-prof"); r.code != 1 || !strings.Contains(r.stderr, "status 3") {
 		t.Fatalf("failing app: code %d stderr %q", r.code, r.stderr)
 	}
 }

@@ -32,14 +32,15 @@ import (
 )
 
 var (
-	out      = flag.String("out", "results/wysiwyg", "output directory")
-	phases   = flag.String("phases", "real,escra,sim", "phases to run")
-	dur      = flag.Duration("duration", 10*time.Second, "each load run (wrk, sysbench)")
-	reps     = flag.Int("reps", 3, "repetitions of each real-program case")
-	escraDur = flag.Duration("escra-duration", 20*time.Second, "the Escra run with moving quotas")
-	machines = flag.Int("machines", 100, "simulated machines")
-	tasks    = flag.Int("tasks", 20000, "simulated tasks")
-	docker   = flag.String("docker-host", "", "Docker engine socket (default: DOCKER_HOST or the standard socket)")
+	out        = flag.String("out", "results/wysiwyg", "output directory")
+	phases     = flag.String("phases", "real,escra,sim", "phases to run")
+	dur        = flag.Duration("duration", 10*time.Second, "each load run (wrk, sysbench)")
+	reps       = flag.Int("reps", 3, "repetitions of each real-program case")
+	escraDur   = flag.Duration("escra-duration", 20*time.Second, "the Escra run with moving quotas")
+	machines   = flag.Int("machines", 100, "simulated machines")
+	tasks      = flag.Int("tasks", 20000, "simulated tasks")
+	docker     = flag.String("docker-host", "", "Docker engine socket (default: DOCKER_HOST or the standard socket)")
+	namePrefix = flag.String("name-prefix", "wys-bench", "prefix of the containers it creates (on a shared engine, your own)")
 )
 
 func say(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench-wysiwyg: "+f+"\n", a...) }

@@ -395,17 +395,47 @@ func waitHTTP(ctx context.Context, url string) error {
 
 // pinClients puts this process (and so wrk, its child) on CPU 0: under
 // WYSIWYG escrad gives the C1 container the highest-numbered core, so
-// the client does not run on it in either case.
+// the client does not run on it in either case. Affinity is per thread
+// and Go forks wrk from whichever thread runs the goroutine, so every
+// thread is pinned (pinning only the calling one left wrk on 0-1 in most
+// runs, next to the WYSIWYG nginx on core 1). Threads made later inherit
+// the affinity of a pinned one; a second pass catches any made meanwhile.
 func pinClients() error {
 	var set unix.CPUSet
 	set.Set(0)
-	return unix.SchedSetaffinity(0, &set)
+	for pass := 0; pass < 3; pass++ {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return err
+		}
+		changed := false
+		for _, ent := range ents {
+			tid, err := strconv.Atoi(ent.Name())
+			if err != nil {
+				continue
+			}
+			var cur unix.CPUSet
+			if err := unix.SchedGetaffinity(tid, &cur); err == nil && cur == set {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+				return err
+			}
+			changed = true
+		}
+		if !changed {
+			return nil
+		}
+	}
+	return nil
 }
 
 type caseResult struct {
 	nproc, online, workers, threads int
 	cpuinfo                         int
 	cores, throttled                float64 // nginx: cores used, % of periods throttled
+	use                             usage   // nginx: the whole measurement
+	busyWorkers                     int     // nginx processes that used >= 10 % of a core
 	goProcs                         int
 	goOps, goP99                    float64
 	onlineText                      string
@@ -418,8 +448,8 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 	if err := pinClients(); err != nil {
 		return fmt.Errorf("pin the load generator on CPU 0: %w", err)
 	}
-	fmt.Fprintf(rep, "## Real programs at a 1-core allocation\n\nquota = stock Docker `--cpus 1`; wysiwyg = escra.cpu=wysiwyg with `--cpus 1`, placed by escrad (hard mode) on an exclusive core, its /sys/devices/system/cpu/online view bind-mounted. wrk (1 thread, 8 connections, gzip) pinned on CPU 0, %v per run; %d repetitions, alternating which case goes first; the summary holds medians.\n\n", *dur, *reps)
-	fmt.Fprintf(rep, "| case | rep | nproc | online | /proc/cpuinfo CPUs | nginx workers | nginx req/s | nginx p99 ms | nginx cores used | nginx throttled %% | sysbench threads | sysbench events/s | sysbench p99 ms | Go GOMAXPROCS | Go blocks/s | Go p99 ms |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(rep, "## Real programs at a 1-core allocation\n\nquota = stock Docker `--cpus 1`; wysiwyg = escra.cpu=wysiwyg with `--cpus 1`, placed by escrad (hard mode) on an exclusive core, its /sys/devices/system/cpu/online view bind-mounted. wrk (1 thread, 8 connections, gzip) pinned on CPU 0 (every thread of this process), %v per run; %d repetitions, alternating which case goes first; the summary holds medians.\n\n", *dur, *reps)
+	fmt.Fprintf(rep, "| case | rep | nproc | online | /proc/cpuinfo CPUs | nginx workers | nginx req/s | nginx p99 ms | nginx cores used | nginx throttled %% | sysbench threads | sysbench events/s | sysbench p99 ms | Go GOMAXPROCS | Go blocks/s | Go p99 ms | nginx busy workers | idle on app CPUs | others on app CPUs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	all := map[string][]caseResult{}
 	for r := 0; r < *reps; r++ {
 		order := []string{"quota", "wysiwyg"}
@@ -432,7 +462,7 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 				return err
 			}
 			all[mode] = append(all[mode], c)
-			fmt.Fprintf(rep, "| %s | %d | %d | %s | %d | %d | %.0f | %.1f | %.2f | %.0f | %d | %.0f | %.2f | %d | %.0f | %.2f |\n", mode, r+1, c.nproc, c.onlineText, c.cpuinfo, c.workers, c.rps, c.p99ms, c.cores, c.throttled, c.threads, c.eps, c.sp99ms, c.goProcs, c.goOps, c.goP99)
+			fmt.Fprintf(rep, "| %s | %d | %d | %s | %d | %d | %.0f | %.1f | %.2f | %.0f | %d | %.0f | %.2f | %d | %.0f | %.2f | %d | %.2f | %.2f |\n", mode, r+1, c.nproc, c.onlineText, c.cpuinfo, c.workers, c.rps, c.p99ms, c.cores, c.throttled, c.threads, c.eps, c.sp99ms, c.goProcs, c.goOps, c.goP99, c.busyWorkers, c.use.appIdle, c.use.appOthers)
 		}
 	}
 	for mode, cs := range all {
@@ -455,6 +485,16 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 		sum["nginx_p99_ms_"+mode] = round2(med(func(c caseResult) float64 { return c.p99ms }))
 		sum["nginx_cores_used_"+mode] = round2(med(func(c caseResult) float64 { return c.cores }))
 		sum["nginx_throttled_pct_"+mode] = round2(med(func(c caseResult) float64 { return c.throttled }))
+		sum["nginx_req_per_core_s_"+mode] = round2(med(func(c caseResult) float64 {
+			if c.cores <= 0 {
+				return 0
+			}
+			return c.rps / c.cores
+		}))
+		sum["nginx_busy_workers_"+mode] = med(func(c caseResult) float64 { return float64(c.busyWorkers) })
+		sum["nginx_app_cpus_idle_cores_"+mode] = round2(med(func(c caseResult) float64 { return c.use.appIdle }))
+		sum["nginx_app_cpus_others_cores_"+mode] = round2(med(func(c caseResult) float64 { return c.use.appOthers }))
+		sum["nginx_client_cores_"+mode] = round2(med(func(c caseResult) float64 { return c.use.client }))
 		sum["go_gomaxprocs_"+mode] = med(func(c caseResult) float64 { return float64(c.goProcs) })
 		sum["go_throughput_"+mode] = round2(med(func(c caseResult) float64 { return c.goOps }))
 		sum["go_p99_ms_"+mode] = round2(med(func(c caseResult) float64 { return c.goP99 }))
@@ -463,7 +503,16 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 		sum["sysbench_p99_ms_"+mode] = round2(med(func(c caseResult) float64 { return c.sp99ms }))
 	}
 	sum["real_reps"] = *reps
-	fmt.Fprintln(rep)
+	// The floor compares the same allocation where it binds; it is a fair
+	// test only if each arm got about its 1 core and no one else ran on
+	// the WYSIWYG core (on a shared host other people's pinned processes
+	// do: a cpuset confines the container, not them).
+	g := func(k string) float64 { v, _ := sum[k].(float64); return v }
+	fair := g("nginx_cores_used_quota") >= 0.9 && g("nginx_cores_used_wysiwyg") >= 0.9 && g("nginx_app_cpus_others_cores_wysiwyg") < 0.1
+	sum["nginx_floor_fair"] = fair
+	sum["nginx_floor_met"] = g("nginx_throughput_wysiwyg") >= g("nginx_throughput_quota")
+	fmt.Fprintf(rep, "\nnginx floor (WYSIWYG >= quota): %v; a fair test (each arm used >= 0.9 of its core, < 0.1 core of others' work on the WYSIWYG core): %v. Per core-second: %.0f req (quota) vs %.0f (wysiwyg); others' work on the app's CPUs: %.2f vs %.2f cores.\n\n",
+		sum["nginx_floor_met"], fair, g("nginx_req_per_core_s_quota"), g("nginx_req_per_core_s_wysiwyg"), g("nginx_app_cpus_others_cores_quota"), g("nginx_app_cpus_others_cores_wysiwyg"))
 	return nil
 }
 
@@ -474,7 +523,7 @@ func (e *env) oneCase(ctx context.Context, mode string, r int) (caseResult, erro
 	if err != nil {
 		return c, err
 	}
-	name := fmt.Sprintf("wys-bench-nginx-%s-%d-%d", mode, os.Getpid(), r)
+	name := fmt.Sprintf("%s-nginx-%s-%d-%d", *namePrefix, mode, os.Getpid(), r)
 	id, err := e.start(ctx, name, e.nginx, c1, 100000, []string{"PORT=" + strconv.Itoa(port)}, nil)
 	if err != nil {
 		return c, fmt.Errorf("nginx %s: %w", mode, err)
@@ -507,20 +556,26 @@ func (e *env) oneCase(ctx context.Context, mode string, r int) (caseResult, erro
 	}
 	say("nginx %s (rep %d): nproc %d, online %q, %d workers; wrk for %v", mode, r+1, c.nproc, c.onlineText, c.workers, *dur)
 	var res load.Result
-	c.cores, c.throttled, err = e.cpuUse(ctx, id, func() (err error) {
+	pt0 := e.procTimes(ctx, id)
+	u, err := e.cpuUse(ctx, id, func() (err error) {
 		res, err = load.RunWrk(ctx, load.WrkRun{URL: url, Threads: 1, Conns: 8, Duration: *dur, Header: []string{"Accept-Encoding: gzip"}, Timeout: 5 * time.Second})
 		return err
 	})
 	if err != nil {
 		return c, fmt.Errorf("wrk against nginx %s: %w", mode, err)
 	}
+	c.use = u
+	c.cores, c.throttled = u.cores, u.throttledPct
+	c.busyWorkers = busyProcs(pt0, e.procTimes(ctx, id), *dur)
+	say("nginx %s (rep %d): %.0f req/s, %.2f cores used on CPUs %s (idle there %.2f, others there %.2f), %d busy worker(s), wrk %.2f cores",
+		mode, r+1, res.ThroughputRPS, u.cores, u.appCPUs, u.appIdle, u.appOthers, c.busyWorkers, u.client)
 	c.rps, c.p99ms = res.ThroughputRPS, res.P99Us/1000
 	dockertest.Remove(e.cli, id)
 
 	// sysbench: the container waits 2 s (escrad places a C1 container
 	// within a second of its start), then sizes its threads with nproc
 	// like the issue's command line.
-	name = fmt.Sprintf("wys-bench-sysbench-%s-%d-%d", mode, os.Getpid(), r)
+	name = fmt.Sprintf("%s-sysbench-%s-%d-%d", *namePrefix, mode, os.Getpid(), r)
 	cmd := fmt.Sprintf("sleep 2; echo threads=$(nproc); exec sysbench cpu --threads=$(nproc) --time=%d --percentile=99 run", max(1, int(dur.Seconds())))
 	sid, err := e.start(ctx, name, e.sysb, c1, 100000, nil, []string{cmd})
 	if err != nil {
@@ -537,7 +592,7 @@ func (e *env) oneCase(ctx context.Context, mode string, r int) (caseResult, erro
 	}
 
 	// A Go program with the runtime's default GOMAXPROCS.
-	name = fmt.Sprintf("wys-bench-gowork-%s-%d-%d", mode, os.Getpid(), r)
+	name = fmt.Sprintf("%s-gowork-%s-%d-%d", *namePrefix, mode, os.Getpid(), r)
 	gid, err := e.start(ctx, name, e.gowork, c1, 100000, nil, []string{fmt.Sprintf("sleep 2; exec /gowork -for %v", *dur)})
 	if err != nil {
 		return c, fmt.Errorf("gowork %s: %w", mode, err)
@@ -601,8 +656,8 @@ func tail(s string, n int) string {
 // boundary; the cgroup files are sampled every 100 ms.
 func (e *env) escraRun(ctx context.Context, sum summary, rep *strings.Builder) error {
 	spin := "while :; do :; done & while :; do :; done"
-	c2 := fmt.Sprintf("wys-bench-c2-%d", os.Getpid())
-	c1 := fmt.Sprintf("wys-bench-c1-%d", os.Getpid())
+	c2 := fmt.Sprintf("%s-c2-%d", *namePrefix, os.Getpid())
+	c1 := fmt.Sprintf("%s-c1-%d", *namePrefix, os.Getpid())
 	// The C2 container joins the same app so escrad places it too.
 	cfg := &container.Config{Image: e.busy, Cmd: []string{"while :; do :; done"}, Labels: map[string]string{containers.AppLabel: benchApp}}
 	hc := &container.HostConfig{NetworkMode: "none"}
@@ -727,7 +782,7 @@ func (e *env) escraNginx(ctx context.Context, sum summary, rep *strings.Builder)
 		if err != nil {
 			return err
 		}
-		name := fmt.Sprintf("wys-bench-escra-nginx-%s-%d", mode, os.Getpid())
+		name := fmt.Sprintf("%s-escra-nginx-%s-%d", *namePrefix, mode, os.Getpid())
 		id, err := e.startManaged(ctx, name, e.nginx, c1, true, 100000, []string{"PORT=" + strconv.Itoa(port)}, nil)
 		if err != nil {
 			return fmt.Errorf("nginx under Escra (%s): %w", mode, err)
@@ -768,7 +823,7 @@ func (e *env) escraNginx(ctx context.Context, sum summary, rep *strings.Builder)
 		}()
 		say("nginx under Escra (%s): %d workers; wrk for %v", mode, w, *dur)
 		var res load.Result
-		cores, thr, err := e.cpuUse(ctx, id, func() (err error) {
+		u, err := e.cpuUse(ctx, id, func() (err error) {
 			res, err = load.RunWrk(ctx, load.WrkRun{URL: url, Threads: 1, Conns: 8, Duration: *dur, Header: []string{"Accept-Encoding: gzip"}, Timeout: 5 * time.Second})
 			return err
 		})
@@ -778,6 +833,7 @@ func (e *env) escraNginx(ctx context.Context, sum summary, rep *strings.Builder)
 		if err != nil {
 			return fmt.Errorf("wrk against nginx under Escra (%s): %w", mode, err)
 		}
+		cores, thr := u.cores, u.throttledPct
 		sum["nginx_throughput_escra_"+mode] = round2(res.ThroughputRPS)
 		sum["nginx_p99_ms_escra_"+mode] = round2(res.P99Us / 1000)
 		sum["nginx_workers_escra_"+mode] = w
@@ -789,16 +845,32 @@ func (e *env) escraNginx(ctx context.Context, sum summary, rep *strings.Builder)
 	return nil
 }
 
-// cpuUse measures a container's CPU while f runs: cores used (cpuacct)
-// and the share of CFS periods it was throttled in. A quota that never
-// throttles did not bind: the container was held back by the host's other
-// load (CFS shares per thread), not by its allocation.
-func (e *env) cpuUse(ctx context.Context, id string, f func() error) (cores, throttledPct float64, err error) {
+// usage is what a container got while a load ran, and what else its CPUs
+// did: the floor comparison is fair only if the allocation binds (cores
+// near 1, appIdle near 0) and the app's CPUs were not taken by others.
+type usage struct {
+	cores, throttledPct float64
+	appCPUs             wysiwyg.CPUSet // the container's cpuset during the run
+	appIdle             float64        // idle time on appCPUs, in cores
+	appOthers           float64        // busy time on appCPUs not the container's nor wrk's, in cores
+	client              float64        // wrk's own CPU (this process's waited children), in cores
+}
+
+// cpuUse measures a container's CPU while f runs: cores used (cpuacct),
+// the share of CFS periods it was throttled in, and the idle and foreign
+// time on the CPUs of its cpuset (/proc/stat). A quota that never
+// throttles did not bind: the container was held back by something else
+// (its client, or the host's other load on its cores).
+func (e *env) cpuUse(ctx context.Context, id string, f func() error) (usage, error) {
+	var r usage
 	g, err := e.group(ctx, id)
 	if err != nil {
-		return 0, 0, err
+		return r, err
 	}
 	defer g.Close()
+	if r.appCPUs, err = readCPUs(g); err != nil {
+		return r, err
+	}
 	snap := func() (p, t uint64, u int64) {
 		var buf [512]byte
 		if b, err := g.Read(cgroups.CPUStatFile, buf[:]); err == nil {
@@ -808,15 +880,115 @@ func (e *env) cpuUse(ctx context.Context, id string, f func() error) (cores, thr
 		u, _ = g.ReadInt(cgroups.CPUAcctUsage)
 		return
 	}
+	children := func() time.Duration {
+		var ru unix.Rusage
+		_ = unix.Getrusage(unix.RUSAGE_CHILDREN, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
 	p0, t0, u0 := snap()
+	s0, c0 := procStat(), children()
 	start := time.Now()
 	if err := f(); err != nil {
-		return 0, 0, err
+		return r, err
 	}
 	p1, t1, u1 := snap()
-	cores = float64(u1-u0) / float64(time.Since(start).Nanoseconds())
+	s1, c1 := procStat(), children()
+	wall := float64(time.Since(start).Nanoseconds())
+	r.cores = float64(u1-u0) / wall
+	r.client = float64(c1-c0) / wall
 	if p1 > p0 {
-		throttledPct = 100 * float64(t1-t0) / float64(p1-p0)
+		r.throttledPct = 100 * float64(t1-t0) / float64(p1-p0)
 	}
-	return cores, throttledPct, nil
+	var busy, idle float64
+	for _, c := range r.appCPUs {
+		a, b := s0[c], s1[c]
+		busy += float64(b.busy - a.busy)
+		idle += float64(b.idle - a.idle)
+	}
+	if tot := busy + idle; tot > 0 {
+		n := float64(len(r.appCPUs))
+		r.appIdle = n * idle / tot
+		r.appOthers = n*busy/tot - r.cores
+		if r.appCPUs.Has(0) { // wrk is pinned on CPU 0
+			r.appOthers -= r.client
+		}
+		r.appOthers = max(r.appOthers, 0)
+	}
+	return r, nil
+}
+
+// procTimes reads the CPU time (utime+stime, in ticks) of each process
+// of a container.
+func (e *env) procTimes(ctx context.Context, id string) map[int]uint64 {
+	g, err := e.group(ctx, id)
+	if err != nil {
+		return nil
+	}
+	defer g.Close()
+	b, err := os.ReadFile(filepath.Join(g.Paths.CPU, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	m := map[int]uint64{}
+	for _, f := range strings.Fields(string(b)) {
+		pid, _ := strconv.Atoi(f)
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
+		rest := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
+		if len(rest) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseUint(rest[11], 10, 64)
+		stt, _ := strconv.ParseUint(rest[12], 10, 64)
+		m[pid] = ut + stt
+	}
+	return m
+}
+
+// busyProcs counts the processes that used at least 10 % of a core over d
+// (USER_HZ = 100 ticks per second).
+func busyProcs(a, b map[int]uint64, d time.Duration) int {
+	n := 0
+	for pid, t1 := range b {
+		if float64(t1-a[pid]) >= 0.1*100*d.Seconds() {
+			n++
+		}
+	}
+	return n
+}
+
+type cpuTicks struct{ busy, idle uint64 }
+
+// procStat reads each CPU's busy and idle ticks (idle + iowait) from
+// /proc/stat; nil when unreadable.
+func procStat() map[int]cpuTicks {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil
+	}
+	m := map[int]cpuTicks{}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		c, err := strconv.Atoi(f[0][3:])
+		if err != nil {
+			continue
+		}
+		var t cpuTicks
+		for i := 1; i <= 8; i++ { // user nice system idle iowait irq softirq steal
+			v, _ := strconv.ParseUint(f[i], 10, 64)
+			if i == 4 || i == 5 {
+				t.idle += v
+			} else {
+				t.busy += v
+			}
+		}
+		m[c] = t
+	}
+	return m
 }

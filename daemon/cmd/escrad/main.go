@@ -31,6 +31,7 @@ import (
 	"github.com/escra-dev/escra/daemon/oom"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
+	"github.com/escra-dev/escra/internal/wysiwyg"
 )
 
 // fileConfig is the YAML config file; flags given on the command line win.
@@ -104,6 +105,7 @@ func run(args []string, restoreOnly bool) error {
 		oomState    = fs.String("oom-state", "", "state file listing every group whose OOM killer escrad disabled, written before arming (default /run/escra/escrad-HOST.oom-armed)")
 		cpuPlace    = fs.String("cpu-placement", "hard", "host CPU placement for escra.cpu=wysiwyg containers (seed 001): hard (refuse a quota that cannot be WYSIWYG), besteffort, or off")
 		viewDir     = fs.String("view-dir", agent.DefaultViewDir, "directory of per-container CPU views: NAME/online follows the cpuset of container NAME (bind-mount it on /sys/devices/system/cpu/online)")
+		cpuProfiles = fs.String("cpu-profiles", wysiwyg.DefaultProfileDir, "verdicts of escractl profile --record, one file per image: an escra.cpu=auto container is wysiwyg if its image's says so, else shared")
 		lockDir     = fs.String("lock-dir", defaultLockDir, "directory of the per-engine lock files (one escrad per Docker engine)")
 		insecure    = fs.Bool("insecure", false, "plain TCP and unsigned telemetry to the controller: anyone on the path can forge or read it")
 		pullRegs    = fs.String("pull-registries", "", "comma-separated registries (host:port as in image names, e.g. 127.0.0.1:5000) the deployer's creates may pull a missing image from (default: never pull)")
@@ -265,7 +267,7 @@ func run(args []string, restoreOnly bool) error {
 		// auto/bpf then the CO-RE program when the kernel has BTF.
 		Backend: *backend, KernelSource: genl.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
 		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
-		RestoreAfter: *restoreAft, DockerSync: syncOrOff(*dockerSync), CPUPlacement: *cpuPlace, ViewDir: *viewDir, ImageBudget: *imageBudget,
+		RestoreAfter: *restoreAft, DockerSync: syncOrOff(*dockerSync), CPUPlacement: *cpuPlace, ViewDir: *viewDir, CPUProfileDir: *cpuProfiles, ImageBudget: *imageBudget,
 	}
 	if *imageBudget < 0 {
 		return fmt.Errorf("--image-budget %d: want bytes >= 0", *imageBudget)
