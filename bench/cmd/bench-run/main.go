@@ -81,6 +81,7 @@ func run() error {
 	appCPUs := flag.String("app-cpus", "1", "CPUs of the containers under test, the batch container, escrad and escra-controller (\"\": not pinned)")
 	burstCycle := flag.Duration("burst-cycle", 0, "cycle of the Burst load, calm then burst, half each (default 6 s quick: three cycles per run; 20 s full, seed 000's)")
 	noBatch := flag.Bool("no-batch", false, "do not co-locate the best-effort batch container")
+	profilesFrom := flag.String("profiles", "", "reuse the profiles (and so the budgets) of an earlier run's profiles.json instead of profiling (A/B runs at equal budgets)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flag.Arg(0))
@@ -156,8 +157,16 @@ func run() error {
 	cells := cfg.Cells()
 	say("%s run: %d cells × %d policies × %d reps of %s, plus %d profiling runs",
 		mode, len(cells), len(cfg.Policies), cfg.Reps, cfg.Duration, len(cells))
-	profiles, err := cfg.Profile(ctx)
-	if err != nil {
+	var profiles map[matrix.Cell]matrix.Profile
+	if *profilesFrom != "" {
+		if profiles, err = loadProfiles(*profilesFrom, cells); err != nil {
+			return err
+		}
+		say("profiles (and budgets) from %s", *profilesFrom)
+	} else if profiles, err = cfg.Profile(ctx); err != nil {
+		return err
+	}
+	if err := saveProfiles(filepath.Join(*out, "profiles.json"), profiles); err != nil {
 		return err
 	}
 	if contains(cfg.Policies, "autopilot") {
@@ -435,6 +444,47 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 	say("started escra-controller (pid %d) and escrad (pid %d, backend %s); apps in %s", ctl.cmd.Process.Pid, d.cmd.Process.Pid, chosen, appsFile)
 	stop := func() { stopAll(d, ctl) }
 	return stop, &matrix.Escra{App: app, Budget: budget, ControllerPID: ctl.cmd.Process.Pid, DaemonPID: d.cmd.Process.Pid, Backend: chosen}, nil
+}
+
+// savedProfile is one cell's profile in profiles.json.
+type savedProfile struct {
+	Workload, Load string
+	matrix.Profile
+}
+
+func saveProfiles(path string, profiles map[matrix.Cell]matrix.Profile) error {
+	var l []savedProfile
+	for c, p := range profiles {
+		l = append(l, savedProfile{c.Workload, c.Load, p})
+	}
+	sort.Slice(l, func(i, j int) bool { return l[i].Workload+"/"+l[i].Load < l[j].Workload+"/"+l[j].Load })
+	b, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// loadProfiles reads profiles.json; every cell of this run must be in it.
+func loadProfiles(path string, cells []matrix.Cell) (map[matrix.Cell]matrix.Profile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("-profiles: %w", err)
+	}
+	var l []savedProfile
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil, fmt.Errorf("-profiles %s: %w", path, err)
+	}
+	m := map[matrix.Cell]matrix.Profile{}
+	for _, p := range l {
+		m[matrix.Cell{Workload: p.Workload, Load: p.Load}] = p.Profile
+	}
+	for _, c := range cells {
+		if len(m[c].Peaks) == 0 {
+			return nil, fmt.Errorf("-profiles %s: no profile of %s/%s", path, c.Workload, c.Load)
+		}
+	}
+	return m, nil
 }
 
 // daemonBackend reads the backend escrad chose from its start line
