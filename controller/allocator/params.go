@@ -53,8 +53,9 @@ type Params struct {
 const MiB = 1 << 20
 
 // DefaultParams: κ = 0.8, γ = 0.2, Υ = 20, δ = 50 MiB and a 100 ms period
-// are the paper's; n = 10 (one second of history), a 5 ms floor (0.05
-// core), a 10 % headroom over the window's peak usage, a 100 µs minimum
+// are the paper's; n = 10 (one second of history), a 2 ms floor (0.02
+// core; 5 ms until the benchmark showed it was most of a quiet container's
+// slack, docs/allocator.md), a 10 % headroom over the window's peak usage, a 100 µs minimum
 // step and a 64 MiB OOM step are ours (the paper gives no values).
 func DefaultParams() Params {
 	return Params{
@@ -63,7 +64,7 @@ func DefaultParams() Params {
 		Gamma:           0.2,
 		Kappa:           0.8,
 		Period:          100 * time.Millisecond,
-		CPUFloorUs:      5000,
+		CPUFloorUs:      2000,
 		Headroom:        0.1,
 		MinStepUs:       100,
 		OOMStepBytes:    64 * MiB,
