@@ -71,6 +71,9 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 		m.Throttles++
 	}
 	m.LastUsageUs = s.UsageUs
+	if m.wantQuota > 0 && m.Periods >= uint64(len(m.th)) {
+		m.wantQuota = 0 // a full window: the policy decides from here
+	}
 	if m.QuotaUs <= 0 {
 		return Decision{}, nil // not assigned yet
 	}

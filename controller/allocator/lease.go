@@ -96,7 +96,7 @@ func (a *App) RebalanceLeases(frac float64) []LeaseCmd {
 			out = append(out, LeaseCmd{Host: h, ID: l.id, Revoke: true})
 		}
 	}
-	free := a.omegaUs - a.cpuAlloc - a.heldCPU
+	free := a.omegaUs - a.cpuAlloc - a.cpuExtra - a.heldCPU
 	for _, h := range sortedHosts(perHost) {
 		target := int64(frac * float64(free) * float64(perHost[h]) / float64(len(a.order)))
 		l := a.leases[h]

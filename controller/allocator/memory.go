@@ -66,6 +66,7 @@ func (a *App) UndoGrant(k Key, gen uint64, prevLimit int64) {
 	}
 	a.memAlloc += prevLimit - m.MemLimit
 	m.MemLimit = prevLimit
+	a.refresh(m)
 	m.OOMGrants--
 	m.OOMDenies++
 }
@@ -92,11 +93,16 @@ func (a *App) Reclaimed(k Key, newLimit, usage int64) bool {
 		return false
 	}
 	m.MemUsage = usage
+	if a.AckGated {
+		m.ackMem = newLimit // the daemon wrote it and said so
+		a.refresh(m)
+	}
 	if newLimit >= m.MemLimit {
 		return false
 	}
 	a.memAlloc -= m.MemLimit - newLimit
 	m.MemLimit = newLimit
+	a.refresh(m)
 	return true
 }
 
