@@ -357,7 +357,9 @@ func (a *App) Join(j Join) ([]Decision, error) {
 		case adoptQ:
 			quota = curQ
 		default:
-			quota = min(fair, curQ+a.CPUUnallocatedUs())
+			// Up to what it has plus the pool, and within Ω for the
+			// targets (the others' cuts are decided, maybe not applied).
+			quota = min(fair, curQ+a.CPUUnallocatedUs(), a.targetFreeUs())
 			if quota < fair {
 				m.wantQuota = fair
 			}

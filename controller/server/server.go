@@ -591,10 +591,22 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 		}
 	}
 	mem = max(mem, 4*allocator.MiB)
+	// What the cgroup holds now (counted until replaced and acknowledged;
+	// a rejoining container keeps it when it fits, allocator.Join).
+	var curQ, curM int64
+	if q, p := lim.GetCpuQuotaUs(), lim.GetCpuPeriodUs(); q > 0 && p > 0 {
+		curQ = q * s.cfg.Params.PeriodUs() / int64(p)
+	} else if q < 0 {
+		curQ = h.maxUs // unlimited: it may use the whole host
+	}
+	if m := lim.GetMemoryLimitBytes(); m > 0 && m <= 1<<50 {
+		curM = m
+	}
 	k := key(ss.ID, r.GetHandle())
 	mi := app.MemberInfo{Key: k, Host: ss, HostID: h.hello.GetHostId(), Handle: r.GetHandle(),
 		ContainerID: r.GetContainerId(), Name: r.GetName(), HostMaxUs: h.maxUs,
-		MemUsage: int64(min(r.GetMemoryUsageBytes(), 1<<50)), ContribCores: cores, ContribMem: mem}
+		MemUsage: int64(min(r.GetMemoryUsageBytes(), 1<<50)), ContribCores: cores, ContribMem: mem,
+		CurQuotaUs: curQ, CurMem: curM}
 	var a *app.Shard
 	for try := 0; ; try++ {
 		var err error
@@ -758,7 +770,7 @@ func (s *Server) Closed(ss *session.Session) {
 	}
 	// The daemon dropped its lease credit with the session (issue 11).
 	for _, a := range s.shards() {
-		a.HostClosed(allocator.HostID(ss.ID))
+		a.HostClosed(allocator.HostID(ss.ID), hold)
 	}
 	s.log.Info("daemon disconnected", "host", h.hello.GetHostId(), "session", ss.ID, "containers", len(refs))
 }
