@@ -169,6 +169,11 @@ type App struct {
 	// (applied.go); the controller sets it, Replay does not.
 	AckGated           bool
 	cpuExtra, memExtra int64
+	// HoldRaises: nothing is handed out from the pools (no raise, lease,
+	// OOM grant or pending assignment; cuts and joins that keep their
+	// limits go on). A controller that just started cannot know the
+	// limits of hosts that have not rejoined yet (applied.go).
+	HoldRaises bool
 }
 
 type held struct{ cpuUs, mem int64 }
@@ -360,6 +365,9 @@ func (a *App) Join(j Join) ([]Decision, error) {
 			// Up to what it has plus the pool, and within Ω for the
 			// targets (the others' cuts are decided, maybe not applied).
 			quota = min(fair, curQ+a.CPUUnallocatedUs(), a.targetFreeUs())
+			if a.HoldRaises {
+				quota = min(quota, curQ)
+			}
 			if quota < fair {
 				m.wantQuota = fair
 			}
@@ -372,6 +380,9 @@ func (a *App) Join(j Join) ([]Decision, error) {
 			mem = curM
 		default: // only from the pool: memory is never taken by force
 			mem = min(memFair, poolMem)
+			if a.HoldRaises && curM > 0 {
+				mem = min(mem, curM)
+			}
 		}
 	}
 	if mem < 4*MiB {
@@ -455,7 +466,7 @@ func (a *App) ensureFloor() []Decision {
 			if q < floor && a.leaseTotal > 0 {
 				a.queueRevokeAll()
 			}
-			if q < floor && a.AckGated {
+			if (q < floor && a.AckGated) || (a.HoldRaises && q > m.QuotaUs) {
 				continue // the cuts that free it are not acknowledged yet (Redistribute)
 			}
 			if d := a.decide(m, q, 0, ReasonRebalance); d.Gen != 0 {

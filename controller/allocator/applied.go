@@ -131,6 +131,9 @@ func (a *App) Ack(k Key, gen uint64, r AckResult) bool {
 // the pool has at least the floor for them, then members below the floor,
 // then memory left unassigned at join.
 func (a *App) Redistribute() []Decision {
+	if a.HoldRaises {
+		return nil
+	}
 	var out []Decision
 	for _, k := range a.order {
 		m := a.members[k]

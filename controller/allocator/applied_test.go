@@ -400,3 +400,33 @@ func TestRejoinAdoptsCurrentLimits(t *testing.T) {
 		t.Fatalf("counted %d µs, %d MiB", a.CountedCPUUs(), a.CountedMem()/MiB)
 	}
 }
+
+// While raises are held (a controller that just started: hosts that have
+// not rejoined may hold what the pools seem to have) nothing comes out of
+// the pools: no throttle raise, no OOM grant, no lease; cuts go on.
+func TestHoldRaises(t *testing.T) {
+	a := gatedApp(t, 1, 512*MiB)
+	a.HoldRaises = true
+	k := Key(1<<32 | 1)
+	if ds, _ := a.Join(Join{Key: k, HostMaxUs: 200000, CurQuotaUs: 30000, CurMem: 100 * MiB}); len(ds) != 1 || ds[0].QuotaUs != 30000 {
+		t.Fatalf("rejoin: %+v", ds)
+	}
+	for i := range uint64(5) {
+		if d, _ := a.CPU(k, stat(i+1, 30000, 0, true)); d.QuotaUs > 30000 {
+			t.Fatalf("throttled member raised to %d µs while raises are held", d.QuotaUs)
+		}
+	}
+	if d, _ := a.Throttle(k, 7); d.Gen != 0 {
+		t.Fatalf("throttle event raised: %+v", d)
+	}
+	if o := a.OOM(k, 100*MiB, 100*MiB, 4096, false); o.Action != OOMDeny {
+		t.Fatalf("OOM while raises are held: %+v", o)
+	}
+	if cmds := a.RebalanceLeases(0.5); len(cmds) != 0 {
+		t.Fatalf("leases while raises are held: %+v", cmds)
+	}
+	a.HoldRaises = false
+	if d, _ := a.CPU(k, stat(6, 30000, 0, true)); d.QuotaUs <= 30000 {
+		t.Fatalf("no raise after the hold: %+v", d)
+	}
+}

@@ -141,5 +141,8 @@ func (a *App) clampQuota(m *Member, q int64) int64 {
 		// Raise to the floor only from the pool; never push Σ over Ω.
 		q = min(floor, max(q, m.QuotaUs+a.CPUUnallocatedUs()))
 	}
+	if a.HoldRaises {
+		q = min(q, m.QuotaUs)
+	}
 	return q
 }

@@ -85,6 +85,9 @@ func (a *App) RebalanceLeases(frac float64) []LeaseCmd {
 	if frac <= 0 || len(a.order) == 0 {
 		return a.revokeAll()
 	}
+	if a.HoldRaises {
+		return nil
+	}
 	perHost := map[HostID]int{}
 	for _, k := range a.order {
 		perHost[k.Host()]++

@@ -40,6 +40,9 @@ func (a *App) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome {
 	// behind). Memory above our accounting must come from the pool too.
 	base := max(m.MemLimit, usage)
 	pool := a.MemUnallocated() - (base - m.MemLimit)
+	if a.HoldRaises {
+		pool = 0 // hosts that have not rejoined may hold it
+	}
 	step := a.Policy.OOMStep(OOMInput{P: a.P, LimitBytes: m.MemLimit, UsageBytes: usage,
 		WantBytes: want, Unallocated: pool})
 	need := max(want, 4096)
@@ -127,6 +130,9 @@ func (a *App) Usage(k Key, usage int64) {
 // FillPending assigns memory to members left unassigned at join, once
 // the pool has room again (eq. (2) share or what is left).
 func (a *App) FillPending() []Decision {
+	if a.HoldRaises {
+		return nil
+	}
 	var out []Decision
 	lambda := max(len(a.order), 1)
 	fair := int64((1 - a.budget.Sigma) * float64(a.budget.MemoryBytes) / float64(lambda))

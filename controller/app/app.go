@@ -435,6 +435,22 @@ func (s *Shard) HostClosed(h allocator.HostID, hold time.Duration) {
 	})
 }
 
+// HoldRaisesFor hands nothing out of the pools for d (allocator
+// HoldRaises): the controller just started or took over, and hosts that
+// have not rejoined yet may hold what the pools seem to have. Then the
+// pools are handed out as usual.
+func (s *Shard) HoldRaisesFor(d time.Duration) {
+	s.do(func() {
+		s.a.HoldRaises = true
+		time.AfterFunc(d, func() {
+			s.do(func() {
+				s.a.HoldRaises = false
+				s.applyAll(s.a.Redistribute())
+			})
+		})
+	})
+}
+
 // expireHold ends hold id after d unless it was ended or held again.
 func (s *Shard) expireHold(id string, d time.Duration) {
 	s.holdSeq++

@@ -119,6 +119,13 @@ type Config struct {
 	// ResolveWait bounds how long a deploy waits for an image's first
 	// resolution; it goes on in the background (default 500 ms).
 	ResolveWait time.Duration
+	// RejoinGrace is how long after it starts (or takes over) the
+	// controller hands nothing out of the pools of the apps it loads
+	// (stored, or --apps; rejoinGrace): daemons that have
+	// not rejoined yet still apply the limits the last controller gave
+	// (escrad reconnects within 1.5 s of a controller being up; sessions
+	// are declared dead after 3 s). 0: DefaultConfig's 3 s; < 0: none.
+	RejoinGrace time.Duration
 }
 
 // DefaultConfig returns the paper's parameters on the default ports.
@@ -134,6 +141,7 @@ func DefaultConfig() Config {
 		MaxContainersPerHost:   1000,
 		EventHistory:           events.DefaultHistory,
 		DeadHold:               11 * time.Second,
+		RejoinGrace:            3 * time.Second,
 	}
 }
 
@@ -245,6 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 				return nil, err
 			}
 		}
+		s.rejoinGrace()
 	} else {
 		if cfg.LeaderTTL <= 0 {
 			s.cfg.LeaderTTL = 2 * time.Second
@@ -482,6 +491,21 @@ func (s *Server) shardFor(name string, contribCores float64, contribMem int64) (
 	s.log.Info("auto-created app for an undefined escra.app label", "app", name,
 		"cpu_cores", contribCores, "memory_bytes", contribMem)
 	return a, nil
+}
+
+// rejoinGrace makes the apps a previous controller may have run (stored,
+// or from --apps) hand nothing out of their pools for RejoinGrace, at
+// start and on taking over the leadership: their members' daemons still
+// apply the limits it gave until they rejoin, and a host that rejoins
+// first must not be raised into a share another host's cgroups hold.
+// Apps defined or auto-created later start empty and need none.
+func (s *Server) rejoinGrace() {
+	if s.cfg.RejoinGrace <= 0 {
+		return
+	}
+	for _, a := range s.shards() {
+		a.HoldRaisesFor(s.cfg.RejoinGrace)
+	}
 }
 
 func key(session, handle uint32) allocator.Key {
