@@ -100,11 +100,16 @@ func (a *App) Ack(k Key, gen uint64, r AckResult) bool {
 			keep = append(keep, p)
 			continue
 		}
+		if p.gen < gen {
+			// Its own answer never came (timed out): the daemon handled
+			// it before this one, applied or refused, nobody knows.
+			// Coalesced older updates are answered first, one by one.
+			m.ackQuota = max(m.ackQuota, p.quota)
+			m.ackMem = max(m.ackMem, p.mem)
+			continue
+		}
 		switch r {
 		case AckApplied:
-			// Updates for one container coalesce field by field with the
-			// newest generation winning, and the daemon drops older ones:
-			// an ack of gen covers every field sent at or below it.
 			if p.quota != 0 {
 				m.ackQuota = p.quota
 			}
