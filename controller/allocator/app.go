@@ -61,6 +61,12 @@ type Join struct {
 	Key       Key
 	HostMaxUs int64 // host cores × period: the most one member can use
 	MemUsage  int64
+	// The limits the container's cgroup holds now, as its daemon reports
+	// them at registration (0: unknown; CurQuotaUs in the allocator's
+	// period, HostMaxUs for an unlimited quota). With AckGated they are
+	// counted until a decision replacing them is acknowledged, and a
+	// rejoining container whose limits fit in the pools keeps them.
+	CurQuotaUs, CurMem int64
 }
 
 // Member is the allocator's view of one container.
@@ -87,6 +93,12 @@ type Member struct {
 	Periods, Throttles, ThrottleEvents uint64
 	OOMRequests, OOMGrants, OOMDenies  uint64
 	LastUsageUs                        int64
+
+	// Acknowledged accounting (applied.go).
+	ackQuota, ackMem   int64
+	pend               []pendLimit
+	extraCPU, extraMem int64
+	wantQuota          int64 // bootstrap share not given yet (cuts unacknowledged)
 }
 
 // AvgThrottle is Σ th / n over the window (divided by n as in the paper,
@@ -152,6 +164,16 @@ type App struct {
 	// own limits back (or rejoins), so they stay out of the pools.
 	held             map[string]held
 	heldCPU, heldMem int64
+
+	// AckGated counts unacknowledged cuts until the daemon applies them
+	// (applied.go); the controller sets it, Replay does not.
+	AckGated           bool
+	cpuExtra, memExtra int64
+	// HoldRaises: nothing is handed out from the pools (no raise, lease,
+	// OOM grant or pending assignment; cuts and joins that keep their
+	// limits go on). A controller that just started cannot know the
+	// limits of hosts that have not rejoined yet (applied.go).
+	HoldRaises bool
 }
 
 type held struct{ cpuUs, mem int64 }
@@ -189,13 +211,23 @@ func (a *App) CPUAllocatedUs() int64 { return a.cpuAlloc }
 // MemAllocated is Σ assigned member memory limits.
 func (a *App) MemAllocated() int64 { return a.memAlloc }
 
-// CPUUnallocatedUs is Ω − Σ quotas − Σ leases − Σ held.
+// CPUUnallocatedUs is Ω − Σ quotas − Σ leases − Σ held − Σ unacknowledged
+// cuts.
 func (a *App) CPUUnallocatedUs() int64 {
+	return max(0, a.omegaUs-a.CountedCPUUs())
+}
+
+// targetFreeUs is Ω minus Σ target quotas, leases and held shares: what
+// cuts already decided make room for, acknowledged or not. Paths that cut
+// others to make room measure against it, so a cut waiting for its
+// acknowledgement is not taken twice.
+func (a *App) targetFreeUs() int64 {
 	return max(0, a.omegaUs-a.cpuAlloc-a.leaseTotal-a.heldCPU)
 }
 
-// MemUnallocated is the global memory limit minus Σ limits and Σ held.
-func (a *App) MemUnallocated() int64 { return max(0, a.budget.MemoryBytes-a.memAlloc-a.heldMem) }
+// MemUnallocated is the global memory limit minus Σ limits, Σ held and Σ
+// unacknowledged cuts.
+func (a *App) MemUnallocated() int64 { return max(0, a.budget.MemoryBytes-a.CountedMem()) }
 
 // LeaveHeld removes member k like Leave but keeps its quota and memory
 // limit out of the pools under id until Unhold(id): its host is out of
@@ -206,12 +238,9 @@ func (a *App) LeaveHeld(k Key, id string) ([]Decision, error) {
 	if !ok {
 		return nil, ErrUnknown
 	}
-	h := a.held[id]
-	h.cpuUs += m.QuotaUs
-	h.mem += m.MemLimit
-	a.held[id] = h
-	a.heldCPU += m.QuotaUs
-	a.heldMem += m.MemLimit
+	// What its daemon may have applied, not only the target: a cut it
+	// never acknowledged is still in the cgroup.
+	a.HoldShare(id, m.QuotaUs+m.extraCPU, m.MemLimit+m.extraMem)
 	return a.Leave(k)
 }
 
@@ -268,10 +297,12 @@ func (a *App) decide(m *Member, quota, mem int64, r Reason) Decision {
 		d.MemLimit = mem
 	}
 	if d.QuotaUs == 0 && d.MemLimit == 0 {
+		a.refresh(m)
 		return Decision{}
 	}
 	m.Gen++
 	d.Gen = m.Gen
+	a.record(m, d)
 	return d
 }
 
@@ -299,8 +330,12 @@ func (a *App) Join(j Join) ([]Decision, error) {
 	}
 	lambda := len(a.order) + 1
 	fair := max(a.floorUs(lambda), min(a.omegaUs/int64(lambda), m.HostMaxUs))
+	poolCPU, poolMem := a.CPUUnallocatedUs(), a.MemUnallocated()
+	curQ, curM := min(max(j.CurQuotaUs, 0), m.HostMaxUs), max(j.CurMem, 0)
+	adoptQ := a.AckGated && curQ > 0 && curQ <= poolCPU
+	adoptM := a.AckGated && curM >= 4*MiB && curM <= poolMem
 	var out []Decision
-	if need := fair - a.CPUUnallocatedUs(); need > 0 {
+	if need := fair - a.targetFreeUs(); need > 0 && !adoptQ {
 		out = a.takeCPU(need, a.omegaUs/int64(lambda))
 		if a.leaseTotal > 0 && fair > a.CPUUnallocatedUs() {
 			a.queueRevokeAll()
@@ -314,6 +349,42 @@ func (a *App) Join(j Join) ([]Decision, error) {
 	a.order[i] = j.Key
 	memFair := int64((1 - a.budget.Sigma) * float64(a.budget.MemoryBytes) / float64(lambda))
 	mem := min(memFair, a.MemUnallocated())
+	if a.AckGated {
+		// The cgroup holds its current limits until a decision replacing
+		// them is acknowledged: count them. A rejoining container (after
+		// a controller or escrad restart) whose limits fit keeps them, so
+		// the first to rejoin is never given a share the others' current
+		// limits still hold. Otherwise eq. (2), with the share other
+		// members' cuts free given once they are acknowledged.
+		m.ackQuota, m.ackMem = curQ, curM
+		a.refresh(m)
+		switch {
+		case adoptQ:
+			quota = curQ
+		default:
+			// Up to what it has plus the pool, and within Ω for the
+			// targets (the others' cuts are decided, maybe not applied).
+			quota = min(fair, curQ+a.CPUUnallocatedUs(), a.targetFreeUs())
+			if a.HoldRaises {
+				quota = min(quota, curQ)
+			}
+			if quota < fair {
+				m.wantQuota = fair
+			}
+			if quota < a.floorUs(lambda) {
+				quota = 0 // keep what it has until the pool can give the floor
+			}
+		}
+		switch {
+		case adoptM:
+			mem = curM
+		default: // only from the pool: memory is never taken by force
+			mem = min(memFair, poolMem)
+			if a.HoldRaises && curM > 0 {
+				mem = min(mem, curM)
+			}
+		}
+	}
 	if mem < 4*MiB {
 		mem = 0 // leave unassigned rather than set an unusable limit
 	}
@@ -362,6 +433,8 @@ func (a *App) Leave(k Key) ([]Decision, error) {
 	}
 	a.cpuAlloc -= m.QuotaUs
 	a.memAlloc -= m.MemLimit
+	a.cpuExtra -= m.extraCPU
+	a.memExtra -= m.extraMem
 	delete(a.members, k)
 	i := sort.Search(len(a.order), func(i int) bool { return a.order[i] >= k })
 	a.order = append(a.order[:i], a.order[i+1:]...)
@@ -382,7 +455,7 @@ func (a *App) ensureFloor() []Decision {
 		return nil
 	}
 	var out []Decision
-	if short := need - a.CPUUnallocatedUs(); short > 0 {
+	if short := need - a.targetFreeUs(); short > 0 {
 		out = a.takeCPU(short, floor)
 	}
 	for _, k := range a.order {
@@ -392,6 +465,9 @@ func (a *App) ensureFloor() []Decision {
 			q := min(floor, m.QuotaUs+a.CPUUnallocatedUs())
 			if q < floor && a.leaseTotal > 0 {
 				a.queueRevokeAll()
+			}
+			if (q < floor && a.AckGated) || (a.HoldRaises && q > m.QuotaUs) {
+				continue // the cuts that free it are not acknowledged yet (Redistribute)
 			}
 			if d := a.decide(m, q, 0, ReasonRebalance); d.Gen != 0 {
 				out = append(out, d)

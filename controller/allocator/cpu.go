@@ -71,6 +71,9 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 		m.Throttles++
 	}
 	m.LastUsageUs = s.UsageUs
+	if m.wantQuota > 0 && m.Periods >= uint64(len(m.th)) {
+		m.wantQuota = 0 // a full window: the policy decides from here
+	}
 	if m.QuotaUs <= 0 {
 		return Decision{}, nil // not assigned yet
 	}
@@ -137,6 +140,9 @@ func (a *App) clampQuota(m *Member, q int64) int64 {
 	if q < floor {
 		// Raise to the floor only from the pool; never push Σ over Ω.
 		q = min(floor, max(q, m.QuotaUs+a.CPUUnallocatedUs()))
+	}
+	if a.HoldRaises {
+		q = min(q, m.QuotaUs)
 	}
 	return q
 }

@@ -85,6 +85,9 @@ func (a *App) RebalanceLeases(frac float64) []LeaseCmd {
 	if frac <= 0 || len(a.order) == 0 {
 		return a.revokeAll()
 	}
+	if a.HoldRaises {
+		return nil
+	}
 	perHost := map[HostID]int{}
 	for _, k := range a.order {
 		perHost[k.Host()]++
@@ -96,7 +99,7 @@ func (a *App) RebalanceLeases(frac float64) []LeaseCmd {
 			out = append(out, LeaseCmd{Host: h, ID: l.id, Revoke: true})
 		}
 	}
-	free := a.omegaUs - a.cpuAlloc - a.heldCPU
+	free := a.omegaUs - a.cpuAlloc - a.cpuExtra - a.heldCPU
 	for _, h := range sortedHosts(perHost) {
 		target := int64(frac * float64(free) * float64(perHost[h]) / float64(len(a.order)))
 		l := a.leases[h]

@@ -40,6 +40,9 @@ func (a *App) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome {
 	// behind). Memory above our accounting must come from the pool too.
 	base := max(m.MemLimit, usage)
 	pool := a.MemUnallocated() - (base - m.MemLimit)
+	if a.HoldRaises {
+		pool = 0 // hosts that have not rejoined may hold it
+	}
 	step := a.Policy.OOMStep(OOMInput{P: a.P, LimitBytes: m.MemLimit, UsageBytes: usage,
 		WantBytes: want, Unallocated: pool})
 	need := max(want, 4096)
@@ -66,6 +69,7 @@ func (a *App) UndoGrant(k Key, gen uint64, prevLimit int64) {
 	}
 	a.memAlloc += prevLimit - m.MemLimit
 	m.MemLimit = prevLimit
+	a.refresh(m)
 	m.OOMGrants--
 	m.OOMDenies++
 }
@@ -92,11 +96,16 @@ func (a *App) Reclaimed(k Key, newLimit, usage int64) bool {
 		return false
 	}
 	m.MemUsage = usage
+	if a.AckGated {
+		m.ackMem = newLimit // the daemon wrote it and said so
+		a.refresh(m)
+	}
 	if newLimit >= m.MemLimit {
 		return false
 	}
 	a.memAlloc -= m.MemLimit - newLimit
 	m.MemLimit = newLimit
+	a.refresh(m)
 	return true
 }
 
@@ -121,6 +130,9 @@ func (a *App) Usage(k Key, usage int64) {
 // FillPending assigns memory to members left unassigned at join, once
 // the pool has room again (eq. (2) share or what is left).
 func (a *App) FillPending() []Decision {
+	if a.HoldRaises {
+		return nil
+	}
 	var out []Decision
 	lambda := max(len(a.order), 1)
 	fair := int64((1 - a.budget.Sigma) * float64(a.budget.MemoryBytes) / float64(lambda))

@@ -42,6 +42,8 @@ type MemberInfo struct {
 	Name        string
 	HostMaxUs   int64
 	MemUsage    int64
+	// The limits its cgroup holds at registration (allocator.Join).
+	CurQuotaUs, CurMem int64
 	// Auto-created apps grow their budget by these when the member joins.
 	ContribCores float64
 	ContribMem   int64
@@ -112,6 +114,9 @@ func New(name string, b allocator.Budget, p allocator.Params, pol allocator.Poli
 	if err != nil {
 		return nil, err
 	}
+	// Freed runtime and memory are handed out only once the daemon
+	// acknowledged the cut (issue 12; allocator/applied.go).
+	a.AckGated = true
 	s := &Shard{Name: name, in: make(chan func(), 256),
 		done: make(chan struct{}), a: a, auto: auto, members: map[allocator.Key]*member{},
 		log: log.With("app", name), hub: hub, cnt: cnt, periodUs: uint32(p.PeriodUs()),
@@ -287,8 +292,14 @@ func (s *Shard) send(d allocator.Decision, recvNs int64, onApplied func(error), 
 		}
 		return
 	}
+	key, gen := d.Key, d.Gen
 	u := session.Update{Handle: m.Handle, Gen: d.Gen, QuotaUs: d.QuotaUs, MemLimit: d.MemLimit,
-		Received: recvNs, OnApplied: onApplied}
+		Received: recvNs, OnApplied: func(err error) {
+			s.acked(key, gen, err)
+			if onApplied != nil {
+				onApplied(err)
+			}
+		}}
 	if d.QuotaUs != 0 {
 		u.PeriodUs = s.periodUs
 	}
@@ -302,6 +313,30 @@ func (s *Shard) send(d allocator.Decision, recvNs int64, onApplied func(error), 
 		s.hub.Publish(events.Event{Time: time.Now(), App: s.Name, Host: m.HostID, ContainerID: m.ContainerID,
 			Handle: m.Handle, Kind: "limits", Generation: d.Gen, CPUQuotaUs: d.QuotaUs, MemoryBytes: d.MemLimit,
 			Reason: string(d.Reason)})
+	}
+}
+
+// acked records a daemon's answer to decision gen of member k on the
+// caller's goroutine (a session's reader or sweeper; never with s.mu held:
+// the one synchronous call, Queue on a closed session, passes ErrClosed,
+// which is not looked at). A cut that was applied frees its share, which
+// is handed out at once.
+func (s *Shard) acked(k allocator.Key, gen uint64, err error) {
+	var r allocator.AckResult
+	switch {
+	case err == nil:
+		r = allocator.AckApplied
+	case errors.Is(err, session.ErrClosed), errors.Is(err, session.ErrTimeout), errors.Is(err, session.ErrNotAcked):
+		// Not known whether it was applied: both limits stay counted (a
+		// dead session's members are held at the larger, LeaveHeld).
+		return
+	default:
+		r = allocator.AckRefused
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.a.Ack(k, gen, r) {
+		s.applyAll(s.a.Redistribute())
 	}
 }
 
@@ -386,10 +421,49 @@ func (s *Shard) LeaseReturn(h allocator.HostID, id uint64, bad func(reason strin
 
 // HostClosed forgets host h's lease and session (it ended; its members
 // leave through Leave).
-func (s *Shard) HostClosed(h allocator.HostID) {
+// The lease stays counted for hold: the daemon may have raised quotas
+// from it that nobody has heard of (it was partitioned or stopped).
+func (s *Shard) HostClosed(h allocator.HostID, hold time.Duration) {
 	s.do(func() {
 		delete(s.hosts, h)
+		if us := s.a.LeaseUs(h); us > 0 && hold > 0 {
+			id := fmt.Sprintf("lease/%d", h)
+			s.a.HoldShare(id, us, 0)
+			s.expireHold(id, hold)
+		}
 		s.applyAll(s.a.LeaseDrop(h))
+	})
+}
+
+// HoldRaisesFor hands nothing out of the pools for d (allocator
+// HoldRaises): the controller just started or took over, and hosts that
+// have not rejoined yet may hold what the pools seem to have. Then the
+// pools are handed out as usual.
+func (s *Shard) HoldRaisesFor(d time.Duration) {
+	s.do(func() {
+		s.a.HoldRaises = true
+		time.AfterFunc(d, func() {
+			s.do(func() {
+				s.a.HoldRaises = false
+				s.applyAll(s.a.Redistribute())
+			})
+		})
+	})
+}
+
+// expireHold ends hold id after d unless it was ended or held again.
+func (s *Shard) expireHold(id string, d time.Duration) {
+	s.holdSeq++
+	seq := s.holdSeq
+	s.holds[id] = seq
+	time.AfterFunc(d, func() {
+		s.do(func() {
+			if s.holds[id] == seq { // not rejoined and held again since
+				delete(s.holds, id)
+				s.a.Unhold(id)
+				s.applyAll(s.a.Redistribute())
+			}
+		})
 	})
 }
 
@@ -419,7 +493,8 @@ func (s *Shard) Join(mi MemberInfo) error {
 		s.a.Unhold(holdID(mi.HostID, mi.ContainerID))
 		delete(s.holds, holdID(mi.HostID, mi.ContainerID))
 		var ds []allocator.Decision
-		ds, err = s.a.Join(allocator.Join{Key: mi.Key, HostMaxUs: mi.HostMaxUs, MemUsage: mi.MemUsage})
+		ds, err = s.a.Join(allocator.Join{Key: mi.Key, HostMaxUs: mi.HostMaxUs, MemUsage: mi.MemUsage,
+			CurQuotaUs: mi.CurQuotaUs, CurMem: mi.CurMem})
 		if err != nil {
 			return
 		}
@@ -487,17 +562,7 @@ func (s *Shard) LeaveHeld(k allocator.Key, reason string, hold time.Duration) {
 		delete(s.members, k)
 		s.applyAll(ds)
 		s.publish(m.MemberInfo, "leave", reason)
-		s.holdSeq++
-		seq := s.holdSeq
-		s.holds[id] = seq
-		time.AfterFunc(hold, func() {
-			s.do(func() {
-				if s.holds[id] == seq { // not rejoined and held again since
-					delete(s.holds, id)
-					s.a.Unhold(id)
-				}
-			})
-		})
+		s.expireHold(id, hold)
 	})
 }
 

@@ -115,6 +115,7 @@ func (s *Server) takeOver(term uint64) error {
 			return err
 		}
 	}
+	s.rejoinGrace()
 	s.term.Store(term)
 	s.leading.Store(true)
 	s.log.Info("leading: accepting daemon sessions and admin writes", "term", term)

@@ -119,6 +119,13 @@ type Config struct {
 	// ResolveWait bounds how long a deploy waits for an image's first
 	// resolution; it goes on in the background (default 500 ms).
 	ResolveWait time.Duration
+	// RejoinGrace is how long after it starts (or takes over) the
+	// controller hands nothing out of the pools of the apps it loads
+	// (stored, or --apps; rejoinGrace): daemons that have
+	// not rejoined yet still apply the limits the last controller gave
+	// (escrad reconnects within 1.5 s of a controller being up; sessions
+	// are declared dead after 3 s). 0: DefaultConfig's 3 s; < 0: none.
+	RejoinGrace time.Duration
 }
 
 // DefaultConfig returns the paper's parameters on the default ports.
@@ -134,6 +141,7 @@ func DefaultConfig() Config {
 		MaxContainersPerHost:   1000,
 		EventHistory:           events.DefaultHistory,
 		DeadHold:               11 * time.Second,
+		RejoinGrace:            3 * time.Second,
 	}
 }
 
@@ -245,6 +253,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 				return nil, err
 			}
 		}
+		s.rejoinGrace()
 	} else {
 		if cfg.LeaderTTL <= 0 {
 			s.cfg.LeaderTTL = 2 * time.Second
@@ -484,6 +493,21 @@ func (s *Server) shardFor(name string, contribCores float64, contribMem int64) (
 	return a, nil
 }
 
+// rejoinGrace makes the apps a previous controller may have run (stored,
+// or from --apps) hand nothing out of their pools for RejoinGrace, at
+// start and on taking over the leadership: their members' daemons still
+// apply the limits it gave until they rejoin, and a host that rejoins
+// first must not be raised into a share another host's cgroups hold.
+// Apps defined or auto-created later start empty and need none.
+func (s *Server) rejoinGrace() {
+	if s.cfg.RejoinGrace <= 0 {
+		return
+	}
+	for _, a := range s.shards() {
+		a.HoldRaisesFor(s.cfg.RejoinGrace)
+	}
+}
+
 func key(session, handle uint32) allocator.Key {
 	return allocator.Key(uint64(session)<<32 | uint64(handle))
 }
@@ -591,10 +615,22 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 		}
 	}
 	mem = max(mem, 4*allocator.MiB)
+	// What the cgroup holds now (counted until replaced and acknowledged;
+	// a rejoining container keeps it when it fits, allocator.Join).
+	var curQ, curM int64
+	if q, p := lim.GetCpuQuotaUs(), lim.GetCpuPeriodUs(); q > 0 && p > 0 {
+		curQ = q * s.cfg.Params.PeriodUs() / int64(p)
+	} else if q < 0 {
+		curQ = h.maxUs // unlimited: it may use the whole host
+	}
+	if m := lim.GetMemoryLimitBytes(); m > 0 && m <= 1<<50 {
+		curM = m
+	}
 	k := key(ss.ID, r.GetHandle())
 	mi := app.MemberInfo{Key: k, Host: ss, HostID: h.hello.GetHostId(), Handle: r.GetHandle(),
 		ContainerID: r.GetContainerId(), Name: r.GetName(), HostMaxUs: h.maxUs,
-		MemUsage: int64(min(r.GetMemoryUsageBytes(), 1<<50)), ContribCores: cores, ContribMem: mem}
+		MemUsage: int64(min(r.GetMemoryUsageBytes(), 1<<50)), ContribCores: cores, ContribMem: mem,
+		CurQuotaUs: curQ, CurMem: curM}
 	var a *app.Shard
 	for try := 0; ; try++ {
 		var err error
@@ -758,7 +794,7 @@ func (s *Server) Closed(ss *session.Session) {
 	}
 	// The daemon dropped its lease credit with the session (issue 11).
 	for _, a := range s.shards() {
-		a.HostClosed(allocator.HostID(ss.ID))
+		a.HostClosed(allocator.HostID(ss.ID), hold)
 	}
 	s.log.Info("daemon disconnected", "host", h.hello.GetHostId(), "session", ss.ID, "containers", len(refs))
 }

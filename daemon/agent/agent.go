@@ -911,6 +911,15 @@ func (a *Agent) OOM(ev oom.Event) {
 		case v == nil:
 			resolve(false, 0, "controller_lost")
 		case v.Granted:
+			if lim, ok := raised(); ok {
+				// The grant's SetLimits came first (the controller sends
+				// the verdict once it is acknowledged). Writing the
+				// verdict's limit again could undo a reclaim the
+				// controller sent in between and has counted (issue 12:
+				// Σ applied over the budget).
+				resolve(true, lim, "")
+				return
+			}
 			lim, err := a.app.RaiseMemory(m.h, v.NewLimitBytes)
 			if err != nil {
 				a.log.Warn("raising memory limit failed", "name", m.c.Name, "err", err)

@@ -342,8 +342,16 @@ func (s *soakRun) report(eps []episode, t0 time.Time, ferrs []string, runs, kill
 		summary[key+"_goroutines_first"], summary[key+"_goroutines_last"] = a.goroutines, b.goroutines
 		summary[key+"_fds_first"], summary[key+"_fds_last"] = a.fds, b.fds
 		summary[key+"_threads_first"], summary[key+"_threads_last"] = a.threads, b.threads
-		say("soak: %s pid %d over %v: goroutines %.0f → %.0f, threads %d → %d, fds %d → %d", role, a.pid, b.at.Sub(a.at).Round(time.Second),
-			a.goroutines, b.goroutines, a.threads, b.threads, a.fds, b.fds)
+		// Flat: the last sample within a few of the first (a scrape,
+		// a session's reader and writer come and go); goroutines from
+		// go_goroutines on /metrics (escrad's registry has the Go
+		// collector too), fds from /proc.
+		flat := func(x, y float64) bool { return y-x <= max(5, 0.1*x) }
+		gFlat := a.goroutines > 0 && flat(a.goroutines, b.goroutines)
+		fFlat := flat(float64(a.fds), float64(b.fds))
+		summary[key+"_goroutines_flat"], summary[key+"_fds_flat"] = gFlat, fFlat
+		say("soak: %s pid %d over %v: goroutines %.0f → %.0f (flat %v), threads %d → %d, fds %d → %d (flat %v)", role, a.pid, b.at.Sub(a.at).Round(time.Second),
+			a.goroutines, b.goroutines, gFlat, a.threads, b.threads, a.fds, b.fds, fFlat)
 	}
 	say("soak: %d faults (%v), %d OOM episodes (max %.0f ms, %d over 300 ms), budget violations %v of %v samples",
 		len(s.faults), byKind, len(all), pct(all, 100), long, summary["budget_violations"], summary["budget_samples"])
@@ -362,6 +370,8 @@ func (s *soakRun) faultAt(t time.Time) string {
 	return "none"
 }
 
+var metricErrOnce sync.Once
+
 // metricOf reads one unlabelled sample from a /metrics page (0: none).
 func metricOf(c *http.Client, url, name string) float64 {
 	if c == nil {
@@ -372,6 +382,10 @@ func metricOf(c *http.Client, url, name string) float64 {
 		return 0
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		metricErrOnce.Do(func() { say("soak: %s: %s (goroutines not read)", url, resp.Status) })
+		return 0
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {

@@ -333,7 +333,11 @@ func run(args []string, restoreOnly bool) error {
 			return fmt.Errorf("--metrics-listen: %w", err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(a.Registry(), promhttp.HandlerOpts{}))
+		// A collector that fails (a container's group gone mid-scrape)
+		// must not take go_goroutines and the rest down with it: serve
+		// what was gathered and log the error.
+		mux.Handle("/metrics", promhttp.HandlerFor(a.Registry(), promhttp.HandlerOpts{
+			ErrorHandling: promhttp.ContinueOnError, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer srv.Close()
