@@ -22,6 +22,7 @@ import (
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/internal/peer"
+	"github.com/escra-dev/escra/daemon/limits"
 	"github.com/escra-dev/escra/internal/dockertest"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -196,8 +197,8 @@ func TestControllerLimitsReachCgroupThenDockerInspect(t *testing.T) {
 	if q := readFile(t, filepath.Join(paths.CPU, "cpu.cfs_quota_us")); q != "23000" {
 		t.Errorf("stale update wrote quota %s", q)
 	}
-	// Docker's view follows shortly (asynchronous reconcile).
-	deadline := time.Now().Add(5 * time.Second)
+	// Docker's view follows within the reconciler's window (asynchronous).
+	deadline := time.Now().Add(limits.DefaultReconcileWindow + 5*time.Second)
 	var hc *container.HostConfig
 	for time.Now().Before(deadline) {
 		j, err := cli.ContainerInspect(ctx, id)
