@@ -97,14 +97,15 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 	if len(r.Slack) < 20 || len(r.Series) < 20 {
 		t.Fatalf("%d slack, %d series samples", len(r.Slack), len(r.Series))
 	}
-	// memwave needs little CPU: the batch container gets most of what
-	// static10's reservation leaves of the one app CPU, and the reserved
-	// figure is that limit.
+	// The reserved figure is static10's limit, and the batch container ran
+	// but never above what that reservation leaves of the one app CPU (its
+	// quota). How much of that it got depends on what else the machine
+	// runs (it is SCHED_IDLE), so only the cap is asserted.
 	if lim := min(1, pk[0].CPU); r.ReservedCores < 0.9*lim || r.ReservedCores > 1.1*lim+0.01 {
 		t.Errorf("reserved %.3f cores, want static10's limit %.3f", r.ReservedCores, lim)
 	}
-	if free := 1 - min(1, pk[0].CPU); r.BatchCores < 0.5*free || r.BatchCores > free+0.05 {
-		t.Errorf("batch got %.3f cores, want most of the %.3f the limit leaves", r.BatchCores, free)
+	if free := 1 - min(1, pk[0].CPU); r.BatchCores <= 0 || r.BatchCores > free+0.05 {
+		t.Errorf("batch got %.3f cores, want some and at most the %.3f the limit leaves", r.BatchCores, free)
 	}
 	last := r.Series[len(r.Series)-1]
 	if d := last.MemLimitMiB - pk[0].Mem/(1<<20); d < -0.01 || d > 0.01 {
