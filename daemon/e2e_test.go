@@ -174,7 +174,7 @@ func TestControllerLimitsReachCgroupThenDockerInspect(t *testing.T) {
 		t.Errorf("registered limits %v, want quota 50000 and 64 MiB", reg.Limits)
 	}
 	paths := cgroupOf(t, inspectPid(t, cli, id))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), limits.DefaultReconcileWindow+10*time.Second)
 	defer cancel()
 	ack, err := p.SetLimits(ctx, &pb.LimitUpdate{Handle: reg.Handle, Generation: 5, Limits: &pb.Limits{CpuQuotaUs: 23000, MemoryLimitBytes: 96 << 20}})
 	if err != nil {
