@@ -451,6 +451,14 @@ func (s *Shard) HoldRaisesFor(d time.Duration) {
 	})
 }
 
+// Holding reports whether the app hands nothing out of its pools now
+// (HoldRaisesFor).
+func (s *Shard) Holding() bool {
+	var h bool
+	s.call(func() { h = s.a.HoldRaises })
+	return h
+}
+
 // expireHold ends hold id after d unless it was ended or held again.
 func (s *Shard) expireHold(id string, d time.Duration) {
 	s.holdSeq++

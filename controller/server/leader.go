@@ -107,7 +107,8 @@ func (s *Server) leadLoop() {
 // accepts sessions.
 func (s *Server) takeOver(term uint64) error {
 	s.dropApps()
-	if err := s.loadStore(); err != nil {
+	stored, err := s.loadStore()
+	if err != nil {
 		return err
 	}
 	for _, a := range s.cfg.Apps {
@@ -115,7 +116,7 @@ func (s *Server) takeOver(term uint64) error {
 			return err
 		}
 	}
-	s.rejoinGrace()
+	s.rejoinGrace(stored)
 	s.term.Store(term)
 	s.leading.Store(true)
 	s.log.Info("leading: accepting daemon sessions and admin writes", "term", term)

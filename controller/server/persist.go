@@ -16,20 +16,23 @@ var ErrStore = errors.New("state store")
 
 const storeTimeout = 5 * time.Second
 
-// loadStore defines every stored app, in memory (it is stored already).
-func (s *Server) loadStore() error {
+// loadStore defines every stored app, in memory (it is stored already),
+// and returns their names: a previous controller ran them.
+func (s *Server) loadStore() ([]string, error) {
 	if s.cfg.Store == nil {
-		return nil
+		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, storeTimeout)
 	defer cancel()
 	recs, err := s.cfg.Store.List(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: load: %v", ErrStore, err)
+		return nil, fmt.Errorf("%w: load: %v", ErrStore, err)
 	}
+	var names []string
 	for _, r := range recs {
+		names = append(names, r.Spec.Name)
 		if err := s.defineApp(r.Spec); err != nil {
-			return fmt.Errorf("%w: stored app %s: %v", ErrStore, r.Spec.Name, err)
+			return nil, fmt.Errorf("%w: stored app %s: %v", ErrStore, r.Spec.Name, err)
 		}
 		if r.Deploy != nil {
 			s.mu.Lock()
@@ -40,7 +43,7 @@ func (s *Server) loadStore() error {
 	if len(recs) > 0 {
 		s.log.Info("apps restored from the state store", "apps", len(recs))
 	}
-	return nil
+	return names, nil
 }
 
 // update reads name's record, lets f change it and writes it back.

@@ -243,7 +243,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	// Under an election this waits for the win (takeOver).
 	if cfg.Elector == nil {
 		s.leading.Store(true)
-		if err := s.loadStore(); err != nil {
+		stored, err := s.loadStore()
+		if err != nil {
 			s.cancel()
 			return nil, err
 		}
@@ -253,7 +254,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 				return nil, err
 			}
 		}
-		s.rejoinGrace()
+		s.rejoinGrace(stored)
 	} else {
 		if cfg.LeaderTTL <= 0 {
 			s.cfg.LeaderTTL = 2 * time.Second
@@ -493,18 +494,22 @@ func (s *Server) shardFor(name string, contribCores float64, contribMem int64) (
 	return a, nil
 }
 
-// rejoinGrace makes the apps a previous controller may have run (stored,
-// or from --apps) hand nothing out of their pools for RejoinGrace, at
+// rejoinGrace makes the apps a previous controller ran (the ones found in
+// the state store) hand nothing out of their pools for RejoinGrace, at
 // start and on taking over the leadership: their members' daemons still
 // apply the limits it gave until they rejoin, and a host that rejoins
 // first must not be raised into a share another host's cgroups hold.
-// Apps defined or auto-created later start empty and need none.
-func (s *Server) rejoinGrace() {
+// Apps new to the store (a first start, --store none, defined or
+// auto-created later) had no previous controller and need none: holding
+// them would deny their first OOM requests.
+func (s *Server) rejoinGrace(stored []string) {
 	if s.cfg.RejoinGrace <= 0 {
 		return
 	}
 	for _, a := range s.shards() {
-		a.HoldRaisesFor(s.cfg.RejoinGrace)
+		if slices.Contains(stored, a.Name) {
+			a.HoldRaisesFor(s.cfg.RejoinGrace)
+		}
 	}
 }
 
