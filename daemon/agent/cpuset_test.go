@@ -29,32 +29,8 @@ func TestCPUMgrOnRealCgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := func(h uint32, name string, quota string) *cgroups.Group {
-		rel := cgtest.New(t, name)
-		cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", quota)
-		p, err := cgroups.PathsForCgroup(rel)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := cgroups.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(g.Close)
-		e, err := limits.NewEntry(name, false, g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		app.Add(h, e)
-		return g
-	}
-	cpus := func(g *cgroups.Group) string {
-		var buf [64]byte
-		b, _ := g.Read(cgroups.CPUSetCPUs, buf[:])
-		return strings.TrimSpace(string(b))
-	}
-	gs := open(1, "wys-shared", "50000")
-	gw := open(2, "wys-c1", "100000")
+	gs := openEntry(t, app, 1, "wys-shared", "50000")
+	gw := openEntry(t, app, 2, "wys-c1", "100000")
 	if _, err := PrepareView(views, "wys-c1", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -108,37 +84,13 @@ func TestCPUMgrAutoOnRealCgroups(t *testing.T) {
 	if err := wysiwyg.RecordProfile(m.profiles, sensitive, wysiwyg.VerdictWysiwyg); err != nil {
 		t.Fatal(err)
 	}
-	groups := map[uint32]*cgroups.Group{}
-	for h, name := range map[uint32]string{1: "wys-auto-c1", 2: "wys-auto-c2"} {
-		rel := cgtest.New(t, name)
-		cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "100000")
-		p, err := cgroups.PathsForCgroup(rel)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := cgroups.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(g.Close)
-		e, err := limits.NewEntry(name, false, g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		app.Add(h, e)
-		groups[h] = g
-	}
+	groups := map[uint32]*cgroups.Group{1: openEntry(t, app, 1, "wys-auto-c1", "100000"), 2: openEntry(t, app, 2, "wys-auto-c2", "100000")}
 	cur1, _ := app.Get(1).Current()
 	m.add(1, containers.Container{Name: "wys-auto-c1", CPU: containers.CPUAuto, Image: sensitive}, cur1)
 	cur2, _ := app.Get(2).Current()
 	m.add(2, containers.Container{Name: "wys-auto-c2", CPU: containers.CPUAuto, Image: unprofiled}, cur2)
 	if !m.manages(1) || m.manages(2) {
 		t.Fatalf("manages as C1: profiled %v, unprofiled %v; want true, false", m.manages(1), m.manages(2))
-	}
-	cpus := func(g *cgroups.Group) string {
-		var buf [64]byte
-		b, _ := g.Read(cgroups.CPUSetCPUs, buf[:])
-		return strings.TrimSpace(string(b))
 	}
 	n := hostCPUs()
 	top := wysiwyg.NewCPUSet(n - 1).String()
@@ -148,4 +100,34 @@ func TestCPUMgrAutoOnRealCgroups(t *testing.T) {
 	if got := cpus(groups[2]); got != wysiwyg.Range(n-1).String() {
 		t.Fatalf("unprofiled auto container's cpuset %q, want the shared pool %s", got, wysiwyg.Range(n-1))
 	}
+}
+
+// openEntry makes a test cgroup with the given CPU quota, opens it and
+// adds it to app under handle h.
+func openEntry(t *testing.T, app *limits.Applier, h uint32, name, quota string) *cgroups.Group {
+	t.Helper()
+	rel := cgtest.New(t, name)
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", quota)
+	p, err := cgroups.PathsForCgroup(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cgroups.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	e, err := limits.NewEntry(name, false, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app.Add(h, e)
+	return g
+}
+
+// cpus reads a group's cpuset.cpus.
+func cpus(g *cgroups.Group) string {
+	var buf [64]byte
+	b, _ := g.Read(cgroups.CPUSetCPUs, buf[:])
+	return strings.TrimSpace(string(b))
 }
