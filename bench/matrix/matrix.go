@@ -41,9 +41,6 @@ type Config struct {
 	// BurstCycle is the Burst shape's cycle (calm, then a burst, half each;
 	// 0: seed 000's 20 s).
 	BurstCycle time.Duration
-	// Batch runs a best-effort CPU spinner beside the app, its quota the
-	// app CPUs minus Σ the app's limits, updated every 100 ms.
-	Batch bool
 	// AutopilotCPU are Autopilot's CPU weights (nil: the defaults); see
 	// SweepAutopilot.
 	AutopilotCPU *recommender.AutopilotConfig
@@ -67,6 +64,21 @@ type Escra struct {
 
 // IsEscra tells Escra's policies (escra, escra-paper) from the baselines.
 func IsEscra(policy string) bool { return strings.HasPrefix(policy, "escra") }
+
+// BatchSuffix on a policy name ("escra+batch") runs that policy with a
+// best-effort CPU spinner beside the app (batch.go): its quota the app
+// CPUs minus Σ the app's limits, updated every 100 ms. Its runs are their
+// own rows: the plain policy is measured alone, as seed 000 measured it,
+// and the +batch row shows what the freed capacity buys and what sharing
+// the CPUs with it costs the app.
+const BatchSuffix = "+batch"
+
+// SplitBatch returns the policy a name runs and whether it co-locates
+// the batch container.
+func SplitBatch(policy string) (base string, batch bool) {
+	base, batch = strings.CutSuffix(policy, BatchSuffix)
+	return base, batch
+}
 
 // Static15Cores is what static15 provisions for a cell: Σ over replicas
 // of 1.5 × the peak, each capped at the app's CPUs (the engine refuses
@@ -134,7 +146,11 @@ func (c Config) Validate() error {
 		}
 	}
 	for _, p := range c.Policies {
-		if _, err := c.newRecommender(p, Peak{1, 1}); err != nil && !IsEscra(p) {
+		base, _ := SplitBatch(p)
+		if base == "escra" || base == "escra-paper" {
+			continue
+		}
+		if _, err := c.newRecommender(base, Peak{1, 1}); err != nil {
 			return err
 		}
 	}
@@ -164,7 +180,7 @@ func (c Config) newRecommender(name string, pk Peak) (recommender.Recommender, e
 	case "vpa60":
 		return recommender.NewVPA(recommender.DefaultVPA(60 * time.Second)), nil
 	}
-	return nil, fmt.Errorf("unknown policy %q (want static15, static10, static075, autopilot, vpa10, vpa60, escra or escra-paper)", name)
+	return nil, fmt.Errorf("unknown policy %q (want static15, static10, static075, autopilot, vpa10, vpa60, escra or escra-paper, each also with the suffix +batch)", name)
 }
 
 func (c Config) ports(w Workload) []int {
@@ -190,7 +206,8 @@ func (c Config) start(ctx context.Context, w Workload, cell Cell, policyName str
 		labels := map[string]string{"escra.bench": "1"}
 		res := container.Resources{MemorySwap: -1}
 		var k float64
-		switch policyName {
+		base, _ := SplitBatch(policyName)
+		switch base {
 		case "static15", "autopilot", "vpa10", "vpa60":
 			k = 1.5
 		case "static10":
@@ -363,10 +380,21 @@ func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Ru
 			}
 		}
 	}
-	if c.Escra == nil && (contains(c.Policies, "escra") || contains(c.Policies, "escra-paper")) {
+	if c.Escra == nil && c.WantsEscra() {
 		notes = append(notes, "Escra runs skipped: escrad and escra-controller were not running")
 	}
 	return runs, notes
+}
+
+// WantsEscra: some policy of the run is one of Escra's (escrad and
+// escra-controller must run).
+func (c Config) WantsEscra() bool {
+	for _, p := range c.Policies {
+		if IsEscra(p) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep int, prof Profile) (report.Run, error) {
@@ -384,7 +412,8 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 	}
 	defer s.Close()
 	var batch *batchRun
-	if c.Batch {
+	base, colocate := SplitBatch(policyName)
+	if colocate {
 		if batch, err = c.startBatch(ctx); err != nil {
 			return run, err
 		}
@@ -395,7 +424,7 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 	// recommenders take over from there through the runner, warmed up with
 	// the profiled history of the same load (not measured).
 	var runner *policy.Runner
-	if !IsEscra(policyName) && !strings.HasPrefix(policyName, "static") {
+	if !IsEscra(base) && !strings.HasPrefix(base, "static") {
 		idx := map[string]int{}
 		for i, id := range ids {
 			idx[id] = i
@@ -407,7 +436,7 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 			if i < len(peaks) {
 				pk = peaks[i]
 			}
-			r, _ := c.newRecommender(policyName, pk)
+			r, _ := c.newRecommender(base, pk)
 			if i < len(prof.CPU) && i < len(prof.Mem) {
 				warm(r, prof.CPU[i], prof.Mem[i], now)
 			}

@@ -68,8 +68,8 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := Config{Docker: cli, Images: map[string]string{images.Memwave.Name: tag, images.Spin.Name: spin}, Workloads: []string{"memwave"},
-		Loads: []string{"wave"}, Policies: []string{"static10", "escra"}, Duration: 4 * time.Second, Reps: 1, BasePort: 19900,
-		AppCPUs: "0", AppCores: 1, Batch: true}
+		Loads: []string{"wave"}, Policies: []string{"static10+batch", "escra"}, Duration: 4 * time.Second, Reps: 1, BasePort: 19900,
+		AppCPUs: "0", AppCores: 1}
 	t.Cleanup(func() {
 		cli.ContainerRemove(context.Background(), "escra-bench-memwave-0", container.RemoveOptions{Force: true})
 		cli.ContainerRemove(context.Background(), "escra-bench-batch", container.RemoveOptions{Force: true})
@@ -87,7 +87,7 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 		t.Fatalf("peaks %+v", pk)
 	}
 	runs, notes := c.Run(ctx, profiles)
-	if len(runs) != 1 || runs[0].Policy != "static10" {
+	if len(runs) != 1 || runs[0].Policy != "static10+batch" {
 		t.Fatalf("runs %+v notes %v", runs, notes)
 	}
 	if len(notes) != 1 { // Escra skipped without processes: said so

@@ -25,6 +25,7 @@ type Agg struct {
 	P50Us, P99Us, P999Us, ThroughputRPS                Stat
 	CPUSlackP50, CPUSlackP99, MemSlackP50, MemSlackP99 Stat
 	ThrottledPeriods, ThrottledFrac, OOMKills          Stat
+	ThrottledMs                                        Stat
 	LimitChangesPerS, ControllerCPUPct, DaemonCPUPct   Stat
 	Errors                                             Stat // failed requests (errors, timeouts, non-2xx/3xx)
 	// Fairness figures (see Run): CPU held for the app, CPU the batch
@@ -120,6 +121,7 @@ func Aggregate(r *Results) map[Key]*Agg {
 			frac = float64(run.ThrottledPeriods) / float64(run.Periods)
 		}
 		add("thrfrac", frac)
+		add("thrms", run.ThrottledMs)
 		add("oom", float64(run.OOMKills))
 		add("reserved", run.ReservedCores)
 		add("batch", run.BatchCores)
@@ -141,6 +143,7 @@ func Aggregate(r *Results) map[Key]*Agg {
 		g.CPUSlackP50, g.CPUSlackP99 = stat(a.m["cpu50"]), stat(a.m["cpu99"])
 		g.MemSlackP50, g.MemSlackP99 = stat(a.m["mem50"]), stat(a.m["mem99"])
 		g.ThrottledPeriods, g.ThrottledFrac, g.OOMKills = stat(a.m["thr"]), stat(a.m["thrfrac"]), stat(a.m["oom"])
+		g.ThrottledMs = stat(a.m["thrms"])
 		g.LimitChangesPerS, g.ControllerCPUPct, g.DaemonCPUPct = stat(a.m["lcps"]), stat(a.m["ctl"]), stat(a.m["dmn"])
 		g.Errors = stat(a.m["err"])
 		g.ReservedCores, g.BatchCores = stat(a.m["reserved"]), stat(a.m["batch"])

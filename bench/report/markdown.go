@@ -210,7 +210,7 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	pols := Policies(aggs)
 	for _, c := range Cells(aggs) {
 		w("## %s, %s load\n\n", c.Workload, c.Load)
-		w("| policy | reps | p50 latency (ms) | p99 (ms) | p99.9 (ms) | throughput (req/s) | failed requests | CPU slack p50/p99 (cores) | mem slack p50/p99 (MiB) | throttled periods (%%) | OOM kills | limit changes/s | controller CPU %% | daemon CPU %% | reserved (cores) | batch (cores) | client CPUs busy / client itself (cores) |\n")
+		w("| policy | reps | p50 latency (ms) | p99 (ms) | p99.9 (ms) | throughput (req/s) | failed requests | CPU slack p50/p99 (cores) | mem slack p50/p99 (MiB) | throttled periods (%%) / time (ms) | OOM kills | limit changes/s | controller CPU %% | daemon CPU %% | reserved (cores) | batch (cores) | client CPUs busy / client itself (cores) |\n")
 		w("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, p := range pols {
 			a := aggs[Key{c, p}]
@@ -218,10 +218,10 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 				continue
 			}
 			ms := func(s Stat) Stat { return Stat{Mean: s.Mean / 1000, CI95: s.CI95 / 1000, N: s.N} }
-			w("| %s | %d | %s | %s | %s | %s | %.0f | %.3f / %.3f | %.1f / %.1f | %.0f (%.1f %%) | %.1f | %.2f | %.1f | %.1f | %s | %s | %.2f / %.2f |\n",
+			w("| %s | %d | %s | %s | %s | %s | %.0f | %.3f / %.3f | %.1f / %.1f | %.0f (%.1f %%) / %.0f | %.1f | %.2f | %.1f | %.1f | %s | %s | %.2f / %.2f |\n",
 				p, a.Runs, ci(ms(a.P50Us), "%.2f"), ci(ms(a.P99Us), "%.2f"), ci(ms(a.P999Us), "%.2f"),
 				ci(a.ThroughputRPS, "%.1f"), a.Errors.Mean, a.CPUSlackP50.Mean, a.CPUSlackP99.Mean, a.MemSlackP50.Mean, a.MemSlackP99.Mean,
-				a.ThrottledPeriods.Mean, 100*a.ThrottledFrac.Mean, a.OOMKills.Mean, a.LimitChangesPerS.Mean,
+				a.ThrottledPeriods.Mean, 100*a.ThrottledFrac.Mean, a.ThrottledMs.Mean, a.OOMKills.Mean, a.LimitChangesPerS.Mean,
 				a.ControllerCPUPct.Mean, a.DaemonCPUPct.Mean, ci(a.ReservedCores, "%.2f"), ci(a.BatchCores, "%.2f"),
 				a.ClientCPUCores.Mean, a.ClientSelfCores.Mean)
 		}

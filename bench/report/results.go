@@ -74,8 +74,13 @@ type Run struct {
 
 	ThrottledPeriods int64 `json:"throttled_periods"` // Δ cpu.stat nr_throttled, summed over containers
 	Periods          int64 `json:"periods"`           // Δ cpu.stat nr_periods
-	OOMKills         int   `json:"oom_kills"`
-	LimitChanges     int   `json:"limit_changes"` // limit writes applied (CPU or memory)
+	// ThrottledMs is Δ cpu.stat throttled time summed over containers: it
+	// also counts throttles that a quota raise ended within the period,
+	// which nr_throttled misses (the kernel counts a period as throttled
+	// only if it is still throttled when the period timer fires).
+	ThrottledMs  float64 `json:"throttled_ms"`
+	OOMKills     int     `json:"oom_kills"`
+	LimitChanges int     `json:"limit_changes"` // limit writes applied (CPU or memory)
 
 	// CPU time of the policy's processes over the run (controller/recommender and daemon).
 	ControllerCPUSeconds float64 `json:"controller_cpu_s"`

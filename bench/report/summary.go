@@ -66,6 +66,7 @@ func Summary(r *Results) map[string]any {
 		s[p+"mem_slack_p99_mib"] = a.MemSlackP99.Mean
 		s[p+"throttled_periods"] = a.ThrottledPeriods.Mean
 		s[p+"throttled_pct"] = 100 * a.ThrottledFrac.Mean
+		s[p+"throttled_ms"] = a.ThrottledMs.Mean
 		s[p+"oom_kills"] = a.OOMKills.Mean
 		s[p+"limit_changes_per_s"] = a.LimitChangesPerS.Mean
 		s[p+"controller_cpu_pct"] = a.ControllerCPUPct.Mean

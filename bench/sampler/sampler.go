@@ -30,6 +30,10 @@ type ContainerSample struct {
 	MemLimit    float64 // bytes; the host's memory when unlimited
 	NrPeriods   uint64  // cumulative cpu.stat counters
 	NrThrottled uint64
+	// ThrottledUs is cumulative cpu.stat throttled time. Unlike
+	// nr_throttled, which counts only periods still throttled at their
+	// end, it also counts throttles a quota raise ended mid-period.
+	ThrottledUs uint64
 	Valid       bool // false for the first sample of a container (no usage rate yet) or when unreadable
 }
 
@@ -187,7 +191,7 @@ func (s *Sampler) read(c *container, now time.Time, cs *ContainerSample, buf []b
 	if err != nil {
 		return err
 	}
-	cs.NrPeriods, cs.NrThrottled = st.NrPeriods, st.NrThrottled
+	cs.NrPeriods, cs.NrThrottled, cs.ThrottledUs = st.NrPeriods, st.NrThrottled, st.ThrottledUs
 	cs.CPULimit = s.hostCPUs
 	if q > 0 && period > 0 {
 		cs.CPULimit = math.Min(s.hostCPUs, float64(q)/float64(period))
@@ -279,8 +283,8 @@ type Recorder struct {
 	mu     sync.Mutex
 	slack  []report.SlackSample
 	series []report.SeriesPoint
-	acc    map[string][2]uint64 // periods and throttled periods since the first sample
-	last   map[string][2]uint64
+	acc    map[string][3]uint64 // periods, throttled periods and throttled µs since the first sample
+	last   map[string][3]uint64
 	limits map[string][2]float64
 	// LimitChanges counts samples in which a container's CPU or memory
 	// limit differed from its previous sample: the same count for every
@@ -294,7 +298,7 @@ func (r *Recorder) Add(s Snapshot) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.acc == nil {
-		r.acc, r.last, r.limits = map[string][2]uint64{}, map[string][2]uint64{}, map[string][2]float64{}
+		r.acc, r.last, r.limits = map[string][3]uint64{}, map[string][3]uint64{}, map[string][2]float64{}
 	}
 	if r.Start.IsZero() {
 		r.Start = s.T
@@ -309,7 +313,7 @@ func (r *Recorder) Add(s Snapshot) {
 		n++
 		cpu += c.CPULimit - c.CPUUsage
 		mem += (c.MemLimit - c.MemUsage) / (1 << 20)
-		ctr := [2]uint64{c.NrPeriods, c.NrThrottled}
+		ctr := [3]uint64{c.NrPeriods, c.NrThrottled, c.ThrottledUs}
 		if prev, ok := r.last[c.ID]; ok {
 			a := r.acc[c.ID]
 			for i := range ctr {
@@ -348,6 +352,7 @@ func (r *Recorder) Fill(run *report.Run) {
 	for _, a := range r.acc {
 		run.Periods += int64(a[0])
 		run.ThrottledPeriods += int64(a[1])
+		run.ThrottledMs += float64(a[2]) / 1000
 	}
 }
 

@@ -280,6 +280,12 @@ func New(cfg Config) (*Agent, error) {
 				if te, ok := src.(interface{ SetThrottleEvents(bool) }); ok {
 					te.SetThrottleEvents(cfg.ThrottlePoll > 0)
 				}
+				// --throttle-near applies to the program's near records.
+				if tn, ok := src.(interface{ SetThrottleNear(float64) error }); ok && cfg.ThrottleNear != 0 {
+					if err := tn.SetThrottleNear(max(cfg.ThrottleNear, 0)); err != nil {
+						cfg.Log.Warn("throttle-near not applied to the bpf backend; throttle records only", "err", err)
+					}
+				}
 			} else if !auto {
 				return nil, err // already says "bpf backend: ..."
 			} else {

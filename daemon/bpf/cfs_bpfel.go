@@ -14,9 +14,9 @@ import (
 )
 
 type cfsEscraGroup struct {
-	_         structs.HostLayout
-	Throttled uint32
-	Pad       uint32
+	_           structs.HostLayout
+	Throttled   uint32
+	NearQuotaUs uint32
 }
 
 type cfsEscraRec struct {
@@ -37,6 +37,7 @@ type cfsEscraStats struct {
 	_         structs.HostLayout
 	Periods   uint64
 	Throttles uint64
+	Nears     uint64
 	Dropped   uint64
 }
 
@@ -50,6 +51,7 @@ const (
 	cfsProgEscraSwitch     = "escra_switch"
 	cfsProgEscraTimerEntry = "escra_timer_entry"
 	cfsProgEscraTimerExit  = "escra_timer_exit"
+	cfsVarNearPermille     = "near_permille"
 	cfsVarPeriodTimerFn    = "period_timer_fn"
 	cfsVarSlackTimerFn     = "slack_timer_fn"
 	cfsVarUnusedRec        = "unused_rec"
@@ -115,6 +117,7 @@ type cfsMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cfsVariableSpecs struct {
+	NearPermille  *ebpf.VariableSpec `ebpf:"near_permille"`
 	PeriodTimerFn *ebpf.VariableSpec `ebpf:"period_timer_fn"`
 	SlackTimerFn  *ebpf.VariableSpec `ebpf:"slack_timer_fn"`
 	UnusedRec     *ebpf.VariableSpec `ebpf:"unused_rec"`
@@ -157,6 +160,7 @@ func (m *cfsMaps) Close() error {
 //
 // It can be passed to loadCfsObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cfsVariables struct {
+	NearPermille  *ebpf.Variable `ebpf:"near_permille"`
 	PeriodTimerFn *ebpf.Variable `ebpf:"period_timer_fn"`
 	SlackTimerFn  *ebpf.Variable `ebpf:"slack_timer_fn"`
 	UnusedRec     *ebpf.Variable `ebpf:"unused_rec"`

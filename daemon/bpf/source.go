@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -78,11 +79,16 @@ type Source struct {
 	mu   sync.Mutex
 	byID map[uint64]*watched // cgroup id in the cpu controller's hierarchy
 	byH  map[uint32]uint64
+	buf  [512]byte // usage reads, under mu
 }
 
 type watched struct {
 	h   uint32
 	seq genl.SeqState
+	g   *cgroups.Group
+	// The group's CPU time and quota when its previous record arrived.
+	usageNs, quotaNs uint64
+	primed           bool
 }
 
 // NewSource loads and attaches the program. Errors say why in one line
@@ -144,6 +150,10 @@ func New(log *slog.Logger) (*Source, error) {
 		}
 		s.links = append(s.links, l)
 	}
+	if err := s.SetThrottleNear(DefaultThrottleNear); err != nil {
+		s.close()
+		return nil, err
+	}
 	if s.rd, err = ringbuf.NewReader(s.objs.Records); err != nil {
 		s.close()
 		return nil, fmt.Errorf("bpf backend: ring buffer: %w", err)
@@ -181,6 +191,20 @@ func (s *Source) close() {
 // off; on by default.
 func (s *Source) SetThrottleEvents(on bool) { s.noThrottleEvents.Store(!on) }
 
+// DefaultThrottleNear is the near-record threshold a new Source starts
+// with: the cgroupfs backend's --throttle-near default.
+const DefaultThrottleNear = 0.95
+
+// SetThrottleNear sets the share of its quota a watched group may use
+// within a CFS period before a near record is sent (0: no near records,
+// throttle records only). The program reads it at every context switch.
+func (s *Source) SetThrottleNear(share float64) error {
+	if !(share >= 0 && share <= 1) {
+		return fmt.Errorf("bpf backend: throttle-near %v: want 0..1", share)
+	}
+	return s.objs.NearPermille.Set(uint32(math.Round(share * 1000)))
+}
+
 // Backend implements telemetry.Source.
 func (s *Source) Backend() pb.Backend { return pb.Backend_BACKEND_BPF }
 
@@ -215,7 +239,7 @@ func (s *Source) Watch(h uint32, g *cgroups.Group) error {
 	if old, ok := s.byH[h]; ok && old != id {
 		delete(s.byID, old)
 	}
-	s.byID[id] = &watched{h: h}
+	s.byID[id] = &watched{h: h, g: g}
 	s.byH[h] = id
 	s.mu.Unlock()
 	return s.oom.Add(h, g)
@@ -234,6 +258,31 @@ func (s *Source) Unwatch(h uint32) {
 	if ok {
 		_ = s.objs.Watched.Delete(id)
 	}
+}
+
+// usedAfterWrite measures a period's usage from the group's CPU time when
+// its quota was written since the previous record. A quota write refills
+// the runtime, so quota − runtime left would lose what ran before it:
+// every period in which the controller raised a throttled group (the
+// throttle-event answer) or applied its decision a few ms after the
+// boundary, and the allocator would cut the group it has just raised.
+// The counter is read when the record is drained, up to DrainEvery after
+// the boundary, so usage may shift between neighbouring periods; none is
+// lost. Periods without a write keep quota − runtime left, exact at the
+// boundary.
+func (s *Source) usedAfterWrite(w *watched, r *genl.Record) {
+	if w.g == nil {
+		return
+	}
+	u, err := w.g.UsageNs(s.buf[:])
+	if err != nil {
+		w.primed = false
+		return
+	}
+	if w.primed && r.QuotaNs != w.quotaNs && u >= w.usageNs {
+		r.UsedNs, r.HasUsed = u-w.usageNs, true
+	}
+	w.usageNs, w.quotaNs, w.primed = u, r.QuotaNs, true
 }
 
 // Resolve implements telemetry.Source (the stock-kernel OOM trap).
@@ -256,7 +305,7 @@ func (s *Source) Maintain(h uint32) { s.oom.Maintain(h) }
 
 // Stats are the program's counters.
 type Stats struct {
-	Periods, Throttles, Dropped uint64
+	Periods, Throttles, Nears, Dropped uint64
 	// RunNs and Runs are the programs' run time and run count while BPF
 	// statistics are enabled (ebpf.EnableStats), else zero; SwitchNs is
 	// the sched_switch program's share.
@@ -269,7 +318,7 @@ func (s *Source) Stats() (Stats, error) {
 	if err := s.objs.Stats.Lookup(uint32(0), &st); err != nil {
 		return Stats{}, err
 	}
-	out := Stats{Periods: st.Periods, Throttles: st.Throttles, Dropped: st.Dropped}
+	out := Stats{Periods: st.Periods, Throttles: st.Throttles, Nears: st.Nears, Dropped: st.Dropped}
 	for _, p := range []*ebpf.Program{s.objs.EscraTimerEntry, s.objs.EscraTimerExit, s.objs.EscraSwitch} {
 		ps, err := p.Stats()
 		if err != nil {
@@ -299,6 +348,7 @@ const (
 
 	kindPeriod   = 0
 	kindThrottle = 1
+	kindNear     = 2
 )
 
 // decode parses one ring buffer record; false when it is too short.
@@ -380,7 +430,7 @@ func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
 // watched group (unwatched since the program saw it) or malformed.
 func (s *Source) deliver(b []byte, st *pb.CpuStat, sink telemetry.Sink) bool {
 	r, kind, ok := decode(b)
-	if !ok || kind == kindThrottle && s.noThrottleEvents.Load() {
+	if !ok || (kind == kindThrottle || kind == kindNear) && s.noThrottleEvents.Load() {
 		return false
 	}
 	s.mu.Lock()
@@ -388,11 +438,13 @@ func (s *Source) deliver(b []byte, st *pb.CpuStat, sink telemetry.Sink) bool {
 	if ok {
 		switch kind {
 		case kindPeriod:
+			s.usedAfterWrite(w, &r)
 			w.seq.Fill(st, r)
 			st.Handle = w.h
-		case kindThrottle:
+		case kindThrottle, kindNear:
 			// A throttle event for the period in progress, as the
-			// cgroupfs watcher sends it.
+			// cgroupfs watcher sends it (a near record is its
+			// --throttle-near event).
 			st.Reset()
 			st.Handle = w.h
 			st.PeriodSeq = w.seq.InProgress(r.TimestampNs, r.PeriodNs)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -290,5 +291,96 @@ func TestHostKernelAlternatingThrottles(t *testing.T) {
 	// N+1) gets about 22 of 31 wrong, so a tenth still tells them apart.
 	if wrong := extra + missing; wrong > max(1, len(ps)/10) {
 		t.Errorf("%d of %d periods flagged differently from the kernel's own count", wrong, len(ps))
+	}
+}
+
+// A group that sleeps often (busy 1 ms of every 2 ms) under a 20 ms quota
+// on one CPU switches out many times per period, so the program sees its
+// runtime run low before it throttles: each throttled period carries a
+// near record and then the throttle record, two mid-period events. With
+// the threshold at 0 the near records stop and the throttle records go on.
+func TestHostKernelNearRecordBeforeThrottle(t *testing.T) {
+	rel := cgtest.New(t, "bpf-near")
+	s := newOrSkip(t)
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "20000")
+	cgtest.Write(t, "cpuset", rel, "cpuset.cpus", "0")
+	p, err := cgtest.Start(rel, cgtest.Workload(t, "spin"), "-duty", "0.5", "-slot", "2ms", "-for", "60s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := s.Watch(1, openGroup(t, rel)); err != nil {
+		t.Fatal(err)
+	}
+	sink := &recSink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, sink) }()
+	// doubled counts periods with two mid-period events (near, throttle).
+	doubled := func() int {
+		per := map[uint64]int{}
+		for _, r := range sink.snapshot() {
+			if r.MidPeriod != 0 {
+				per[r.PeriodSeq]++
+			}
+		}
+		n := 0
+		for _, c := range per {
+			if c >= 2 {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && doubled() < 5 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	on, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetThrottleNear(0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // a period in progress may already have sent one
+	mid, err := s.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	var off Stats
+	for time.Now().Before(deadline) {
+		if off, err = s.Stats(); err != nil {
+			t.Fatal(err)
+		}
+		if off.Throttles >= mid.Throttles+5 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("threshold 0.95: %d near and %d throttle records, %d periods with both; threshold 0: %d near, %d throttle records",
+		on.Nears, on.Throttles, doubled(), off.Nears-mid.Nears, off.Throttles-mid.Throttles)
+	if on.Nears < 5 || doubled() < 5 {
+		t.Errorf("threshold 0.95: %d near records, %d periods with a near and a throttle event: want >= 5 each", on.Nears, doubled())
+	}
+	if off.Throttles < mid.Throttles+5 {
+		t.Fatalf("threshold 0: %d throttle records, want >= 5 (the workload stopped throttling)", off.Throttles-mid.Throttles)
+	}
+	if off.Nears != mid.Nears {
+		t.Errorf("threshold 0: %d near records, want none", off.Nears-mid.Nears)
+	}
+}
+
+func TestSetThrottleNearRejectsOutOfRange(t *testing.T) {
+	s := &Source{}
+	for _, v := range []float64{-0.1, 1.5, math.NaN()} {
+		if err := s.SetThrottleNear(v); err == nil {
+			t.Errorf("SetThrottleNear(%v): no error", v)
+		}
 	}
 }

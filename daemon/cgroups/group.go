@@ -311,6 +311,27 @@ func (g *Group) ReadInt(f File) (int64, error) {
 	return ParseInt(b)
 }
 
+// UsageNs reads the group's cumulative CPU time in ns: v1 cpuacct.usage,
+// v2 cpu.stat usage_usec. buf holds the file (512 bytes is enough).
+func (g *Group) UsageNs(buf []byte) (uint64, error) {
+	if g.Paths.Version == V2 {
+		b, err := g.Read(CPUStatFile, buf)
+		if err != nil {
+			return 0, err
+		}
+		us, ok := KeyedValue(b, "usage_usec")
+		if !ok {
+			return 0, errors.New("cgroups: cpu.stat has no usage_usec")
+		}
+		return us * 1000, nil
+	}
+	b, err := g.Read(CPUAcctUsage, buf)
+	if err != nil {
+		return 0, err
+	}
+	return ParseUint(b)
+}
+
 // Write writes b to f in one pwrite.
 func (g *Group) Write(f File, b []byte) error {
 	fd := g.fds[f]

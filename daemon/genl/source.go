@@ -299,11 +299,18 @@ func (w *seqState) fill(st *pb.CpuStat, r Record) {
 	if used < 0 {
 		used = 0 // burst: more than the quota was left
 	}
+	unusedNs := r.UnusedNs
+	if r.HasUsed {
+		used = int64(min(r.UsedNs, 1<<62))
+		if r.QuotaNs > 0 {
+			unusedNs = uint64(max(int64(r.QuotaNs)-used, 0))
+		}
+	}
 	st.Reset()
 	st.PeriodSeq = w.seq
 	st.QuotaUs = int64(r.QuotaNs / 1000)
 	st.PeriodUs = uint32(r.PeriodNs / 1000)
-	st.UnusedUs = int64(r.UnusedNs / 1000)
+	st.UnusedUs = int64(unusedNs / 1000)
 	st.Throttled = r.Throttled
 	st.NrThrottled = uint64(r.NrThrottled)
 	st.ThrottledUs = throttledNs / 1000 // per period, as cpu.stat deltas

@@ -43,6 +43,28 @@ func TestSeqStateIdleGaps(t *testing.T) {
 	}
 }
 
+// A period whose quota was raised midway (the write refilled the runtime)
+// reports the usage the reader measured, not quota − runtime left, which
+// lost what ran before the write; unused follows it.
+func TestSeqStateUsesMeasuredUsage(t *testing.T) {
+	var w seqState
+	var st pb.CpuStat
+	w.fill(&st, Record{QuotaNs: 10e6, PeriodNs: 100e6, UnusedNs: 0, TimestampNs: 1e9})
+	// Raised 10 → 20 ms after using all 10; 3 ms of the new 20 used.
+	w.fill(&st, Record{QuotaNs: 20e6, PeriodNs: 100e6, UnusedNs: 17e6, TimestampNs: 1e9 + 100e6, UsedNs: 13e6, HasUsed: true})
+	if st.UsageUs != 13000 || st.UnusedUs != 7000 {
+		t.Errorf("measured period: usage %d unused %d µs, want 13000 and 7000", st.UsageUs, st.UnusedUs)
+	}
+	w.fill(&st, Record{QuotaNs: 20e6, PeriodNs: 100e6, UnusedNs: 5e6, TimestampNs: 1e9 + 200e6, UsedNs: 30e6, HasUsed: true})
+	if st.UsageUs != 30000 || st.UnusedUs != 0 {
+		t.Errorf("more than the quota measured: usage %d unused %d µs, want 30000 and 0", st.UsageUs, st.UnusedUs)
+	}
+	w.fill(&st, Record{QuotaNs: 20e6, PeriodNs: 100e6, UnusedNs: 5e6, TimestampNs: 1e9 + 300e6})
+	if st.UsageUs != 15000 || st.UnusedUs != 5000 {
+		t.Errorf("unmeasured period: usage %d unused %d µs, want 15000 and 5000", st.UsageUs, st.UnusedUs)
+	}
+}
+
 type countSink struct{ ooms []oom.Event }
 
 func (c *countSink) CPU(*pb.CpuStat)  {}

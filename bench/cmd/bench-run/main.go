@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -80,7 +81,7 @@ func run() error {
 	clientCPUs := flag.String("client-cpus", "0", "CPUs the client (this process, vegeta, wrk, redis-benchmark) is pinned to (\"\": not pinned)")
 	appCPUs := flag.String("app-cpus", "1", "CPUs of the containers under test, the batch container, escrad and escra-controller (\"\": not pinned)")
 	burstCycle := flag.Duration("burst-cycle", 0, "cycle of the Burst load, calm then burst, half each (default 6 s quick: three cycles per run; 20 s full, seed 000's)")
-	noBatch := flag.Bool("no-batch", false, "do not co-locate the best-effort batch container")
+	noBatch := flag.Bool("no-batch", false, "leave out the P+batch policies (the app beside a best-effort batch container)")
 	profilesFrom := flag.String("profiles", "", "reuse the profiles (and so the budgets) of an earlier run's profiles.json instead of profiling (A/B runs at equal budgets)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -92,14 +93,14 @@ func run() error {
 
 	cfg := matrix.Config{Workloads: list("demo-http,chain,nginx,redis,memwave"), Seed: 1, BasePort: *port,
 		Loads:    list("demo-http/burst,chain/burst,nginx/burst,wrk,redis-benchmark,wave"),
-		Policies: list("static15,autopilot,escra-paper,escra"), Duration: 18 * time.Second, Reps: 3,
-		BurstCycle: 6 * time.Second, Batch: !*noBatch,
-		Progress: func(s string) { say("%s", s) }}
+		Policies: list("static15,autopilot,escra-paper,escra,escra+batch"), Duration: 18 * time.Second, Reps: 3,
+		BurstCycle: 6 * time.Second,
+		Progress:   func(s string) { say("%s", s) }}
 	mode := "quick"
 	if *full {
 		mode = "full"
 		cfg.Loads = list("fixed,exp,burst,trace,wrk,redis-benchmark,wave")
-		cfg.Policies = list("static15,static10,static075,autopilot,vpa10,vpa60,escra-paper,escra")
+		cfg.Policies = list("static15,static10,static075,autopilot,vpa10,vpa60,escra-paper,escra,escra+batch")
 		cfg.Duration, cfg.Reps, cfg.BurstCycle = 60*time.Second, 3, 0
 	}
 	if *burstCycle > 0 {
@@ -124,6 +125,9 @@ func run() error {
 	}
 	if *policies != "" {
 		cfg.Policies = list(*policies)
+	}
+	if *noBatch {
+		cfg.Policies = slices.DeleteFunc(cfg.Policies, func(p string) bool { _, b := matrix.SplitBatch(p); return b })
 	}
 	if *duration > 0 {
 		cfg.Duration = *duration
@@ -189,8 +193,8 @@ func run() error {
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("Pinning: the client (bench-run with vegeta, the sampler and the baseline recommenders; wrk and redis-benchmark) on CPUs %q; the containers under test, the batch container, escrad and escra-controller on CPUs %q.", *clientCPUs, *appCPUs))
 	res.Notes = append(res.Notes, "Policies run in a random order (seeded) per repetition and cell; Autopilot and VPA start warm: their recommenders are fed the profiling run of the same load as history (not measured) and their first recommendation applies at the first sample.")
-	if cfg.Batch {
-		res.Notes = append(res.Notes, "A best-effort batch container (a CPU spinner, cpu.shares 2) runs beside every run's app on the app CPUs; its quota is the app CPUs minus Σ the app's container limits, moved every 100 ms: its CPU is what the capacity a policy leaves unreserved buys.")
+	if slices.ContainsFunc(cfg.Policies, func(p string) bool { _, b := matrix.SplitBatch(p); return b }) {
+		res.Notes = append(res.Notes, "A policy named P+batch runs P with a best-effort batch container (a CPU spinner, cpu.shares 2, cpu.idle 1) beside the app on the app CPUs; its quota is the app CPUs minus Σ the app's container limits, moved every 100 ms: its CPU is what the capacity the policy leaves unreserved buys, and its row's latency what sharing the CPUs with it costs the app. Every other policy runs the app alone, as seed 000 measured it.")
 	}
 	for _, cell := range cells {
 		res.Notes = append(res.Notes, fmt.Sprintf("Profiled peak of %s/%s: %s.", cell.Workload, cell.Load, describe(profiles[cell].Peaks)))
@@ -198,7 +202,7 @@ func run() error {
 		res.Budgets = append(res.Budgets, report.CellBudget{Workload: cell.Workload, Load: cell.Load, Static15LimitCores: st, EscraBudgetCores: st})
 	}
 
-	if (contains(cfg.Policies, "escra") || contains(cfg.Policies, "escra-paper")) && !*noEscra {
+	if cfg.WantsEscra() && !*noEscra {
 		extra := strings.Fields(*ctlFlags)
 		stopEscra, e, err := startEscra(ctx, cfg, profiles, escraOpts{bin: *bin, out: *out, safeMargin: *safeMargin,
 			appCPUs: *appCPUs, ctlFlags: extra, backend: *backend, daemonFlags: strings.Fields(*daemonFlags)})
@@ -360,7 +364,10 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 			return nil, nil, fmt.Errorf("%s missing (make build)", p)
 		}
 	}
-	app := func(c matrix.Cell, policy string) string { return "b-" + c.Workload + "-" + c.Load + "-" + policy }
+	// App names are DNS labels: escra+batch's app is b-…-escra-batch.
+	app := func(c matrix.Cell, policy string) string {
+		return "b-" + c.Workload + "-" + c.Load + "-" + strings.ReplaceAll(policy, "+", "-")
+	}
 	budget := func(c matrix.Cell) float64 { return cfg.Static15Cores(profiles[c].Peaks) }
 	var apps strings.Builder
 	var names []string
@@ -373,7 +380,8 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 			if !matrix.IsEscra(pol) {
 				continue
 			}
-			fmt.Fprintf(&apps, "- name: %s\n  cpu: \"%.3f\"\n  memory: \"%d\"\n  sigma: 0.1\n  policy: %s\n", app(c, pol), budget(c), int64(mem), pol)
+			base, _ := matrix.SplitBatch(pol)
+			fmt.Fprintf(&apps, "- name: %s\n  cpu: \"%.3f\"\n  memory: \"%d\"\n  sigma: 0.1\n  policy: %s\n", app(c, pol), budget(c), int64(mem), base)
 			names = append(names, app(c, pol))
 		}
 	}

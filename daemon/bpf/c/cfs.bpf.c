@@ -12,6 +12,12 @@
  * whether the group was throttled in the period. tp_btf needs no fentry
  * trampoline, which some kernels refuse (this project's host does).
  *
+ * A group about to run out of quota is sent at once too (a near record,
+ * like the cgroupfs backend's --throttle-near poll): at sched_switch
+ * away from one of its tasks, when the runtime left is at most
+ * (1 - near_permille/1000) of the quota. The controller raises the quota
+ * before the group throttles instead of one round trip after.
+ *
  * The first throttle of a period is also sent at once (a throttle
  * record, escrad's CpuStat.mid_period): sched_switch away from a task
  * whose cfs_rq is throttled is where a throttle first shows without an
@@ -53,9 +59,13 @@ char LICENSE[] SEC("license") = "GPL";
 volatile const u64 period_timer_fn;
 volatile const u64 slack_timer_fn;
 
+/* Near-throttle threshold in 1/1000 of the quota (0: off); escrad writes it after load. */
+volatile u32 near_permille;
+
 enum escra_rec_kind {
 	ESCRA_REC_PERIOD = 0,		/* a period ended */
 	ESCRA_REC_THROTTLE = 1,		/* first throttle within a period */
+	ESCRA_REC_NEAR = 2,		/* runtime nearly used up within a period */
 };
 
 /* One ring buffer record; daemon/bpf decodes it by these offsets. */
@@ -75,12 +85,13 @@ struct escra_rec {
 /* Per watched group; the key is the cgroup id. */
 struct escra_group {
 	u32 throttled;		/* throttled in the period in progress */
-	u32 pad;
+	u32 near_quota_us;	/* quota a near record was sent at this period (0: none) */
 };
 
 struct escra_stats {
 	u64 periods;		/* period records written */
 	u64 throttles;		/* throttle records written */
+	u64 nears;		/* near records written */
 	u64 dropped;		/* ring buffer full */
 };
 
@@ -181,6 +192,7 @@ int BPF_PROG(escra_timer_entry, struct hrtimer *timer, ktime_t *now)
 			g->throttled = 1;
 		return 0;
 	}
+	g->near_quota_us = 0;
 	if (BPF_CORE_READ(cfs_b, quota) == RUNTIME_INF)
 		return 0;
 	st = bpf_map_lookup_elem(&stats, &zero);
@@ -200,7 +212,13 @@ int BPF_PROG(escra_timer_entry, struct hrtimer *timer, ktime_t *now)
 	return 0;
 }
 
-/* cfs_rqs still throttled after the refill: the new period starts throttled. */
+/*
+ * cfs_rqs still throttled after the refill: the new period starts
+ * throttled. The refill hands runtime to every throttled cfs_rq until it
+ * runs out, but unthrottles those of other CPUs asynchronously (by IPI,
+ * since 6.0): they stay on the throttled list for a moment after the
+ * callback. So the list counts only when the refill ran out of runtime.
+ */
 SEC("tp_btf/hrtimer_expire_exit")
 int BPF_PROG(escra_timer_exit, struct hrtimer *timer)
 {
@@ -210,16 +228,69 @@ int BPF_PROG(escra_timer_exit, struct hrtimer *timer)
 	u64 id;
 
 	cfs_b = timer_group(timer, &id, &g, &slack);
-	if (cfs_b && !slack && cfs_b_throttled(cfs_b))
+	if (cfs_b && !slack && cfs_b_throttled(cfs_b) && !BPF_CORE_READ(cfs_b, runtime))
 		g->throttled = 1;
 	return 0;
 }
 
 /*
- * Runs at every context switch of the host, so the common case is two
- * direct loads: prev's cfs_rq and its throttle_count (non-zero while it
- * or an ancestor is throttled). Only then is the group's own throttled
- * bit read and the map looked up.
+ * A near record for prev's group when the runtime left in the period is
+ * at most (1 - near_permille/1000) of the quota. Left is the global pool
+ * plus this CPU's slice; slices other CPUs hold are not seen, so a group
+ * spread over CPUs is sent early, never late. Once per period and quota:
+ * a raise refills the runtime, and a new quota may be sent again.
+ */
+static __always_inline int near_check(struct cfs_rq *cfs_rq)
+{
+	struct cfs_bandwidth *cfs_b;
+	struct escra_stats *st;
+	struct task_group *tg;
+	struct escra_group *g;
+	struct escra_rec *r;
+	u64 quota, left, id;
+	u32 near = near_permille;
+	u32 zero = 0;
+	s64 local;
+
+	if (!near || near > 1000 || !cfs_rq->runtime_enabled)
+		return 0;
+	tg = cfs_rq->tg;
+	if (!tg)
+		return 0;
+	cfs_b = (void *)tg + bpf_core_field_offset(struct task_group, cfs_bandwidth);
+	quota = BPF_CORE_READ(cfs_b, quota);
+	if (!quota || quota == RUNTIME_INF)
+		return 0;
+	left = BPF_CORE_READ(cfs_b, runtime);
+	local = cfs_rq->runtime_remaining;
+	if (local > 0)
+		left += local;
+	if (left * 1000 > (u64)(1000 - near) * quota)
+		return 0;
+	id = BPF_CORE_READ(tg, css.cgroup, kn, id);
+	g = bpf_map_lookup_elem(&watched, &id);
+	if (!g || g->throttled || g->near_quota_us == (u32)(quota / 1000))
+		return 0;
+	g->near_quota_us = quota / 1000;
+	st = bpf_map_lookup_elem(&stats, &zero);
+	if (!st)
+		return 0;
+	r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+	if (!r) {
+		__sync_fetch_and_add(&st->dropped, 1);
+		return 0;
+	}
+	fill(r, cfs_b, id, ESCRA_REC_NEAR);
+	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
+	__sync_fetch_and_add(&st->nears, 1);
+	return 0;
+}
+
+/*
+ * Runs at every context switch of the host, so the common case is a few
+ * direct loads: prev's cfs_rq, its throttle_count (non-zero while it or
+ * an ancestor is throttled) and, for a group with a quota, the runtime
+ * left (near_check). Only then is the map looked up.
  */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(escra_switch, bool preempt, struct task_struct *prev)
@@ -233,8 +304,10 @@ int BPF_PROG(escra_switch, bool preempt, struct task_struct *prev)
 	u32 zero = 0;
 	u64 id;
 
-	if (!cfs_rq || cfs_rq->throttle_count <= 0)
+	if (!cfs_rq)
 		return 0;
+	if (cfs_rq->throttle_count <= 0)
+		return near_check(cfs_rq);
 	if (!BPF_CORE_READ_BITFIELD_PROBED(cfs_rq, throttled))
 		return 0;
 	tg = BPF_CORE_READ(cfs_rq, tg);

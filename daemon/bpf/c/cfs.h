@@ -92,6 +92,8 @@ struct task_group {
 
 struct cfs_rq {
 	struct task_group *tg;
+	int runtime_enabled;
+	s64 runtime_remaining;
 	int throttle_count;
 	int throttled;		/* a 1-bit field since 6.18: read with CO-RE */
 };
