@@ -93,14 +93,14 @@ func run() error {
 
 	cfg := matrix.Config{Workloads: list("demo-http,chain,nginx,redis,memwave"), Seed: 1, BasePort: *port,
 		Loads:    list("demo-http/burst,chain/burst,nginx/burst,wrk,redis-benchmark,wave"),
-		Policies: list("static15,autopilot,escra-paper,escra,escra+batch"), Duration: 18 * time.Second, Reps: 3,
+		Policies: list("static15,autopilot,escra-paper,escra,static15+batch,escra+batch"), Duration: 18 * time.Second, Reps: 3,
 		BurstCycle: 6 * time.Second,
 		Progress:   func(s string) { say("%s", s) }}
 	mode := "quick"
 	if *full {
 		mode = "full"
 		cfg.Loads = list("fixed,exp,burst,trace,wrk,redis-benchmark,wave")
-		cfg.Policies = list("static15,static10,static075,autopilot,vpa10,vpa60,escra-paper,escra,escra+batch")
+		cfg.Policies = list("static15,static10,static075,autopilot,vpa10,vpa60,escra-paper,escra,static15+batch,escra+batch")
 		cfg.Duration, cfg.Reps, cfg.BurstCycle = 60*time.Second, 3, 0
 	}
 	if *burstCycle > 0 {
