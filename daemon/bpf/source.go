@@ -83,12 +83,9 @@ type Source struct {
 }
 
 type watched struct {
-	h   uint32
-	seq genl.SeqState
-	g   *cgroups.Group
-	// The group's CPU time and quota when its previous record arrived.
-	usageNs, quotaNs uint64
-	primed           bool
+	h     uint32
+	seq   genl.SeqState
+	probe genl.UsageProbe
 }
 
 // NewSource loads and attaches the program. Errors say why in one line
@@ -239,7 +236,7 @@ func (s *Source) Watch(h uint32, g *cgroups.Group) error {
 	if old, ok := s.byH[h]; ok && old != id {
 		delete(s.byID, old)
 	}
-	s.byID[id] = &watched{h: h, g: g}
+	s.byID[id] = &watched{h: h, probe: genl.UsageProbe{G: g}}
 	s.byH[h] = id
 	s.mu.Unlock()
 	return s.oom.Add(h, g)
@@ -258,31 +255,6 @@ func (s *Source) Unwatch(h uint32) {
 	if ok {
 		_ = s.objs.Watched.Delete(id)
 	}
-}
-
-// usedAfterWrite measures a period's usage from the group's CPU time when
-// its quota was written since the previous record. A quota write refills
-// the runtime, so quota − runtime left would lose what ran before it:
-// every period in which the controller raised a throttled group (the
-// throttle-event answer) or applied its decision a few ms after the
-// boundary, and the allocator would cut the group it has just raised.
-// The counter is read when the record is drained, up to DrainEvery after
-// the boundary, so usage may shift between neighbouring periods; none is
-// lost. Periods without a write keep quota − runtime left, exact at the
-// boundary.
-func (s *Source) usedAfterWrite(w *watched, r *genl.Record) {
-	if w.g == nil {
-		return
-	}
-	u, err := w.g.UsageNs(s.buf[:])
-	if err != nil {
-		w.primed = false
-		return
-	}
-	if w.primed && r.QuotaNs != w.quotaNs && u >= w.usageNs {
-		r.UsedNs, r.HasUsed = u-w.usageNs, true
-	}
-	w.usageNs, w.quotaNs, w.primed = u, r.QuotaNs, true
 }
 
 // Resolve implements telemetry.Source (the stock-kernel OOM trap).
@@ -438,7 +410,7 @@ func (s *Source) deliver(b []byte, st *pb.CpuStat, sink telemetry.Sink) bool {
 	if ok {
 		switch kind {
 		case kindPeriod:
-			s.usedAfterWrite(w, &r)
+			w.probe.Measure(&r, s.buf[:])
 			w.seq.Fill(st, r)
 			st.Handle = w.h
 		case kindThrottle, kindNear:

@@ -176,6 +176,7 @@ const (
 	MemEvents                // v2 memory.events
 	OOMControl               // v1 memory.oom_control
 	CPUSetCPUs               // cpuset.cpus
+	MemPeak                  // v1 memory.max_usage_in_bytes; v2 memory.peak (resettable per fd since 6.12)
 	nFiles
 )
 
@@ -197,6 +198,8 @@ func (g *Group) name(f File) (dir, file string) {
 			return d, "memory.events"
 		case CPUSetCPUs:
 			return d, "cpuset.cpus"
+		case MemPeak:
+			return d, "memory.peak"
 		}
 		return "", ""
 	}
@@ -220,6 +223,8 @@ func (g *Group) name(f File) (dir, file string) {
 		return p.Memory, "memory.oom_control"
 	case CPUSetCPUs:
 		return p.CPUSet, "cpuset.cpus"
+	case MemPeak:
+		return p.Memory, "memory.max_usage_in_bytes"
 	}
 	return "", ""
 }
@@ -253,11 +258,14 @@ func Open(p Paths) (*Group, error) {
 		}
 		mode := unix.O_RDONLY
 		switch f {
-		case CPUQuota, CPUPeriod, MemLimit, MemswLimit, MemHigh, OOMControl, CPUSetCPUs:
+		case CPUQuota, CPUPeriod, MemLimit, MemswLimit, MemHigh, OOMControl, CPUSetCPUs, MemPeak:
 			mode = unix.O_RDWR
 		}
 		fd, err := unix.Open(filepath.Join(dir, name), mode|unix.O_CLOEXEC, 0)
 		if err != nil {
+			if f == MemPeak {
+				continue // optional: read-only memory.peak before 6.12
+			}
 			if f == CPUQuota || f == MemLimit || f == CPUStatFile || !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, unix.EACCES) {
 				g.Close()
 				return nil, fmt.Errorf("cgroups: open %s: %w", filepath.Join(dir, name), err)
@@ -310,6 +318,25 @@ func (g *Group) ReadInt(f File) (int64, error) {
 	}
 	return ParseInt(b)
 }
+
+// MemPeak reads the group's peak memory usage since the last
+// ResetMemPeak (v1 memory.max_usage_in_bytes; v2 memory.peak through this
+// Group's own descriptor, resettable since Linux 6.12). ok is false where
+// the group has no resettable peak.
+func (g *Group) MemPeak() (peak int64, ok bool) {
+	if g.fds[MemPeak] < 0 {
+		return 0, false
+	}
+	v, err := g.ReadInt(MemPeak)
+	if err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+// ResetMemPeak restarts MemPeak from the current usage (any write resets
+// both files).
+func (g *Group) ResetMemPeak() error { return g.Write(MemPeak, []byte("0")) }
 
 // UsageNs reads the group's cumulative CPU time in ns: v1 cpuacct.usage,
 // v2 cpu.stat usage_usec. buf holds the file (512 bytes is enough).

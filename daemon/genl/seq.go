@@ -1,6 +1,9 @@
 package genl
 
-import pb "github.com/escra-dev/escra/proto/escrapb"
+import (
+	"github.com/escra-dev/escra/daemon/cgroups"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
 
 // SeqState numbers a group's period records the way the kernel backend
 // does (idle periods are gaps); other backends that see the same record
@@ -22,4 +25,40 @@ func (w *SeqState) InProgress(nowNs, periodNs uint64) uint64 {
 		step = max((nowNs-w.s.lastTs)/periodNs, 1)
 	}
 	return w.s.seq + step
+}
+
+// UsageProbe corrects the usage of a period record whose quota was
+// written during the period. Both backends derive usage as quota −
+// runtime left at the boundary, but a quota write refills the runtime
+// (tg_set_cfs_bandwidth), so what ran before the write is lost: every
+// period in which escrad raised a throttled group (the controller's
+// answer to a throttle event) or applied a decision a few ms after the
+// boundary, and the allocator would cut the group it had just raised
+// (docs/kernel.md, "Usage after a quota write"). For such a period the
+// usage is the group's CPU time since the previous record, read when the
+// record is handled: usage may shift between neighbouring periods by
+// that delay, none is lost. Other periods keep quota − runtime left,
+// exact at the boundary.
+type UsageProbe struct {
+	G *cgroups.Group
+	// The group's CPU time and quota at the previous record.
+	usageNs, quotaNs uint64
+	primed           bool
+}
+
+// Measure sets r.UsedNs when r's quota differs from the previous
+// record's; buf is scratch for the read (512 bytes).
+func (p *UsageProbe) Measure(r *Record, buf []byte) {
+	if p.G == nil {
+		return
+	}
+	u, err := p.G.UsageNs(buf)
+	if err != nil {
+		p.primed = false
+		return
+	}
+	if p.primed && r.QuotaNs != p.quotaNs && u >= p.usageNs {
+		r.UsedNs, r.HasUsed = u-p.usageNs, true
+	}
+	p.usageNs, p.quotaNs, p.primed = u, r.QuotaNs, true
 }

@@ -32,6 +32,7 @@ type Source struct {
 	byID    map[uint64]*watched // cgroup v2 id
 	byH     map[uint32]uint64
 	pending map[uint32]*pendingOOM // handle -> requests awaiting a verdict
+	buf     [512]byte              // UsageProbe reads, under mu
 }
 
 // pendingOOM is what the kernel waits for in one group.
@@ -50,6 +51,7 @@ const redeliverAfter = 20 * time.Millisecond
 type watched struct {
 	h uint32
 	seqState
+	probe UsageProbe
 }
 
 // NewSource opens the escra family; ErrNoFamily when escra.ko is absent
@@ -102,7 +104,7 @@ func (s *Source) Watch(h uint32, g *cgroups.Group) error {
 		return err
 	}
 	s.mu.Lock()
-	s.byID[id] = &watched{h: h}
+	s.byID[id] = &watched{h: h, probe: UsageProbe{G: g}}
 	s.byH[h] = id
 	s.mu.Unlock()
 	return nil
@@ -182,6 +184,7 @@ func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
 					s.mu.Lock()
 					w, ok := s.byID[r.CgroupID]
 					if ok {
+						w.probe.Measure(&r, s.buf[:])
 						w.fill(&st, r)
 						st.Handle = w.h
 					}

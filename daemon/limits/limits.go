@@ -347,9 +347,19 @@ func (a *Applier) Reclaim(margin uint64, hs []uint32) []*pb.ReclaimResult_Reclai
 		if err != nil || usage < 0 {
 			continue
 		}
+		// Not below what the group used since the previous reclaim: a
+		// reclaim in a lull would otherwise leave a bursty container δ
+		// above its trough, and its next burst would wait on OOM rescues
+		// (issue 11, demo-http). Seed 000 §IV-C's usage + δ where the
+		// kernel keeps no resettable peak.
+		need := usage
+		if peak, ok := e.G.MemPeak(); ok {
+			need = max(usage, peak)
+			_ = e.G.ResetMemPeak()
+		}
 		e.mu.Lock()
 		old := e.cur.MemoryBytes
-		target := (usage + int64(margin) + 4095) &^ 4095
+		target := (need + int64(margin) + 4095) &^ 4095
 		changed := false
 		if old != cgroups.Max && old > 0 && old > target {
 			if err := e.writeMemory(target); err == nil {
