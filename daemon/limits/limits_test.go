@@ -114,6 +114,7 @@ func TestReclaimToUsagePlusMarginNeverBelowUsage(t *testing.T) {
 	a := New()
 	a.Add(1, e)
 	const margin = 8 << 20
+	peak, _ := g.MemPeak() // the hog's steady 24 MiB plus what starting it took
 	res := a.Reclaim(margin, nil)
 	if len(res) != 1 {
 		t.Fatalf("reclaimed %v", res)
@@ -123,8 +124,8 @@ func TestReclaimToUsagePlusMarginNeverBelowUsage(t *testing.T) {
 	if lim != r.NewLimitBytes || r.OldLimitBytes != 256<<20 || r.ReclaimedBytes != uint64(256<<20-lim) {
 		t.Fatalf("result %v, cgroup limit %d", r, lim)
 	}
-	if lim < int64(r.UsageBytes)+margin || lim > int64(r.UsageBytes)+margin+4096 {
-		t.Fatalf("new limit %d not usage %d + margin", lim, r.UsageBytes)
+	if lim < int64(r.UsageBytes)+margin || lim > max(int64(r.UsageBytes), peak)+margin+1<<20 {
+		t.Fatalf("new limit %d not max(usage %d, peak %d) + margin", lim, r.UsageBytes, peak)
 	}
 	// Already tight: a second pass changes nothing.
 	if res := a.Reclaim(margin+(64<<20), nil); len(res) != 0 {
@@ -132,6 +133,62 @@ func TestReclaimToUsagePlusMarginNeverBelowUsage(t *testing.T) {
 	}
 	if _, err := p.Wait(100 * time.Millisecond); err == nil {
 		t.Fatal("memhog died: reclaim must never push a limit below usage")
+	}
+}
+
+// Reclaim keeps what the group used since the previous reclaim: 40 MiB
+// held for a moment and freed, then 8 MiB held. The first reclaim leaves
+// room for the 48 MiB peak; the second (the peak reset, nothing new)
+// takes the limit to usage + margin.
+func TestReclaimKeepsThePeakSinceThePreviousReclaim(t *testing.T) {
+	rel := cgtest.New(t, "reclaim-peak")
+	hog := cgtest.Workload(t, "memhog")
+	cgtest.Write(t, "memory", rel, "memory.limit_in_bytes", strconv.Itoa(256<<20))
+	g := open(t, rel)
+	if _, ok := g.MemPeak(); !ok {
+		t.Skip("no resettable memory peak (cgroup v2 before Linux 6.12)")
+	}
+	steady, err := cgtest.Start(rel, hog, "-mib", "8", "-hold", "60s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(steady.Kill)
+	burst, err := cgtest.Start(rel, hog, "-mib", "40", "-hold", "300ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(burst.Kill)
+	if _, err := burst.Wait(10 * time.Second); err != nil {
+		t.Fatalf("the 40 MiB hog did not finish: %v", err)
+	}
+	peak, _ := g.MemPeak()
+	if peak < 44<<20 {
+		t.Fatalf("peak %d MiB after 8 + 40 MiB hogs, want >= 44", peak>>20)
+	}
+	e, err := NewEntry("x", false, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New()
+	a.Add(1, e)
+	const margin = 4 << 20
+	res := a.Reclaim(margin, nil)
+	if len(res) != 1 {
+		t.Fatalf("first reclaim: %v", res)
+	}
+	if first := res[0]; first.NewLimitBytes < peak+margin-(1<<20) || int64(first.UsageBytes) > 30<<20 {
+		t.Fatalf("first reclaim: limit %d MiB with usage %d MiB, want the %d MiB peak + margin kept",
+			first.NewLimitBytes>>20, first.UsageBytes>>20, peak>>20)
+	}
+	res = a.Reclaim(margin, nil)
+	if len(res) != 1 {
+		t.Fatalf("second reclaim (peak reset): %v", res)
+	}
+	if second := res[0]; second.NewLimitBytes > int64(second.UsageBytes)+margin+(1<<20) {
+		t.Errorf("second reclaim: limit %d MiB, want usage %d MiB + margin", second.NewLimitBytes>>20, second.UsageBytes>>20)
+	}
+	if _, err := steady.Wait(100 * time.Millisecond); err == nil {
+		t.Fatal("the 8 MiB hog died: reclaim must never push a limit below usage")
 	}
 }
 

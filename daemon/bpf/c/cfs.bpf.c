@@ -287,10 +287,10 @@ static __always_inline int near_check(struct cfs_rq *cfs_rq)
 }
 
 /*
- * Runs at every context switch of the host, so the common case is a few
- * direct loads: prev's cfs_rq, its throttle_count (non-zero while it or
- * an ancestor is throttled) and, for a group with a quota, the runtime
- * left (near_check). Only then is the map looked up.
+ * Runs at every context switch of the host, so the common case is two
+ * direct loads: prev's cfs_rq and its throttle_count (non-zero while it
+ * or an ancestor is throttled); for a task under a quota, two more reads
+ * of the runtime left (near_check). Only then is the map looked up.
  */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(escra_switch, bool preempt, struct task_struct *prev)
