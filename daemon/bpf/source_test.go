@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -66,6 +67,36 @@ func newOrSkip(t *testing.T) *Source {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// spinWatched runs the spin workload with args in a new group rel, capped
+// at quotaUs per 100 ms on CPU 0, watches it as handle 1 on a new Source
+// and runs the Source into a recSink; stop ends the run (its error fails
+// the test).
+func spinWatched(t *testing.T, rel string, quotaUs int, args ...string) (s *Source, sink *recSink, stop func()) {
+	t.Helper()
+	rel = cgtest.New(t, rel)
+	s = newOrSkip(t)
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", strconv.Itoa(quotaUs))
+	cgtest.Write(t, "cpuset", rel, "cpuset.cpus", "0")
+	p, err := cgtest.Start(rel, cgtest.Workload(t, "spin"), append(args, "-for", "60s")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := s.Watch(1, openGroup(t, rel)); err != nil {
+		t.Fatal(err)
+	}
+	sink = &recSink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, sink) }()
+	return s, sink, func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func openGroup(t *testing.T, rel string) *cgroups.Group {
@@ -230,22 +261,7 @@ func TestHostKernelPeriodRecords(t *testing.T) {
 // mark N+1. One thread on one CPU, so no slack from another CPU's run
 // queue can release a throttle within a period, and the count is exact.
 func TestHostKernelAlternatingThrottles(t *testing.T) {
-	rel := cgtest.New(t, "bpf-alt")
-	s := newOrSkip(t)
-	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "2000")
-	cgtest.Write(t, "cpuset", rel, "cpuset.cpus", "0")
-	p, err := cgtest.Start(rel, cgtest.Workload(t, "spin"), "-duty", "0.1", "-slot", "200ms", "-for", "60s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	if err := s.Watch(1, openGroup(t, rel)); err != nil {
-		t.Fatal(err)
-	}
-	sink := &recSink{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, sink) }()
+	_, sink, stop := spinWatched(t, "bpf-alt", 2000, "-duty", "0.1", "-slot", "200ms")
 	type pair struct{ flagged, counted bool }
 	pairs := func() (out []pair) {
 		all := sink.snapshot()
@@ -260,10 +276,7 @@ func TestHostKernelAlternatingThrottles(t *testing.T) {
 	for time.Now().Before(deadline) && len(pairs()) < 30 {
 		time.Sleep(100 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	ps := pairs()
 	var on, off, extra, missing int
 	for _, p := range ps {
@@ -300,22 +313,7 @@ func TestHostKernelAlternatingThrottles(t *testing.T) {
 // near record and then the throttle record, two mid-period events. With
 // the threshold at 0 the near records stop and the throttle records go on.
 func TestHostKernelNearRecordBeforeThrottle(t *testing.T) {
-	rel := cgtest.New(t, "bpf-near")
-	s := newOrSkip(t)
-	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "20000")
-	cgtest.Write(t, "cpuset", rel, "cpuset.cpus", "0")
-	p, err := cgtest.Start(rel, cgtest.Workload(t, "spin"), "-duty", "0.5", "-slot", "2ms", "-for", "60s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	if err := s.Watch(1, openGroup(t, rel)); err != nil {
-		t.Fatal(err)
-	}
-	sink := &recSink{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx, sink) }()
+	s, sink, stop := spinWatched(t, "bpf-near", 20000, "-duty", "0.5", "-slot", "2ms")
 	// doubled counts periods with two mid-period events (near, throttle).
 	doubled := func() int {
 		per := map[uint64]int{}
@@ -359,10 +357,7 @@ func TestHostKernelNearRecordBeforeThrottle(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stop()
 	t.Logf("threshold 0.95: %d near and %d throttle records, %d periods with both; threshold 0: %d near, %d throttle records",
 		on.Nears, on.Throttles, doubled(), off.Nears-mid.Nears, off.Throttles-mid.Throttles)
 	if on.Nears < 5 || doubled() < 5 {

@@ -172,6 +172,27 @@ static __always_inline void fill(struct escra_rec *r, struct cfs_bandwidth *cfs_
 	r->pad[0] = r->pad[1] = 0;
 }
 
+/* A filled record of this kind, or NULL when the ring is full (counted). */
+static __always_inline struct escra_rec *
+reserve(struct cfs_bandwidth *cfs_b, u64 id, u8 kind, struct escra_stats **stp)
+{
+	struct escra_stats *st;
+	struct escra_rec *r;
+	u32 zero = 0;
+
+	st = bpf_map_lookup_elem(&stats, &zero);
+	if (!st)
+		return NULL;
+	r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
+	if (!r) {
+		__sync_fetch_and_add(&st->dropped, 1);
+		return NULL;
+	}
+	fill(r, cfs_b, id, kind);
+	*stp = st;
+	return r;
+}
+
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(escra_timer_entry, struct hrtimer *timer, ktime_t *now)
 {
@@ -179,7 +200,6 @@ int BPF_PROG(escra_timer_entry, struct hrtimer *timer, ktime_t *now)
 	struct escra_stats *st;
 	struct escra_group *g;
 	struct escra_rec *r;
-	u32 zero = 0;
 	bool slack;
 	u64 id;
 
@@ -195,15 +215,9 @@ int BPF_PROG(escra_timer_entry, struct hrtimer *timer, ktime_t *now)
 	g->near_quota_us = 0;
 	if (BPF_CORE_READ(cfs_b, quota) == RUNTIME_INF)
 		return 0;
-	st = bpf_map_lookup_elem(&stats, &zero);
-	if (!st)
+	r = reserve(cfs_b, id, ESCRA_REC_PERIOD, &st);
+	if (!r)
 		return 0;
-	r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
-	if (!r) {
-		__sync_fetch_and_add(&st->dropped, 1);
-		return 0;
-	}
-	fill(r, cfs_b, id, ESCRA_REC_PERIOD);
 	r->throttled = g->throttled || cfs_b_throttled(cfs_b);
 	g->throttled = 0;
 	bpf_ringbuf_submit(r, bpf_ringbuf_query(&records, BPF_RB_AVAIL_DATA) >= WAKE_BYTES ?
@@ -249,7 +263,6 @@ static __always_inline int near_check(struct cfs_rq *cfs_rq)
 	struct escra_rec *r;
 	u64 quota, left, id;
 	u32 near = near_permille;
-	u32 zero = 0;
 	s64 local;
 
 	if (!near || near > 1000 || !cfs_rq->runtime_enabled)
@@ -272,15 +285,9 @@ static __always_inline int near_check(struct cfs_rq *cfs_rq)
 	if (!g || g->throttled || g->near_quota_us == (u32)(quota / 1000))
 		return 0;
 	g->near_quota_us = quota / 1000;
-	st = bpf_map_lookup_elem(&stats, &zero);
-	if (!st)
+	r = reserve(cfs_b, id, ESCRA_REC_NEAR, &st);
+	if (!r)
 		return 0;
-	r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
-	if (!r) {
-		__sync_fetch_and_add(&st->dropped, 1);
-		return 0;
-	}
-	fill(r, cfs_b, id, ESCRA_REC_NEAR);
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
 	__sync_fetch_and_add(&st->nears, 1);
 	return 0;
@@ -301,7 +308,6 @@ int BPF_PROG(escra_switch, bool preempt, struct task_struct *prev)
 	struct task_group *tg;
 	struct escra_group *g;
 	struct escra_rec *r;
-	u32 zero = 0;
 	u64 id;
 
 	if (!cfs_rq)
@@ -316,16 +322,10 @@ int BPF_PROG(escra_switch, bool preempt, struct task_struct *prev)
 	if (!g || g->throttled)
 		return 0;
 	g->throttled = 1;
-	st = bpf_map_lookup_elem(&stats, &zero);
-	if (!st)
-		return 0;
-	r = bpf_ringbuf_reserve(&records, sizeof(*r), 0);
-	if (!r) {
-		__sync_fetch_and_add(&st->dropped, 1);
-		return 0;
-	}
 	cfs_b = (void *)tg + bpf_core_field_offset(struct task_group, cfs_bandwidth);
-	fill(r, cfs_b, id, ESCRA_REC_THROTTLE);
+	r = reserve(cfs_b, id, ESCRA_REC_THROTTLE, &st);
+	if (!r)
+		return 0;
 	r->throttled = 1;
 	/* Worth a wake-up: escrad may raise the quota within the period. */
 	bpf_ringbuf_submit(r, BPF_RB_FORCE_WAKEUP);
