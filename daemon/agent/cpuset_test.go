@@ -108,15 +108,7 @@ func openEntry(t *testing.T, app *limits.Applier, h uint32, name, quota string) 
 	t.Helper()
 	rel := cgtest.New(t, name)
 	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", quota)
-	p, err := cgroups.PathsForCgroup(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := cgroups.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
+	g := cgtest.Open(t, rel)
 	e, err := limits.NewEntry(name, false, g)
 	if err != nil {
 		t.Fatal(err)

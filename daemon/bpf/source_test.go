@@ -6,13 +6,11 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/internal/cgtest"
 	"github.com/escra-dev/escra/daemon/oom"
 	pb "github.com/escra-dev/escra/proto/escrapb"
@@ -84,7 +82,7 @@ func spinWatched(t *testing.T, rel string, quotaUs int, args ...string) (s *Sour
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Kill)
-	if err := s.Watch(1, openGroup(t, rel)); err != nil {
+	if err := s.Watch(1, cgtest.Open(t, rel)); err != nil {
 		t.Fatal(err)
 	}
 	sink = &recSink{}
@@ -97,19 +95,6 @@ func spinWatched(t *testing.T, rel string, quotaUs int, args ...string) (s *Sour
 			t.Fatal(err)
 		}
 	}
-}
-
-func openGroup(t *testing.T, rel string) *cgroups.Group {
-	t.Helper()
-	root := "/sys/fs/cgroup"
-	g, err := cgroups.Open(cgroups.Paths{Version: cgroups.V1, CPU: filepath.Join(root, "cpu", rel),
-		CPUAcct: filepath.Join(root, "cpuacct", rel), Memory: filepath.Join(root, "memory", rel),
-		CPUSet: filepath.Join(root, "cpuset", rel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
-	return g
 }
 
 // On the host kernel: a group held to 2 % of a CPU by a busy loop gets
@@ -138,10 +123,10 @@ func TestHostKernelPeriodRecords(t *testing.T) {
 		}
 		t.Cleanup(p.Kill)
 	}
-	if err := s.Watch(1, openGroup(t, busy)); err != nil {
+	if err := s.Watch(1, cgtest.Open(t, busy)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Watch(2, openGroup(t, light)); err != nil {
+	if err := s.Watch(2, cgtest.Open(t, light)); err != nil {
 		t.Fatal(err)
 	}
 	sink := &recSink{}
@@ -307,13 +292,15 @@ func TestHostKernelAlternatingThrottles(t *testing.T) {
 	}
 }
 
-// A group that sleeps often (busy 1 ms of every 2 ms) under a 20 ms quota
-// on one CPU switches out many times per period, so the program sees its
-// runtime run low before it throttles: each throttled period carries a
+// A group that sleeps often (busy 0.5 ms of every 1 ms) under a 10 ms
+// quota on one CPU switches out many times per period, so the program sees
+// its runtime run low before it throttles (a 0.5 ms step meets the 0.5 ms
+// near window in most periods). It throttles as long as it gets a tenth
+// of CPU 0, so two busy loops beside it do not stop it: each throttled period carries a
 // near record and then the throttle record, two mid-period events. With
 // the threshold at 0 the near records stop and the throttle records go on.
 func TestHostKernelNearRecordBeforeThrottle(t *testing.T) {
-	s, sink, stop := spinWatched(t, "bpf-near", 20000, "-duty", "0.5", "-slot", "2ms")
+	s, sink, stop := spinWatched(t, "bpf-near", 10000, "-duty", "0.5", "-slot", "1ms")
 	// doubled counts periods with two mid-period events (near, throttle).
 	doubled := func() int {
 		per := map[uint64]int{}

@@ -8,17 +8,7 @@ import (
 )
 
 func openTest(t testing.TB, name string) *cgroups.Group {
-	rel := cgtest.New(t, name)
-	p, err := cgroups.PathsForCgroup(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := cgroups.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
-	return g
+	return cgtest.Open(t, cgtest.New(t, name))
 }
 
 func TestGroupReadsAndWritesThroughOpenFiles(t *testing.T) {

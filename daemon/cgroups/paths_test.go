@@ -88,16 +88,7 @@ func TestStatsThroughLibrary(t *testing.T) {
 // The library write path (the benchmark's comparison) writes the same
 // limits the descriptors read back; off again, the descriptors write.
 func TestLibraryWritePath(t *testing.T) {
-	rel := cgtest.New(t, "libwrite")
-	p, err := cgroups.PathsForCgroup(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := cgroups.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
+	g := cgtest.Open(t, cgtest.New(t, "libwrite"))
 	if err := g.LibraryWrites(true); err != nil {
 		t.Fatal(err)
 	}

@@ -10,23 +10,9 @@ import (
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
-func open(t *testing.T, rel string) *cgroups.Group {
-	t.Helper()
-	p, err := cgroups.PathsForCgroup(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := cgroups.Open(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
-	return g
-}
-
 func TestMemoryAndMemswOrderBothWays(t *testing.T) {
 	rel := cgtest.New(t, "memsw")
-	g := open(t, rel)
+	g := cgtest.Open(t, rel)
 	if !g.Has(cgroups.MemswLimit) {
 		t.Skip("no swap accounting (memory.memsw.*) on this kernel")
 	}
@@ -58,7 +44,7 @@ func TestMemoryAndMemswOrderBothWays(t *testing.T) {
 func TestStaleGenerationNeverOverwrites(t *testing.T) {
 	rel := cgtest.New(t, "gen")
 	a := New()
-	e, err := NewEntry("x", false, open(t, rel))
+	e, err := NewEntry("x", false, cgtest.Open(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +81,7 @@ func TestReclaimToUsagePlusMarginNeverBelowUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Kill)
-	g := open(t, rel)
+	g := cgtest.Open(t, rel)
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		u, _ := g.ReadInt(cgroups.MemUsage)
@@ -144,7 +130,7 @@ func TestReclaimKeepsThePeakSinceThePreviousReclaim(t *testing.T) {
 	rel := cgtest.New(t, "reclaim-peak")
 	hog := cgtest.Workload(t, "memhog")
 	cgtest.Write(t, "memory", rel, "memory.limit_in_bytes", strconv.Itoa(256<<20))
-	g := open(t, rel)
+	g := cgtest.Open(t, rel)
 	if _, ok := g.MemPeak(); !ok {
 		t.Skip("no resettable memory peak (cgroup v2 before Linux 6.12)")
 	}
@@ -195,7 +181,7 @@ func TestReclaimKeepsThePeakSinceThePreviousReclaim(t *testing.T) {
 func TestBadValuesRefusedBeforeAnyWrite(t *testing.T) {
 	rel := cgtest.New(t, "bad")
 	a := New()
-	e, err := NewEntry("x", false, open(t, rel))
+	e, err := NewEntry("x", false, cgtest.Open(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}

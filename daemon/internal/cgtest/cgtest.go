@@ -90,6 +90,22 @@ func Write(t testing.TB, c, rel, file, val string) {
 	}
 }
 
+// Open opens rel's control files as a cgroups.Group, closed when the
+// test ends.
+func Open(t testing.TB, rel string) *cgroups.Group {
+	t.Helper()
+	p, err := cgroups.PathsForCgroup(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cgroups.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	return g
+}
+
 // Read reads a control file (trimmed).
 func Read(t testing.TB, c, rel, file string) string {
 	t.Helper()
