@@ -80,6 +80,8 @@ func run() error {
 	daemonFlags := flag.String("escrad-flags", "", "extra escrad flags, space-separated (e.g. \"-throttle-poll 2ms\")")
 	clientCPUs := flag.String("client-cpus", "0", "CPUs the client (this process, vegeta, wrk, redis-benchmark) is pinned to (\"\": not pinned)")
 	appCPUs := flag.String("app-cpus", "1", "CPUs of the containers under test, the batch container, escrad and escra-controller (\"\": not pinned)")
+	escradCPUs := flag.String("escrad-cpus", "", "CPUs of escrad when not the app CPUs (diagnostic A/B runs; default: -app-cpus, so the daemon's cost falls on the app)")
+	ctlCPUs := flag.String("controller-cpus", "", "CPUs of escra-controller when not the app CPUs (diagnostic A/B runs; default: -app-cpus)")
 	burstCycle := flag.Duration("burst-cycle", 0, "cycle of the Burst load, calm then burst, half each (default 6 s quick: three cycles per run; 20 s full, seed 000's)")
 	noBatch := flag.Bool("no-batch", false, "leave out the P+batch policies (the app beside a best-effort batch container)")
 	profilesFrom := flag.String("profiles", "", "reuse the profiles (and so the budgets) of an earlier run's profiles.json instead of profiling (A/B runs at equal budgets)")
@@ -89,6 +91,17 @@ func run() error {
 	}
 	if err := pin(*clientCPUs); err != nil {
 		return err
+	}
+	for _, f := range []*string{escradCPUs, ctlCPUs} {
+		if *f == "" {
+			*f = *appCPUs
+		} else if _, err := cpuList(*f); err != nil {
+			return fmt.Errorf("-escrad-cpus/-controller-cpus: %w", err)
+		}
+	}
+	escraCPUs := *escradCPUs
+	if *ctlCPUs != *escradCPUs {
+		escraCPUs = "escrad " + *escradCPUs + ", controller " + *ctlCPUs
 	}
 
 	cfg := matrix.Config{Workloads: list("demo-http,chain,nginx,redis,memwave"), Seed: 1, BasePort: *port,
@@ -183,7 +196,7 @@ func run() error {
 	}
 
 	res := &report.Results{Mode: mode, Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(ctx, cli),
-		Pinning: report.Pinning{ClientCPUs: *clientCPUs, AppCPUs: *appCPUs, EscraCPUs: *appCPUs}}
+		Pinning: report.Pinning{ClientCPUs: *clientCPUs, AppCPUs: *appCPUs, EscraCPUs: escraCPUs}}
 	if c, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output(); err == nil {
 		res.Commit = strings.TrimSpace(string(c))
 	}
@@ -191,7 +204,7 @@ func run() error {
 	if cfg.BurstCycle > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("The Burst load cycles every %s (calm, then a burst, half each; seed 000: 20 s), so every run holds %.1f cycles.", cfg.BurstCycle, cfg.Duration.Seconds()/cfg.BurstCycle.Seconds()))
 	}
-	res.Notes = append(res.Notes, fmt.Sprintf("Pinning: the client (bench-run with vegeta, the sampler and the baseline recommenders; wrk and redis-benchmark) on CPUs %q; the containers under test, the batch container, escrad and escra-controller on CPUs %q.", *clientCPUs, *appCPUs))
+	res.Notes = append(res.Notes, fmt.Sprintf("Pinning: the client (bench-run with vegeta, the sampler and the baseline recommenders; wrk and redis-benchmark) on CPUs %q; the containers under test and the batch container on CPUs %q; escrad and escra-controller on %q.", *clientCPUs, *appCPUs, escraCPUs))
 	res.Notes = append(res.Notes, "Policies run in a random order (seeded) per repetition and cell; Autopilot and VPA start warm: their recommenders are fed the profiling run of the same load as history (not measured) and their first recommendation applies at the first sample.")
 	if slices.ContainsFunc(cfg.Policies, func(p string) bool { _, b := matrix.SplitBatch(p); return b }) {
 		res.Notes = append(res.Notes, "A policy named P+batch runs P with a best-effort batch container (a CPU spinner, cpu.shares 2, cpu.idle 1) beside the app on the app CPUs; its quota is the app CPUs minus Σ the app's container limits, moved every 100 ms: its CPU is what the capacity the policy leaves unreserved buys, and its row's latency what sharing the CPUs with it costs the app. Every other policy runs the app alone, as seed 000 measured it.")
@@ -205,7 +218,7 @@ func run() error {
 	if cfg.WantsEscra() && !*noEscra {
 		extra := strings.Fields(*ctlFlags)
 		stopEscra, e, err := startEscra(ctx, cfg, profiles, escraOpts{bin: *bin, out: *out, safeMargin: *safeMargin,
-			appCPUs: *appCPUs, ctlFlags: extra, backend: *backend, daemonFlags: strings.Fields(*daemonFlags)})
+			escradCPUs: *escradCPUs, ctlCPUs: *ctlCPUs, ctlFlags: extra, backend: *backend, daemonFlags: strings.Fields(*daemonFlags)})
 		res.Notes = append(res.Notes, fmt.Sprintf("Escra: one app per cell and Escra policy, its budget exactly Σ static15 limits of that cell; reclaim margin δ = %s (seed 000: 50 MiB for containers of GiBs; these are tens of MiB), other parameters the controller's defaults (docs/allocator.md).", *safeMargin))
 		if len(extra) > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("escra-controller run with the extra flags %q.", *ctlFlags))
@@ -352,12 +365,13 @@ func machine(ctx context.Context, cli *client.Client) report.Machine {
 // policy (budget: exactly what static15 provisions for that cell) and one
 // escrad on the default engine, both pinned to the app CPUs.
 type escraOpts struct {
-	bin, out, safeMargin, appCPUs, backend string
-	ctlFlags, daemonFlags                  []string
+	bin, out, safeMargin, backend string
+	escradCPUs, ctlCPUs           string // taskset lists ("" = not pinned)
+	ctlFlags, daemonFlags         []string
 }
 
 func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell]matrix.Profile, o escraOpts) (func(), *matrix.Escra, error) {
-	bin, out, appCPUs := o.bin, o.out, o.appCPUs
+	bin, out := o.bin, o.out
 	ctlBin, dBin := filepath.Join(bin, "escra-controller"), filepath.Join(bin, "escrad")
 	for _, p := range []string{ctlBin, dBin} {
 		if _, err := os.Stat(p); err != nil {
@@ -393,14 +407,14 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 		cmd  *exec.Cmd
 		done chan struct{}
 	}
-	start := func(name string, args ...string) (*proc, error) {
+	start := func(cpus, name string, args ...string) (*proc, error) {
 		logf, err := os.Create(filepath.Join(out, filepath.Base(name)+".log"))
 		if err != nil {
 			return nil, err
 		}
 		cmd := exec.Command(name, args...)
-		if appCPUs != "" { // taskset execs the binary: same PID
-			cmd = exec.Command("taskset", append([]string{"-c", appCPUs, name}, args...)...)
+		if cpus != "" { // taskset execs the binary: same PID
+			cmd = exec.Command("taskset", append([]string{"-c", cpus, name}, args...)...)
 		}
 		p := &proc{cmd: cmd, done: make(chan struct{})}
 		p.cmd.Stdout, p.cmd.Stderr = logf, logf
@@ -426,14 +440,14 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 		}
 	}
 	// -store none: the benchmark's apps live as long as this run.
-	ctl, err := start(ctlBin, append([]string{"-insecure", "-store", "none", "-apps", appsFile, "-safe-margin", o.safeMargin}, o.ctlFlags...)...)
+	ctl, err := start(o.ctlCPUs, ctlBin, append([]string{"-insecure", "-store", "none", "-apps", appsFile, "-safe-margin", o.safeMargin}, o.ctlFlags...)...)
 	if err != nil {
 		return nil, nil, err
 	}
 	time.Sleep(500 * time.Millisecond)
 	// --apps: this escrad manages (and, at start, restores) only the
 	// benchmark's containers, whatever else runs on the engine.
-	d, err := start(dBin, append([]string{"-insecure", "-backend", o.backend, "-apps", strings.Join(names, ","),
+	d, err := start(o.escradCPUs, dBin, append([]string{"-insecure", "-backend", o.backend, "-apps", strings.Join(names, ","),
 		"-oom-state", filepath.Join(out, "escrad.oom-armed")}, o.daemonFlags...)...)
 	if err != nil {
 		stopAll(ctl)
