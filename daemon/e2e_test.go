@@ -299,7 +299,7 @@ func oomCaseAgent(t *testing.T, ctlAddr string, mod func(*agent.Config)) (code i
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := cli.ContainerKill(context.Background(), id, "USR1"); err != nil {
+	if err := dockertest.StartHog(context.Background(), cli, id); err != nil {
 		t.Fatal(err)
 	}
 	j, err := cli.ContainerInspect(context.Background(), id)

@@ -275,7 +275,7 @@ containers:
 	// Memory: the hog grows to 300 MiB on h2 from its 180 MiB; the 60 MiB
 	// withheld (σ) are not enough, so memory is reclaimed on h1 and h3.
 	hog := members()["e2e-hog"]
-	if err := engines["h2"].ContainerKill(ctx, hog.ContainerID, "USR1"); err != nil {
+	if err := dockertest.StartHog(ctx, engines["h2"], hog.ContainerID); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(30 * time.Second)

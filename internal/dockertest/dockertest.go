@@ -260,3 +260,38 @@ func workloadsTarHash() ([]byte, string, error) {
 	tw.Close()
 	return buf.Bytes(), hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// HogReady is what memhog prints once its SIGUSR1 handler is installed.
+const HogReady = "memhog: waiting for SIGUSR1"
+
+// StartHog sends SIGUSR1 to a memhog started with -wait-usr1 once it has
+// printed HogReady. Sent earlier, the signal is caught by the Go runtime
+// with no handler yet and dropped, and the hog waits for ever: on a busy
+// machine the container can be managed (and armed) by escrad before the
+// process inside has reached signal.Notify.
+func StartHog(ctx context.Context, cli *client.Client, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		rc, err := cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true})
+		if err == nil {
+			b, _ := io.ReadAll(rc)
+			rc.Close()
+			if bytes.Contains(b, []byte(HogReady)) {
+				return cli.ContainerKill(ctx, id, "USR1")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("memhog %s never printed %q: %w", short(id), HogReady, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -76,7 +76,7 @@ func hungHog(t *testing.T, cli *client.Client, img string, c *cluster) (string, 
 	c.ctl.kill(syscall.SIGSTOP)
 	ctl := c.ctl
 	t.Cleanup(func() { ctl.kill(syscall.SIGCONT) }) // runs before its stop
-	if err := cli.ContainerKill(context.Background(), id, "USR1"); err != nil {
+	if err := dockertest.StartHog(context.Background(), cli, id); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

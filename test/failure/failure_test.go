@@ -142,7 +142,7 @@ func TestPendingOOMEndsOnCrash(t *testing.T) {
 				return len(ms) == 1 && oomKillDisabled(t, p)
 			})
 			c.ctl.kill(19) // SIGSTOP: the request will wait
-			if err := cli.ContainerKill(context.Background(), id, "USR1"); err != nil {
+			if err := dockertest.StartHog(context.Background(), cli, id); err != nil {
 				t.Fatal(err)
 			}
 			within(t, "OOM request pending (task at its limit)", 10*time.Second, func() bool {
