@@ -74,7 +74,7 @@ bench-daemon: ## daemon apply latency, docker update, OOM rescue, CPU per 100 id
 	@scripts/setup.sh
 	$(GO) run ./daemon/cmd/bench-daemon -out results/daemon
 
-bench-faults: ## issue 12's fault checks on the real binaries, a real etcd and real cgroups; partitions through a proxy, no iptables (~2 min; root)
+bench-faults: ## issue 12's fault checks: real binaries, real etcd, two real Docker engines (scripts/hosts.sh) with one escrad each; partitions are nft DROP rules inside a network namespace the bench makes, never the host's ruleset (~2 min; root)
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory build
 	$(GO) run ./controller/bench/faults -out results/faults

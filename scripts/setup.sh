@@ -34,6 +34,11 @@ pkgs=(
 	lxcfs sysbench
 	# seed 004 dependency placement: a real registry on 127.0.0.1:5000
 	docker-registry
+	# make bench-faults: partitions are nft DROP rules inside a network
+	# namespace the bench makes (iproute2's ip netns, util-linux's nsenter);
+	# the package's nftables.service stays disabled: the host's ruleset is
+	# never loaded or changed
+	nftables
 	# misc tools used by scripts
 	rsync iproute2 procps psmisc curl ca-certificates
 )

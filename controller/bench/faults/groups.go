@@ -5,154 +5,21 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
-// Real cgroup v1 groups standing for containers (escrad's config-file
-// cgroups), memhogs that drive them into OOM, and two samplers that read
-// only the cgroup files: under_oom episodes and Σ applied limits.
-
-var v1Ctrls = []string{"cpu", "cpuacct", "memory", "cpuset"}
-
-var (
-	groupsMu sync.Mutex
-	groupRel []string // every group made, removed at cleanup
-)
-
-// makeGroup makes /escra-faults-PID-name with the limits escrad will find
-// (and put back when no controller answers).
-func makeGroup(name string, memBytes int64, quotaUs int) (string, error) {
-	rel := fmt.Sprintf("/escra-faults-%d-%s", os.Getpid(), name)
-	for _, c := range v1Ctrls {
-		dir := filepath.Join("/sys/fs/cgroup", c, rel)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", fmt.Errorf("cgroup (needs root and cgroup v1): %w", err)
-		}
-		if c == "cpuset" {
-			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuset", f))
-				os.WriteFile(filepath.Join(dir, f), b, 0)
-			}
-		}
-	}
-	groupsMu.Lock()
-	groupRel = append(groupRel, rel)
-	groupsMu.Unlock()
-	if err := os.WriteFile(filepath.Join("/sys/fs/cgroup/memory", rel, "memory.limit_in_bytes"), []byte(strconv.FormatInt(memBytes, 10)), 0); err != nil {
-		return "", err
-	}
-	return rel, os.WriteFile(filepath.Join("/sys/fs/cgroup/cpu", rel, "cpu.cfs_quota_us"), []byte(strconv.Itoa(quotaUs)), 0)
-}
-
-// removeGroups kills what is left in the groups (hogs) and removes them.
-func removeGroups() {
-	groupsMu.Lock()
-	defer groupsMu.Unlock()
-	for _, rel := range groupRel {
-		b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", rel, "cgroup.procs"))
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-				syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		os.WriteFile(filepath.Join("/sys/fs/cgroup/memory", rel, "memory.oom_control"), []byte("0"), 0)
-		for range 50 {
-			b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", rel, "cgroup.procs"))
-			if len(strings.TrimSpace(string(b))) == 0 {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		for _, c := range v1Ctrls {
-			os.Remove(filepath.Join("/sys/fs/cgroup", c, rel))
-		}
-	}
-	groupRel = nil
-}
+// Two samplers that read only the containers' cgroup files (v1): under_oom
+// episodes and Σ applied limits.
 
 func readGroup(rel, c, f string) string {
 	b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup", c, rel, f))
 	return strings.TrimSpace(string(b))
-}
-
-var memhogBin string
-
-func buildMemhog() error {
-	if memhogBin != "" {
-		return nil
-	}
-	p := filepath.Join(tmp, "memhog")
-	cmd := exec.Command("go", "build", "-o", p, "./workloads/memhog")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("build memhog: %v: %s", err, b)
-	}
-	memhogBin = p
-	return nil
-}
-
-// startIn runs bin inside rel: created blocked on a pipe, moved into every
-// controller, then let go, so all it allocates is charged to rel.
-func startIn(rel, bin string, args ...string) (*exec.Cmd, error) {
-	cmd := exec.Command("/bin/sh", append([]string{"-c", `read x; exec "$0" "$@"`, bin}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	for _, c := range v1Ctrls {
-		if err := os.WriteFile(filepath.Join("/sys/fs/cgroup", c, rel, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-			return nil, err
-		}
-	}
-	in.Write([]byte("go\n"))
-	in.Close()
-	return cmd, nil
-}
-
-// hogLoop keeps one memhog at a time in rel until ctx ends: each
-// allocates mib MiB (past the limit the allocator left after its reclaim,
-// so it meets an OOM), holds it briefly and exits; a released one is
-// OOM-killed. Returns how many ran and how many the kernel killed.
-func hogLoop(ctx context.Context, rel string, mib int, runs, kills *int, mu *sync.Mutex) {
-	for ctx.Err() == nil {
-		cmd, err := startIn(rel, memhogBin, "-mib", strconv.Itoa(mib), "-step-mib", "8", "-hold", "700ms")
-		if err != nil {
-			time.Sleep(500 * time.Millisecond)
-			continue
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			cmd.Process.Kill()
-			<-done
-		}
-		mu.Lock()
-		*runs++
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL && ctx.Err() == nil {
-			*kills++
-		}
-		mu.Unlock()
-		select {
-		case <-ctx.Done():
-		case <-time.After(800 * time.Millisecond):
-		}
-	}
 }
 
 // episode is one stretch of under_oom 1 in a group (tasks waiting at the

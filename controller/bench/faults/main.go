@@ -1,9 +1,13 @@
 // Command faults is make bench-faults: issue 12's fault checks against the
-// real binaries (bin/), a real etcd and a real cgroup, on kernel-picked
-// loopback ports. It writes results/faults/summary.json (flat keys) and
-// report.txt. Every process it starts is killed by pid and every cgroup it
-// makes is removed, also on failure. Partitions go through a proxy the
-// bench owns (proxy.go), not iptables: the machine's firewall is shared.
+// real binaries (bin/), a real etcd and real Docker engines (two private
+// dockerd started by scripts/hosts.sh, one escrad per engine, labelled
+// containers), on kernel-picked ports. It writes
+// results/faults/summary.json (flat keys) and report.txt. Every process it
+// starts is killed by pid; every container, namespace and engine it makes
+// is removed, also on failure (and a rerun removes what a killed run left
+// under the bench's names). A partition is nft DROP rules inside the
+// network namespace the bench runs one escrad in (internal/netns), never
+// in the host's own ruleset: the machine's firewall is shared.
 package main
 
 import (
@@ -138,8 +142,30 @@ func cleanup() {
 		p.kill()
 	}
 	procsMu.Unlock()
-	removeCgroup()
-	removeGroups()
+	waitProcs()
+	removeNS()
+	removeContainers()
+}
+
+// waitProcs waits (briefly) for the killed processes to be gone, so a
+// namespace is not kept alive by one and a lock is free for the next step.
+func waitProcs() {
+	procsMu.Lock()
+	defer procsMu.Unlock()
+	for _, p := range procs {
+		if p.cmd.Process == nil {
+			continue
+		}
+		for i := 0; i < 100 && syscall.Kill(p.cmd.Process.Pid, 0) == nil && !zombie(p.cmd.Process.Pid); i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func zombie(pid int) bool {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z'
 }
 
 var ready = regexp.MustCompile(`escra-controller ready.* sessions=(\S+) telemetry=\S+ admin=(\S+)`)
@@ -271,7 +297,8 @@ func b2i(b bool) int {
 func duplicateEscrad() error {
 	dir := filepath.Join(tmp, "dup")
 	os.MkdirAll(dir, 0o700)
-	args := []string{filepath.Join(*bin, "escrad"), "--no-docker", "--insecure", "--controller", "127.0.0.1:1", "--host-id", "faults-dup",
+	e := engines[0]
+	args := []string{filepath.Join(*bin, "escrad"), "--docker-host", e.host, "--insecure", "--controller", "127.0.0.1:1", "--host-id", "faults-dup",
 		"--no-oom-guard", "--oom-state", filepath.Join(dir, "oom-armed"), "--lock-dir", dir, "--backend", "cgroupfs"}
 	first, err := start("escrad-dup", "escrad starting", args...)
 	if err != nil {
@@ -281,48 +308,14 @@ func duplicateEscrad() error {
 		return err
 	}
 	b, err := exec.Command(args[0], args[1:]...).CombinedOutput()
-	refused := err != nil && strings.Contains(string(b), "already manages engine")
+	refused := err != nil && strings.Contains(string(b), "already manages engine "+e.host)
 	summary["duplicate_escrad_refused"] = b2i(refused)
-	say("second escrad on one engine refused: %v (%s)", refused, strings.TrimSpace(string(b)))
+	say("second escrad on engine h1 (%s) refused: %v (%s)", e.host, refused, strings.TrimSpace(string(b)))
 	first.kill()
 	return nil
 }
 
-// --- C: etcd HA failover, partition, restore ------------------------------
-
-var cgRel string
-
-func makeCgroup() error {
-	cgRel = fmt.Sprintf("/escra-faults-%d", os.Getpid())
-	for _, c := range []string{"cpu", "cpuacct", "memory", "cpuset"} {
-		dir := filepath.Join("/sys/fs/cgroup", c, cgRel)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("cgroup (needs root and cgroup v1): %w", err)
-		}
-		if c == "cpuset" {
-			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpuset", f))
-				os.WriteFile(filepath.Join(dir, f), b, 0)
-			}
-		}
-	}
-	os.WriteFile(filepath.Join("/sys/fs/cgroup/memory", cgRel, "memory.limit_in_bytes"), []byte(strconv.Itoa(64<<20)), 0)
-	return os.WriteFile(filepath.Join("/sys/fs/cgroup/cpu", cgRel, "cpu.cfs_quota_us"), []byte("50000"), 0)
-}
-
-func removeCgroup() {
-	if cgRel == "" {
-		return
-	}
-	for _, c := range []string{"cpu", "cpuacct", "memory", "cpuset"} {
-		os.Remove(filepath.Join("/sys/fs/cgroup", c, cgRel))
-	}
-}
-
-func readCg(c, f string) string {
-	b, _ := os.ReadFile(filepath.Join("/sys/fs/cgroup", c, cgRel, f))
-	return strings.TrimSpace(string(b))
-}
+// --- C: etcd HA failover, restore -----------------------------------------
 
 func freePort() int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -412,15 +405,29 @@ func until(d time.Duration, cond func() bool) (time.Duration, bool) {
 	return time.Since(t0), false
 }
 
-func hasContainer(admin string) bool {
+// haCtrs are the HA step's containers, one per engine, found with 0.6
+// core and 160 MiB each: together over the app's 1 core and 256 MiB, so
+// the controller must cut both (a container whose found limits fit keeps
+// them), and escrad has something to put back.
+const (
+	haQuotaUs = 60000
+	haMem     = 160 << 20
+)
+
+func haContainers(admin string, n int) bool {
 	st, ok := getState(admin)
-	return ok && len(st.Containers) == 1 && st.Containers[0].CPUQuotaUs > 0
+	if !ok || len(st.Containers) != n {
+		return false
+	}
+	for _, c := range st.Containers {
+		if c.CPUQuotaUs <= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func ha() error {
-	if err := makeCgroup(); err != nil {
-		return err
-	}
 	ep, err := startEtcd()
 	if err != nil {
 		return err
@@ -441,56 +448,80 @@ func ha() error {
 	if code, out := call(plain, "PUT", "http://"+a.admn+"/v1/apps/vms", body); code != 200 {
 		return fmt.Errorf("PUT on the leader: %d %s", code, out)
 	}
-	cfg := filepath.Join(tmp, "escrad.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("cgroups:\n  - {name: vm1, app: vms, path: %s}\n", cgRel)), 0o600)
-	dir := filepath.Join(tmp, "escrad")
-	os.MkdirAll(dir, 0o700)
-	d, err := start("escrad", "", filepath.Join(*bin, "escrad"), "--no-docker", "--insecure", "--config", cfg,
-		"--controller", b.sessions+","+a.sessions, "--host-id", "faults-h1", "--no-oom-guard", "--oom-state", filepath.Join(dir, "oom-armed"),
-		"--lock-dir", dir, "--backend", "cgroupfs", "--restore-after", "6s")
-	if err != nil {
-		return err
+	var cs []*ctr
+	for i, e := range engines[:2] {
+		c, err := runContainer(e, fmt.Sprintf("vm%d", i+1), "vms", haMem, haQuotaUs)
+		if err != nil {
+			return err
+		}
+		cs = append(cs, c)
+		dir := filepath.Join(tmp, fmt.Sprintf("escrad-h%d", i+1))
+		os.MkdirAll(dir, 0o700)
+		if _, err := start(fmt.Sprintf("escrad-h%d", i+1), "", filepath.Join(*bin, "escrad"), "--docker-host", e.host, "--insecure",
+			"--controller", b.sessions+","+a.sessions, "--host-id", fmt.Sprintf("faults-h%d", i+1), "--no-oom-guard", "--oom-state", filepath.Join(dir, "oom-armed"),
+			"--lock-dir", dir, "--backend", "cgroupfs", "--restore-after", "6s"); err != nil {
+			return err
+		}
 	}
-	_ = d
 	var mu sync.Mutex
 	violations, samples := 0, 0
 	admins := []string{a.admn, b.admn}
 	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	go watchBudgets(wctx, func() []string { mu.Lock(); defer mu.Unlock(); return append([]string(nil), admins...) }, &violations, &samples, &mu)
-	if _, ok := until(15*time.Second, func() bool { return hasContainer(a.admn) }); !ok {
-		return errors.New("escrad's cgroup never joined on the leader")
+	if _, ok := until(20*time.Second, func() bool { return haContainers(a.admn, len(cs)) }); !ok {
+		return errors.New("the escrads' containers never joined on the leader")
 	}
-	say("escrad (given the follower first) registered with the leader")
+	say("ha: two escrads (one per engine, given the follower first) registered their containers with the leader")
 
 	a.p.kill()
-	took, ok := until(30*time.Second, func() bool { return hasContainer(b.admn) })
+	took, ok := until(30*time.Second, func() bool { return haContainers(b.admn, len(cs)) })
 	if !ok {
 		return errors.New("no failover within 30 s")
 	}
 	summary["failover_s"] = round(took.Seconds())
-	say("failover: leader SIGKILLed → follower holds escrad's container in %.2f s", took.Seconds())
+	say("failover: leader SIGKILLed → the follower leads and holds both escrads' containers in %.2f s", took.Seconds())
 	mu.Lock()
 	admins = []string{b.admn}
 	mu.Unlock()
 	time.Sleep(3 * time.Second) // steady control under the new leader, sampled
 
-	// No controller at all: escrad puts back the limits it found (the
+	// No controller at all: escrad puts back the limits Docker knows (the
 	// controller's must be in place first, or nothing is measured).
-	found := func() bool {
-		return readCg("cpu", "cpu.cfs_quota_us") == "50000" && readCg("memory", "memory.limit_in_bytes") == strconv.Itoa(64<<20)
+	limits := func(c *ctr) (string, string) {
+		return readGroup(c.rel, "cpu", "cpu.cfs_quota_us"), readGroup(c.rel, "memory", "memory.limit_in_bytes")
 	}
-	if _, ok := until(10*time.Second, func() bool { return !found() }); !ok {
-		return errors.New("the controller never changed the cgroup's limits")
+	docker := func(c *ctr) bool {
+		q, m := limits(c)
+		return q == strconv.Itoa(haQuotaUs) && m == strconv.Itoa(haMem)
 	}
-	say("controller's limits in the cgroup: quota %s, memory %s", readCg("cpu", "cpu.cfs_quota_us"), readCg("memory", "memory.limit_in_bytes"))
+	all := func(f func(*ctr) bool) func() bool {
+		return func() bool {
+			for _, c := range cs {
+				if !f(c) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	if _, ok := until(10*time.Second, all(func(c *ctr) bool { return !docker(c) })); !ok {
+		q, m := limits(cs[0])
+		return fmt.Errorf("the controller never cut the containers' limits (vm1: quota %s, memory %s)", q, m)
+	}
+	var now []string
+	for _, c := range cs {
+		q, m := limits(c)
+		now = append(now, fmt.Sprintf("quota %s memory %s", q, m))
+	}
+	say("controller's limits in the cgroups: %s (Docker's: quota %d, memory %d)", strings.Join(now, "; "), haQuotaUs, haMem)
 	b.p.kill()
-	took, ok = until(20*time.Second, found)
+	took, ok = until(20*time.Second, all(docker))
 	summary["restore_after_setting_s"] = 6
 	if ok {
 		summary["restore_s"] = round(took.Seconds())
 	}
-	say("no controller: limits put back %.2f s after the last one died (--restore-after 6s): %v", took.Seconds(), ok)
+	say("no controller: Docker's limits back in both containers %.2f s after the last controller died (--restore-after 6s): %v", took.Seconds(), ok)
 	wcancel()
 	mu.Lock()
 	summary["budget_violations_controller_view"] = violations
@@ -521,8 +552,14 @@ func main() {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	go func() { <-sig; cleanup(); os.RemoveAll(tmp); os.Exit(1) }()
+	go func() { <-sig; cleanup(); stopEngines(""); os.RemoveAll(tmp); os.Exit(1) }()
 	failed := 0
+	var engErr error
+	if *soakFor > 0 || wanted("duplicate") || wanted("ha") || wanted("partition") {
+		if engErr = startEngines(2); engErr != nil {
+			say("engines: FAILED: %v", engErr)
+		}
+	}
 	if *soakFor > 0 {
 		seed := *soakSeed
 		if seed == 0 {
@@ -530,7 +567,9 @@ func main() {
 		}
 		summary["seed"] = seed
 		*steps = "none"
-		if err := soak(*soakFor, seed); err != nil {
+		if engErr != nil {
+			failed++
+		} else if err := soak(*soakFor, seed); err != nil {
 			failed++
 			say("soak: FAILED: %v", err)
 		}
@@ -539,8 +578,14 @@ func main() {
 	for _, step := range []struct {
 		name string
 		f    func() error
-	}{{"admin", adminAndRestart}, {"duplicate", duplicateEscrad}, {"ha", ha}, {"partition", partitionSection}} {
+		eng  bool // needs the engines
+	}{{"admin", adminAndRestart, false}, {"duplicate", duplicateEscrad, true}, {"ha", ha, true}, {"partition", partitionSection, true}} {
 		if !wanted(step.name) {
+			continue
+		}
+		if step.eng && engErr != nil {
+			failed++
+			say("%s: FAILED: no engines", step.name)
 			continue
 		}
 		if err := step.f(); err != nil {
@@ -553,10 +598,11 @@ func main() {
 		v1Rearm()
 	}
 	os.RemoveAll(tmp)
-	summary["failed_steps"] = failed
-	summary["duration_s"] = round(time.Since(start).Seconds())
 	os.RemoveAll(filepath.Join(*out, "logs"))
 	os.MkdirAll(filepath.Join(*out, "logs"), 0o755)
+	stopEngines(filepath.Join(*out, "logs")) // their dockerd logs kept
+	summary["failed_steps"] = failed
+	summary["duration_s"] = round(time.Since(start).Seconds())
 	procsMu.Lock()
 	for _, p := range procs { // what each process said, for the report's findings
 		p.mu.Lock()

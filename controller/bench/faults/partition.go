@@ -9,10 +9,10 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,26 +20,72 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/netns"
 )
 
 // --- E: a host partitioned from the controller, a healthy sibling ---------
 //
-// One controller (mutual TLS), two real escrads on two real cgroups of one
-// app: h1 reaches the controller only through gateProxy (session TCP and
-// telemetry UDP), h2 directly. memhogs keep both groups meeting OOMs. The
-// proxy is cut for partitionFor: the controller must end h1's session
-// within 3 s, every OOM of h1 must end (granted, or released to the kernel
-// OOM killer) within the deadline, h2's OOMs must keep getting verdicts,
-// and Σ of the limits in the cgroup files must stay within the budget.
+// One controller (mutual TLS), two real Docker engines, one real escrad
+// per engine, one labelled container of one app on each: h1's escrad runs
+// in a network namespace the bench makes (internal/netns: a veth pair,
+// 169.254.212.1 on the host's end, .2 inside, no other route), h2's in the
+// host's. The controller's session and telemetry ports listen on the
+// host's end of the pair, so both escrads reach it (h2's traffic stays on
+// loopback: the address is local). memhogs (docker exec) keep both
+// containers meeting OOMs. The partition is nft DROP rules in h1's
+// namespace on the controller's two ports, for partitionFor: the
+// controller must end h1's session within 3 s, every OOM of h1 must end
+// (granted, or released to the kernel OOM killer) within the deadline,
+// h2's OOMs must keep getting verdicts, and Σ of the limits in the cgroup
+// files must stay within the budget.
 
 const partitionFor = 30 * time.Second
 
-// Budget of the app: two groups, each found with 64 MiB and 0.4 core.
+// Budget of the app: two containers, each found with 64 MiB and 0.4 core.
 const (
 	pAppCPU = 1.0
 	pAppMem = 320 << 20
 	pHogMiB = 128
 )
+
+// The partitioned host's namespace: bench-specific names (a rerun removes
+// what a killed run left under them) and a link-local /30 that only this
+// pair carries.
+const (
+	nsName   = "escra-faults-h1"
+	nsHostIf = "escra-flt0"
+)
+
+var nsPrefix = netip.MustParsePrefix("169.254.212.0/30")
+
+var (
+	nsMu  sync.Mutex
+	nsAll []*netns.NS
+)
+
+func makeNS() (*netns.NS, error) {
+	n, err := netns.Create(nsName, nsHostIf, nsPrefix)
+	if err != nil {
+		return nil, err
+	}
+	nsMu.Lock()
+	nsAll = append(nsAll, n)
+	nsMu.Unlock()
+	return n, nil
+}
+
+// removeNS deletes the bench's namespaces and pairs (their processes are
+// killed first by cleanup).
+func removeNS() {
+	nsMu.Lock()
+	defer nsMu.Unlock()
+	for _, n := range nsAll {
+		if err := n.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "faults:", err)
+		}
+	}
+	nsAll = nil
+}
 
 func stateTLS(c *http.Client, admin string) (state, bool) {
 	var st state
@@ -64,47 +110,46 @@ func hostSessions(st state, host string) int {
 	return n
 }
 
-// udpPortFreeOn picks a UDP port free on both 127.0.0.1 and 127.0.0.2: the
-// controller listens on the first, the proxy on the second, and escrad
-// sends telemetry to its TCP peer's address at that port (the controller
-// advertises ":PORT").
-func udpPortFreeOn() (int, error) {
-	for range 20 {
-		a, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-		if err != nil {
-			return 0, err
-		}
-		port := a.LocalAddr().(*net.UDPAddr).Port
-		b, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port})
-		a.Close()
-		if err == nil {
-			b.Close()
-			return port, nil
-		}
+func freeUDPPort(host string) (int, error) {
+	c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(host)})
+	if err != nil {
+		return 0, err
 	}
-	return 0, errors.New("no UDP port free on 127.0.0.1 and 127.0.0.2")
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).Port, nil
 }
 
-// hostsSetup is what partition and the soak share: a controller, a proxy
-// in front of it for h1, two groups and their escrads.
+// hostsSetup is what partition and the soak share: a controller, two
+// engines with a container each, their escrads, h1's in a namespace.
 type hostsSetup struct {
 	certs, state string
 	ctlArgs      []string
 	c            *ctl
 	admin        *http.Client
-	px           *gateProxy
+	ns           *netns.NS
+	sessPort     int
 	uport        int
+	ctrs         [2]*ctr
 	groups       [2]string
 	escrad       [2]*proc
 	escradArgs   [2][]string
 	metrics      [2]string // escrad /metrics addresses
+	mclient      [2]*http.Client
 	budget       *budgetSampler
 }
 
-// oomCounts reads escrad's OOM events and outcomes from its /metrics.
-func oomCounts(addr string) map[string]float64 {
+// cut partitions h1 from the controller: DROP both ways on the session
+// (TCP) and telemetry (UDP) ports, in h1's namespace.
+func (s *hostsSetup) cut() error {
+	return s.ns.Drop(netns.Port{Proto: "tcp", Port: s.sessPort}, netns.Port{Proto: "udp", Port: s.uport})
+}
+
+func (s *hostsSetup) heal() error { return s.ns.Heal() }
+
+// oomCounts reads escrad i's OOM events and outcomes from its /metrics.
+func (s *hostsSetup) oomCounts(i int) map[string]float64 {
 	out := map[string]float64{}
-	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + addr + "/metrics")
+	resp, err := s.mclient[i].Get("http://" + s.metrics[i] + "/metrics")
 	if err != nil {
 		return out
 	}
@@ -134,28 +179,28 @@ func withUnseen(seen []float64, events float64) []float64 {
 
 func setupHosts(name string, extraCtl []string, extraEscrad func(i int) []string) (*hostsSetup, error) {
 	s := &hostsSetup{certs: filepath.Join(tmp, name+"-certs"), state: filepath.Join(tmp, name+"-state")}
+	if len(engines) < 2 {
+		return nil, errors.New("two engines needed")
+	}
 	if b, err := runOut(filepath.Join(*bin, "escractl"), "certs", "--dir", s.certs, "--hosts", "h1,h2"); err != nil {
 		return nil, fmt.Errorf("escractl certs: %v: %s", err, b)
 	}
-	if err := buildMemhog(); err != nil {
-		return nil, err
-	}
 	var err error
-	if s.uport, err = udpPortFreeOn(); err != nil {
+	if s.ns, err = makeNS(); err != nil {
 		return nil, err
 	}
-	if s.px, err = newGateProxy("127.0.0.2:0", fmt.Sprintf("127.0.0.2:%d", s.uport)); err != nil {
-		return nil, fmt.Errorf("proxy on 127.0.0.2: %w", err)
+	at := s.ns.HostAddr.String()
+	if s.uport, err = freeUDPPort(at); err != nil {
+		return nil, err
 	}
 	s.ctlArgs = append([]string{"--tls-ca", auth.CAPath(s.certs), "--tls-cert", auth.CertPath(s.certs, "controller"), "--tls-key", auth.KeyPath(s.certs, "controller"),
-		"--state-dir", s.state, "--telemetry-listen", fmt.Sprintf("127.0.0.1:%d", s.uport), "--telemetry-advertise", fmt.Sprintf(":%d", s.uport),
+		"--state-dir", s.state, "--listen", at + ":0", "--telemetry-listen", fmt.Sprintf("%s:%d", at, s.uport), "--telemetry-advertise", fmt.Sprintf(":%d", s.uport),
 		"--reclaim-every", "1s"}, extraCtl...)
 	if s.c, err = startController(name+"-controller", s.ctlArgs...); err != nil {
 		return nil, err
 	}
-	if err := s.px.start(s.c.sessions, fmt.Sprintf("127.0.0.1:%d", s.uport)); err != nil {
-		return nil, err
-	}
+	_, p, _ := net.SplitHostPort(s.c.sessions)
+	s.sessPort, _ = strconv.Atoi(p)
 	if s.admin, err = client(s.certs, "admin"); err != nil {
 		return nil, err
 	}
@@ -163,42 +208,41 @@ func setupHosts(name string, extraCtl []string, extraEscrad func(i int) []string
 	if code, out := call(s.admin, "PUT", "https://"+s.c.admn+"/v1/apps/flt-mem", body); code != 200 {
 		return nil, fmt.Errorf("PUT flt-mem: %d %s", code, out)
 	}
-	for i := range s.groups {
-		if s.groups[i], err = makeGroup(fmt.Sprintf("%s-g%d", name, i+1), 64<<20, 40000); err != nil {
+	for i := range s.ctrs {
+		if s.ctrs[i], err = runContainer(engines[i], fmt.Sprintf("%s-c%d", name, i+1), "flt-mem", 64<<20, 40000); err != nil {
 			return nil, err
 		}
+		s.groups[i] = s.ctrs[i].rel
 	}
 	s.budget = newBudgetSampler(s.groups[:], pAppCPU, pAppMem)
-	for i, to := range []string{s.px.addr(), s.c.sessions} {
+	for i := range 2 {
 		host := fmt.Sprintf("h%d", i+1)
 		dir := filepath.Join(tmp, name+"-"+host)
 		os.MkdirAll(dir, 0o700)
-		cfg := filepath.Join(dir, "escrad.yaml")
-		os.WriteFile(cfg, []byte(fmt.Sprintf("cgroups:\n  - {name: %s-c%d, app: flt-mem, path: %s}\n", name, i+1, s.groups[i])), 0o600)
-		s.metrics[i] = fmt.Sprintf("127.0.0.1:%d", freePort())
-		s.escradArgs[i] = append([]string{filepath.Join(*bin, "escrad"), "--no-docker", "--metrics-listen", s.metrics[i], "--config", cfg, "--controller", to, "--host-id", host,
-			"--tls-ca", auth.CAPath(s.certs), "--tls-cert", auth.CertPath(s.certs, host), "--tls-key", auth.KeyPath(s.certs, host),
-			"--oom-state", filepath.Join(dir, "oom-armed"), "--lock-dir", dir, "--backend", "cgroupfs"}, extraEscrad(i)...)
-		if slices.Contains(s.escradArgs[i], "--docker-host") {
-			s.escradArgs[i] = slices.DeleteFunc(s.escradArgs[i], func(a string) bool { return a == "--no-docker" })
+		var pre []string
+		if i == 0 { // inside the namespace: its /metrics on the inner end
+			pre = []string{"nsenter", "--net=" + s.ns.Path(), "--"}
+			s.metrics[i] = fmt.Sprintf("%s:%d", s.ns.Addr, 9470)
+			s.mclient[i] = s.ns.HTTPClient(2 * time.Second) // over the pair only
+		} else {
+			s.metrics[i] = fmt.Sprintf("127.0.0.1:%d", freePort())
+			s.mclient[i] = &http.Client{Timeout: 2 * time.Second}
 		}
+		s.escradArgs[i] = append(append(pre, filepath.Join(*bin, "escrad"), "--docker-host", engines[i].host, "--metrics-listen", s.metrics[i],
+			"--controller", s.c.sessions, "--host-id", host, "--backend", "cgroupfs",
+			"--tls-ca", auth.CAPath(s.certs), "--tls-cert", auth.CertPath(s.certs, host), "--tls-key", auth.KeyPath(s.certs, host),
+			"--oom-state", filepath.Join(dir, "oom-armed"), "--lock-dir", dir), extraEscrad(i)...)
 		if s.escrad[i], err = startWith(name+"-escrad-"+host, "", s.budget.watch(i), s.escradArgs[i]...); err != nil {
 			return nil, err
 		}
 	}
-	if _, ok := until(20*time.Second, func() bool {
+	if _, ok := until(30*time.Second, func() bool {
 		st, ok := stateTLS(s.admin, s.c.admn)
 		return ok && len(st.Containers) == 2
 	}); !ok {
-		return nil, fmt.Errorf("the two escrads never registered their groups; h1: %s; h2: %s", s.escrad[0].tail(), s.escrad[1].tail())
+		return nil, fmt.Errorf("the two escrads never registered their containers; h1: %s; h2: %s", s.escrad[0].tail(), s.escrad[1].tail())
 	}
 	return s, nil
-}
-
-func (s *hostsSetup) close() {
-	if s.px != nil {
-		s.px.close()
-	}
 }
 
 func partitionSection() error {
@@ -206,37 +250,56 @@ func partitionSection() error {
 	if err != nil {
 		return err
 	}
-	defer s.close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go s.budget.run(ctx)
 	var hmu sync.Mutex
 	runs, kills := [2]int{}, [2]int{}
-	for i := range s.groups {
-		go hogLoop(ctx, s.groups[i], pHogMiB, &runs[i], &kills[i], &hmu)
-	}
+	h1ctx, h1stop := context.WithCancel(ctx)
+	go hogLoop(h1ctx, s.ctrs[0], pHogMiB, &runs[0], &kills[0], &hmu)
+	go hogLoop(ctx, s.ctrs[1], pHogMiB, &runs[1], &kills[1], &hmu)
 	epsc := make(chan []episode, 1)
 	go func() { epsc <- oomWatch(ctx, s.groups[:]) }()
-	say("partition: two escrads (h1 through the proxy, h2 direct), memhogs of %d MiB in both groups; warm-up 10 s", pHogMiB)
+	say("partition: two engines, an escrad each (h1 in namespace %s, %v ↔ %v), memhogs of %d MiB in both containers; warm-up 10 s",
+		s.ns.Name, s.ns.HostAddr, s.ns.Addr, pHogMiB)
 	time.Sleep(10 * time.Second)
 
-	c0 := [2]map[string]float64{oomCounts(s.metrics[0]), oomCounts(s.metrics[1])}
-	p0 := time.Now()
-	s.px.cut()
-	took, ok := until(15*time.Second, func() bool {
+	// The cut comes while the controller's reclaim holds h1 below one hog,
+	// so every hog of the partition needs memory only a controller could
+	// grant: h1's hogs pause until its limit is down (or 15 s passed).
+	h1stop()
+	limit := func() int64 {
+		m, _ := strconv.ParseInt(readGroup(s.groups[0], "memory", "memory.limit_in_bytes"), 10, 64)
+		return m
+	}
+	if _, ok := until(15*time.Second, func() bool { return limit() < pHogMiB<<20 }); !ok {
+		say("partition: h1's limit still %d MiB at the cut (not below a hog)", limit()>>20)
+	}
+	summary["partition_h1_limit_at_cut_mib"] = limit() >> 20
+	c0 := [2]map[string]float64{s.oomCounts(0), s.oomCounts(1)}
+	if err := s.cut(); err != nil {
+		return err
+	}
+	go hogLoop(ctx, s.ctrs[0], pHogMiB, &runs[0], &kills[0], &hmu)
+	p0 := time.Now() // the rules are in force
+	_, ok := until(15*time.Second, func() bool {
 		st, ok := stateTLS(s.admin, s.c.admn)
 		return ok && hostSessions(st, "h1") == 0
 	})
+	took := time.Since(p0)
 	if !ok {
 		return errors.New("partitioned session never declared dead")
 	}
 	summary["partition_detect_s"] = round(took.Seconds())
-	say("partition: cut at %s", p0.UTC().Format("15:04:05.000"))
-	say("partition: the controller ended h1's session %.2f s after the cut (no iptables: the proxy holds its bytes)", took.Seconds())
+	say("partition: cut at %s: nft in %s drops tcp %d and udp %d to and from %v (netdev ingress/egress of %s):\n%s", p0.UTC().Format("15:04:05.000"),
+		s.ns.Name, s.sessPort, s.uport, s.ns.HostAddr, s.ns.PeerIf, strings.TrimSpace(s.ns.Rules()))
+	say("partition: the controller ended h1's session %.2f s after the cut", took.Seconds())
 	time.Sleep(time.Until(p0.Add(partitionFor)))
 	p1 := time.Now()
-	c1 := [2]map[string]float64{oomCounts(s.metrics[0]), oomCounts(s.metrics[1])}
-	s.px.heal()
+	c1 := [2]map[string]float64{s.oomCounts(0), s.oomCounts(1)}
+	if err := s.heal(); err != nil {
+		return err
+	}
 	say("partition: healed at %s", p1.UTC().Format("15:04:05.000"))
 	if _, ok := until(20*time.Second, func() bool {
 		st, ok := stateTLS(s.admin, s.c.admn)

@@ -6,59 +6,30 @@ import (
 	"sync"
 )
 
-// gateProxy relays one host's TCP session and UDP telemetry to the
-// controller and can cut them: a partition without iptables, so the bench
-// changes nothing other users of the machine share. While cut, TCP bytes
-// are held (not read from the socket, as a DROP with retransmission would
-// hold them: nothing is lost, both ends just hear nothing) and datagrams
-// are dropped (as UDP under DROP). Connections opened while cut wait
-// silently, as a SYN would; a heal lets everything flow again.
+// gateProxy relays a unix socket (escrad's path to its Docker engine in
+// make soak FAULTS=1) and can hang it or make it gone: cut holds every
+// byte (not read from the socket; nothing is lost, both ends just hear
+// nothing), heal lets it flow, setDown closes connections and refuses new
+// ones (an engine that is gone rather than hung). Partitions between
+// escrad and the controller are not made here: nft DROP rules in escrad's
+// own network namespace (internal/netns).
 type gateProxy struct {
-	ln      net.Listener
-	udp     *net.UDPConn
-	tcpTo   string
-	udpTo   *net.UDPAddr
-	mu      sync.Mutex
-	open    chan struct{} // closed while traffic flows
-	conns   map[net.Conn]bool
-	udpPeer map[string]*net.UDPConn // client address -> its upstream socket
-	closed  bool
-	network string // "tcp" or "unix"
-	down    bool   // refusing: as a dead server, connections are closed at once
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	open   chan struct{} // closed while traffic flows
+	conns  map[net.Conn]bool
+	closed bool
+	down   bool // refusing: as a dead server, connections are closed at once
 }
 
-// newGateProxy listens on tcpAt and udpAt (host:port; port 0 for TCP is
-// fine); the UDP target is set later (setUDPTarget) because the controller
-// is told the proxy's UDP address before it starts.
-func newGateProxy(tcpAt, udpAt string) (*gateProxy, error) {
-	ln, err := net.Listen("tcp", tcpAt)
-	if err != nil {
-		return nil, err
-	}
-	ua, err := net.ResolveUDPAddr("udp", udpAt)
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	uc, err := net.ListenUDP("udp", ua)
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	p := &gateProxy{ln: ln, udp: uc, open: make(chan struct{}), conns: map[net.Conn]bool{}, udpPeer: map[string]*net.UDPConn{}, network: "tcp"}
-	close(p.open)
-	return p, nil
-}
-
-// newUnixProxy relays a unix socket (the Docker engine's) with the same
-// cut/heal, plus setDown: an engine that is gone (connections closed,
-// new ones refused) rather than hung.
+// newUnixProxy listens on the unix socket at and relays to target.
 func newUnixProxy(at, target string) (*gateProxy, error) {
 	ln, err := net.Listen("unix", at)
 	if err != nil {
 		return nil, err
 	}
-	p := &gateProxy{ln: ln, open: make(chan struct{}), conns: map[net.Conn]bool{}, network: "unix", tcpTo: target}
+	p := &gateProxy{ln: ln, open: make(chan struct{}), conns: map[net.Conn]bool{}, target: target}
 	close(p.open)
 	go p.acceptLoop()
 	return p, nil
@@ -77,21 +48,6 @@ func (p *gateProxy) setDown(down bool) {
 	for _, c := range cs {
 		c.Close()
 	}
-}
-
-func (p *gateProxy) addr() string { return p.ln.Addr().String() }
-
-// start relays to the controller's session address tcpTo and telemetry
-// address udpTo.
-func (p *gateProxy) start(tcpTo, udpTo string) error {
-	ua, err := net.ResolveUDPAddr("udp", udpTo)
-	if err != nil {
-		return err
-	}
-	p.tcpTo, p.udpTo = tcpTo, ua
-	go p.acceptLoop()
-	go p.udpLoop()
-	return nil
 }
 
 // gate returns a channel that is closed while traffic may flow.
@@ -152,8 +108,8 @@ func (p *gateProxy) serve(c net.Conn) {
 	}
 	defer p.track(c, false)
 	defer c.Close()
-	<-p.gate() // a connection attempt during a cut waits, as a dropped SYN
-	up, err := net.Dial(p.network, p.tcpTo)
+	<-p.gate() // a connection made while hung waits
+	up, err := net.Dial("unix", p.target)
 	if err != nil {
 		return
 	}
@@ -181,38 +137,12 @@ func (p *gateProxy) copy(dst io.Writer, src io.Reader) {
 			}
 		}
 		if err != nil {
-			if c, ok := dst.(*net.TCPConn); ok {
+			if c, ok := dst.(*net.UnixConn); ok {
 				c.CloseWrite()
 			}
 			return
 		}
-		<-p.gate() // stop reading while cut: the sender's socket buffers fill
-	}
-}
-
-func (p *gateProxy) udpLoop() {
-	buf := make([]byte, 64<<10)
-	for {
-		n, from, err := p.udp.ReadFromUDP(buf)
-		if err != nil {
-			return
-		}
-		select {
-		case <-p.gate():
-		default:
-			continue // dropped, as under a DROP rule
-		}
-		p.mu.Lock()
-		up := p.udpPeer[from.String()]
-		if up == nil && !p.closed {
-			if up, err = net.DialUDP("udp", nil, p.udpTo); err == nil {
-				p.udpPeer[from.String()] = up
-			}
-		}
-		p.mu.Unlock()
-		if up != nil {
-			up.Write(buf[:n]) // telemetry is one-way: nothing comes back
-		}
+		<-p.gate() // stop reading while hung: the sender's buffers fill
 	}
 }
 
@@ -222,13 +152,7 @@ func (p *gateProxy) close() {
 	for c := range p.conns {
 		c.Close()
 	}
-	for _, u := range p.udpPeer {
-		u.Close()
-	}
 	p.mu.Unlock()
 	p.heal()
 	p.ln.Close()
-	if p.udp != nil {
-		p.udp.Close()
-	}
 }

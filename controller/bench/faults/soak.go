@@ -19,16 +19,16 @@ import (
 
 // --- make soak FAULTS=1: a randomized fault schedule -----------------------
 //
-// The partition set-up (controller with a bolt store, h1 behind the
-// session proxy, h2 direct and reaching the Docker engine through a unix
-// socket proxy, memhogs in both groups) runs for -soak; one fault at a
-// time, drawn at random: the controller SIGKILLed (restarted on its ports)
-// or SIGSTOPped, h1 partitioned, an escrad SIGKILLed (restarted) or
-// SIGSTOPped, an escrad's OOM guard SIGKILLed, the engine hung (its socket
-// holds every byte) or gone (connections closed, new ones refused). The
-// shared dockerd itself is never touched: other people's containers run
-// on it. Measured from the cgroup files and /proc: budget violations every
-// 100 ms, every under_oom episode, goroutines and fds of each process.
+// The partition set-up (controller with a bolt store, two engines, h1's
+// escrad in its network namespace, h2's reaching its engine through a
+// unix socket proxy, memhogs in both containers) runs for -soak; one fault
+// at a time, drawn at random: the controller SIGKILLed (restarted on its
+// ports) or SIGSTOPped, h1 partitioned (nft DROP in its namespace), an
+// escrad SIGKILLed (restarted) or SIGSTOPped, an escrad's OOM guard
+// SIGKILLed, h2's engine hung (its socket holds every byte) or gone
+// (connections closed, new ones refused). Measured from the cgroup files
+// and /proc: budget violations every 100 ms, every under_oom episode,
+// goroutines and fds of each process.
 
 type faultKind struct {
 	name string
@@ -76,7 +76,13 @@ var faultKinds = []faultKind{
 		return s.restartController()
 	}},
 	{"controller_sigstop", func(s *soakRun, d time.Duration) error { return pause(s.c.p, d) }},
-	{"partition_h1", func(s *soakRun, d time.Duration) error { s.px.cut(); time.Sleep(d); s.px.heal(); return nil }},
+	{"partition_h1", func(s *soakRun, d time.Duration) error {
+		if err := s.cut(); err != nil {
+			return err
+		}
+		time.Sleep(d)
+		return s.heal()
+	}},
 	{"escrad_sigkill", func(s *soakRun, d time.Duration) error {
 		i := rand.N(2)
 		s.escrad[i].kill()
@@ -182,7 +188,7 @@ func (s *soakRun) sampleProcs() {
 			g = metricOf(s.admin, "https://"+s.c.admn+"/metrics", "go_goroutines")
 		} else {
 			i := int(role[len(role)-1] - '1')
-			g = metricOf(nil, "http://"+s.metrics[i]+"/metrics", "go_goroutines")
+			g = metricOf(s.mclient[i], "http://"+s.metrics[i]+"/metrics", "go_goroutines")
 		}
 		if Stopped(pid) {
 			continue // paused by the schedule: its figures are from before
@@ -195,29 +201,28 @@ func (s *soakRun) sampleProcs() {
 
 func soak(d time.Duration, seed uint64) error {
 	sock := filepath.Join(tmp, "docker.sock")
-	docker, err := newUnixProxy(sock, "/var/run/docker.sock")
+	docker, err := newUnixProxy(sock, sockPath(engines[1].host))
 	if err != nil {
 		return err
 	}
 	defer docker.close()
 	hs, err := setupHosts("soak", nil, func(i int) []string {
-		if i == 1 { // the groups' app; no container on the shared engine carries it
-			return []string{"--docker-host", "unix://" + sock, "--apps", "flt-mem"}
+		if i == 1 { // h2 reaches its engine through the proxy
+			return []string{"--docker-host", "unix://" + sock}
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	defer hs.close()
 	s := &soakRun{hostsSetup: hs, docker: docker, restarts: map[string]int{}, samples: map[string][]procSample{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go s.budget.run(ctx)
 	var hmu sync.Mutex
 	runs, kills := [2]int{}, [2]int{}
-	for i := range s.groups {
-		go hogLoop(ctx, s.groups[i], pHogMiB, &runs[i], &kills[i], &hmu)
+	for i := range s.ctrs {
+		go hogLoop(ctx, s.ctrs[i], pHogMiB, &runs[i], &kills[i], &hmu)
 	}
 	epsc := make(chan []episode, 1)
 	go func() { epsc <- oomWatch(ctx, s.groups[:]) }()
