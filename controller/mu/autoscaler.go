@@ -89,6 +89,9 @@ func (a *MuAutoscaler) Name() string {
 	return ASMuNoPred
 }
 
+// Terms returns the last epoch's N_IR (Eq 1) and N_Queue (Eq 2).
+func (a *MuAutoscaler) Terms() (nIR, nQueue int) { return a.last.NIR, a.last.NQueue }
+
 // Predicted is the last IR_pred (0 without the predictor).
 func (a *MuAutoscaler) Predicted() float64 { return a.last.Pred }
 
