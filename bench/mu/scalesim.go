@@ -27,6 +27,7 @@ type ScaleSim struct {
 	Ceiling     int
 	Startup     time.Duration // create → ready
 	Seed        int64
+	Estimator   mu.EstimatorConfig // the queue proxies' Algorithm 1 constants
 }
 
 // SimEpoch is one epoch of a ScaleSim run.
@@ -140,7 +141,7 @@ func (s ScaleSim) Run() (SimResult, error) {
 				// The gateway's kick: a first replica at once.
 				pending++
 				nextID++
-				p := &simReplica{id: "r" + itoa(nextID), est: mu.NewEstimator(mu.EstimatorConfig{}, clock(now+s.Startup.Seconds()))}
+				p := &simReplica{id: "r" + itoa(nextID), est: mu.NewEstimator(s.Estimator, clock(now+s.Startup.Seconds()))}
 				heap.Push(h, &simEv{at: now + s.Startup.Seconds(), kind: 2, pod: p})
 			}
 			return
@@ -234,7 +235,7 @@ func (s ScaleSim) Run() (SimResult, error) {
 			for ; cur < d; cur++ {
 				pending++
 				nextID++
-				p := &simReplica{id: "r" + itoa(nextID), est: mu.NewEstimator(mu.EstimatorConfig{}, clock(e.at+s.Startup.Seconds()))}
+				p := &simReplica{id: "r" + itoa(nextID), est: mu.NewEstimator(s.Estimator, clock(e.at+s.Startup.Seconds()))}
 				heap.Push(h, &simEv{at: e.at + s.Startup.Seconds(), kind: 2, pod: p})
 			}
 			if d < cur && pending == 0 {
