@@ -28,6 +28,7 @@ type ScaleSim struct {
 	Startup     time.Duration // create → ready
 	Seed        int64
 	Estimator   mu.EstimatorConfig // the queue proxies' Algorithm 1 constants
+	KPAStable   time.Duration      // the RPS baseline's stable window (0: Knative's 60 s)
 }
 
 // SimEpoch is one epoch of a ScaleSim run.
@@ -91,6 +92,9 @@ func (s ScaleSim) Run() (SimResult, error) {
 		float64(s.Concurrency)/s.ExecSec)
 	if s.Autoscaler == mu.ASConcurrency {
 		as, err = mu.NewAutoscaler(s.Autoscaler, mu.MuConfig{}, float64(s.Concurrency))
+	}
+	if s.KPAStable > 0 && s.Autoscaler == mu.ASRPS {
+		as, err = mu.NewKPA(mu.KPAConfig{Metric: mu.ASRPS, Target: float64(s.Concurrency) / s.ExecSec, StableWindow: s.KPAStable})
 	}
 	if err != nil {
 		return SimResult{}, err

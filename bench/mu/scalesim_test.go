@@ -47,3 +47,26 @@ func TestScaleSimTable3(t *testing.T) {
 			top.Desired, top.At, top.NIR, top.NQ, top.Obs.Queued, top.Obs.CapE, top.Obs.Ready)
 	}
 }
+
+// The RPS baseline's peak is set by its per-replica target, not by its
+// windows: with Knative's stable window anywhere from 60 s down to its
+// 6 s minimum (the panic window a tenth of it), the trace's burst to 140
+// req/s still gets ⌈140/(20·0.7)⌉ = 10 replicas, one more at most.
+func TestScaleSimKPAPeakIndependentOfWindows(t *testing.T) {
+	_, _, peak := Stats(t3Trace(Config{T3Seconds: 120, Seed: 3}))
+	kpa := int(math.Ceil(peak / (float64(t3CC) * 1000 / t3HoldMs * 0.7)))
+	for _, w := range []time.Duration{60 * time.Second, 30 * time.Second, 12 * time.Second, 6 * time.Second} {
+		for seed := int64(1); seed <= 2; seed++ {
+			s := t3Sim(mu.ASRPS, time.Second, seed)
+			s.KPAStable = w
+			r, err := s.Run()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.PodsMax < kpa || r.PodsMax > kpa+1 {
+				t.Errorf("stable window %v, seed %d: rps peaked at %d, want %d or %d", w, seed, r.PodsMax, kpa, kpa+1)
+			}
+			t.Logf("stable window %v, seed %d: rps %.1f%% within the SLO, replicas avg %.2f max %d", w, seed, r.WithinSLOPct, r.PodsAvg, r.PodsMax)
+		}
+	}
+}
