@@ -161,7 +161,11 @@ func quant(s []float64, q float64) float64 {
 type series struct {
 	Ready, Desired []int
 	Rate           []float64
+	Rows           []string // one CSV row a second: what the autoscaler saw and asked
 }
+
+// seriesHeader names the columns of series.Rows.
+const seriesHeader = "t_s,ready,pending,desired,rate_rps,predicted_rps,queued,capacity_rps,exec_ms,n_ir,n_queue\n"
 
 func sample(ctx context.Context, g *gateway.Gateway, names []string) map[string]*series {
 	out := map[string]*series{}
@@ -180,6 +184,8 @@ func sample(ctx context.Context, g *gateway.Gateway, names []string) map[string]
 				x.Ready = append(x.Ready, s.Ready)
 				x.Desired = append(x.Desired, s.Desired)
 				x.Rate = append(x.Rate, s.RateRPS)
+				x.Rows = append(x.Rows, fmt.Sprintf("%d,%d,%d,%d,%.1f,%.1f,%d,%.2f,%.1f,%d,%d", len(x.Ready), s.Ready, s.Pending, s.Desired,
+					s.RateRPS, s.PredictedRPS, s.Queued, s.CapacityRPS, s.ExecMs, s.NIR, s.NQueue))
 			}
 		}
 	}

@@ -89,6 +89,7 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 			logf(fmt.Sprintf("  %-11s within SLO %5.1f%%  p99 %6.0f ms  503 %4.1f%%  pods avg %.2f max %d  (asked avg %.2f max %d)",
 				p, o.WithinSLOPct, o.P99Ms, o.Pct503, o.PodsAvg, o.PodsMax, o.ReqAvg, o.ReqMax))
 			plots[p] = ser[name]
+			writeRows(cfg.Out, "t3_"+p+"_seconds.csv", ser[name])
 			cdfs[p] = o.Lat
 		}
 		ideal := make([]int, len(rates))
@@ -204,4 +205,21 @@ func writeTrace(dir, name string, rates []float64) {
 	}
 	defer f.Close()
 	load.WriteRateCSV(f, rates)
+}
+
+// writeRows records what the autoscaler saw and asked each second, so a
+// run can be read (and replayed) after the fact.
+func writeRows(dir, name string, s *series) {
+	if s == nil {
+		return
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	f.WriteString(seriesHeader)
+	for _, r := range s.Rows {
+		f.WriteString(r + "\n")
+	}
 }

@@ -23,7 +23,7 @@ const Epoch = 2 * time.Second
 // Observation is what the gateway measured over one epoch for one
 // function.
 type Observation struct {
-	Ready       int     // replicas serving (N_cur)
+	Ready       int     // replicas serving or starting (N_cur)
 	Arrivals    float64 // requests that arrived in the epoch
 	EpochSec    float64 // its length, seconds
 	Concurrency float64 // mean requests in flight (queued or running) over the epoch
@@ -89,6 +89,9 @@ func (a *MuAutoscaler) Name() string {
 	return ASMuNoPred
 }
 
+// Terms returns the last epoch's N_IR (Eq 1) and N_Queue (Eq 2).
+func (a *MuAutoscaler) Terms() (nIR, nQueue int) { return a.last.NIR, a.last.NQueue }
+
 // Predicted is the last IR_pred (0 without the predictor).
 func (a *MuAutoscaler) Predicted() float64 { return a.last.Pred }
 
@@ -109,7 +112,15 @@ func (a *MuAutoscaler) Desired(o Observation) int {
 		capE = float64(max(a.cfg.Concurrency, 1)) / o.ExecSec
 	}
 	if capE <= 0 {
-		capE = 1
+		// No replica has answered yet: Eqs 1–2 have no Cap_e to divide
+		// by. The replicas starting are the capacity already ordered;
+		// wait for their first report. (Assuming 1 req/s per replica, as
+		// before, turned every request held during a cold start into a
+		// replica and Eq 4 doubled N_cur each epoch until the first answer:
+		// 1, 2, 4, 8, 16 with 8 s starts in ScaleSim.)
+		a.last.NIR, a.last.NQueue = 0, 0
+		a.below = a.below[:0]
+		return max(o.Ready, 1)
 	}
 	nIR := int(math.Ceil(math.Max(ir, pred)/capE - 1e-9)) // Eq 1
 	// Eq 2. Its numerator is printed as QT_avg (a time) but the units

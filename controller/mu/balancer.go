@@ -212,6 +212,15 @@ func (p *Pool) Done(b *Backend, m *PodMetrics) {
 			c = min(c, float64(p.Concurrency)/m.ExecSec)
 		}
 		c = max(c, m.Departure) // it did serve that much
+		if b.cap > 0 && m.Departure > b.savedR && c < b.cap {
+			// A departure rate still rising is no evidence of a lower
+			// capacity: R_sd is an EWMA (Algorithm 1) and lags when a
+			// pod becomes saturated, so R_sd/Ratio undershoots until it
+			// catches up (§3.4.1 keeps the saved values for the same
+			// reason when the rate falls). Keep the estimate; a saturated
+			// pod whose departure rate has stopped rising sets it.
+			c = b.cap
+		}
 		if b.cap > 0 {
 			// Smooth: one interval's ratio is a noisy sample.
 			c = 0.5*b.cap + 0.5*c

@@ -288,10 +288,20 @@ func TestPoolCapacityEstimate(t *testing.T) {
 	if c := pool.Capacity(); c != 10 {
 		t.Fatalf("a falling arrival rate changed Cap to %v, want 10", c)
 	}
+	// Saturated, but the (EWMA) departure rate is still rising from the
+	// saved 5: it has not caught up with the pod's capacity yet, so it is
+	// no evidence of less than 10.
 	b = pool.Pick()
 	pool.Done(b, &PodMetrics{Departure: 8, Confidence: 1})
-	if c := pool.Capacity(); c != 9 {
-		t.Fatalf("saturated sample: Cap %v, want 9 (half way from 10 to 8)", c)
+	if c := pool.Capacity(); c != 10 {
+		t.Fatalf("saturated, departure still rising 5 → 8: Cap %v, want 10 (held)", c)
+	}
+	// Saturated at a departure rate that stopped rising (8 → 7): the
+	// pod shows its capacity, ½·10 + ½·(7/1) = 8.5.
+	b = pool.Pick()
+	pool.Done(b, &PodMetrics{Departure: 7, Confidence: 1})
+	if c := pool.Capacity(); c != 8.5 {
+		t.Fatalf("saturated, departure no longer rising: Cap %v, want 8.5 (half way from 10 to 7)", c)
 	}
 	if _, err := NewPool("nope", 1); err == nil {
 		t.Fatal("unknown policy accepted")
@@ -396,6 +406,22 @@ func TestMuAutoscalerEquations(t *testing.T) {
 	o.Ready = 0
 	if got := a.Desired(o); got != 1 {
 		t.Fatalf("from zero: %d, want 1", got)
+	}
+	// Cold start: 2 replicas starting, none has answered (no Cap_e, no
+	// ET_avg), 60 requests held at the gateway. Nothing to size Eqs 1–2
+	// with, so N_des stays at the 2 already ordered (before: Cap_e taken
+	// as 1 req/s gave N_IR 25 + N_Queue 60, and Eq 4 doubled to 4).
+	cold := NewMuAutoscaler(MuConfig{SLO: time.Second})
+	if got := cold.Desired(Observation{Ready: 2, Arrivals: 50, EpochSec: 2, Queued: 60}); got != 2 {
+		t.Fatalf("cold start without Cap_e: %d, want the 2 starting", got)
+	}
+	if got := cold.Desired(Observation{Ready: 0, Arrivals: 3, EpochSec: 2, Queued: 3}); got != 1 {
+		t.Fatalf("cold start from zero without Cap_e: %d, want 1", got)
+	}
+	// Once one answers (Cap_e 20, ET 0.1 s), Eqs 1–4 apply again:
+	// N_IR ⌈25/20⌉ = 2, N_Queue ⌈60/(20·0.9)⌉ = 4, N_des 6 ≤ 2·2 → 4.
+	if got := cold.Desired(Observation{Ready: 2, Arrivals: 50, EpochSec: 2, Queued: 60, CapE: 20, ExecSec: 0.1}); got != 4 {
+		t.Fatalf("after the first report: %d, want 4", got)
 	}
 	// Scale-down waits Grace epochs below N_cur, then implements N_des.
 	o = Observation{Ready: 6, Arrivals: 200, EpochSec: 2, CapE: 100}

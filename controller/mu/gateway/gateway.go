@@ -105,6 +105,7 @@ type fn struct {
 	ceiling  int
 	capped   bool
 	predRate float64
+	nIR, nQ  int // Mu's last Eq 1 and Eq 2 terms
 	etEWMA   float64
 	wake     chan struct{} // closed when a replica becomes ready
 	// counters
@@ -463,6 +464,7 @@ func (g *Gateway) Tick(ctx context.Context) {
 		if m, ok := st.as.(*mu.MuAutoscaler); ok {
 			st.mu.Lock()
 			st.predRate = m.Predicted()
+			st.nIR, st.nQ = m.Terms()
 			st.mu.Unlock()
 		}
 		if st.spec.MaxReplicas > 0 {
@@ -622,6 +624,8 @@ type Status struct {
 	Failed        uint64            `json:"failed"`
 	Replicas      []mu.BackendStats `json:"replicas"`
 	ObservedEpoch mu.Observation    `json:"observed_epoch"`
+	NIR           int               `json:"n_ir,omitempty"`    // Mu: last Eq 1 term
+	NQueue        int               `json:"n_queue,omitempty"` // Mu: last Eq 2 term
 }
 
 // Statuses returns every function's state.
@@ -633,7 +637,7 @@ func (g *Gateway) Statuses() []Status {
 		s := Status{Name: name, Autoscaler: st.spec.Autoscaler, LB: st.spec.LB, Ready: len(st.ready), Pending: st.pending,
 			Desired: st.desired, Ceiling: st.ceiling, Capped: st.capped, Inflight: st.inflight, PredictedRPS: st.predRate,
 			ExecMs: st.etEWMA * 1000, Served: st.served, Rejected: st.rejected, Failed: st.failed, ObservedEpoch: st.lastObs,
-			RateRPS: st.lastObs.Rate()}
+			RateRPS: st.lastObs.Rate(), NIR: st.nIR, NQueue: st.nQ}
 		st.mu.Unlock()
 		s.Queued = st.pool.Queued()
 		s.CapacityRPS = st.pool.Capacity()
