@@ -7,14 +7,18 @@ package pema
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
+	"golang.org/x/sys/unix"
 )
 
 // Service is one container of the app: it burns Scale × the request's ms
@@ -23,7 +27,66 @@ type Service struct {
 	Name  string
 	Next  []string
 	Scale float64
+	Args  []string // more demo-http flags (e.g. -hashes-per-ms)
 }
+
+// WithArgs returns svcs with args added to every service's flags.
+func WithArgs(svcs []Service, args ...string) []Service {
+	out := make([]Service, len(svcs))
+	for i, s := range svcs {
+		s.Args = append(append([]string(nil), s.Args...), args...)
+		out[i] = s
+	}
+	return out
+}
+
+// HashesPerMs measures demo-http's unit of work (SHA-256 rounds of a
+// 32-byte buffer per ms of one core) in this process, per ms of the
+// calling thread's own CPU time, so that neither a CPU limit nor the
+// machine's other jobs (time slices taken away) change the figure; the
+// median of windows of each of CPU time. Passing it to every container
+// (-hashes-per-ms) makes a request cost the same CPU in every phase;
+// self-calibration at container start ran under the start quota and the
+// machine's load of that moment, by wall time (up to 2.5× apart between
+// two services of the same scale in the 2026-11-25 run).
+func HashesPerMs(windows int, each time.Duration) (int, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cpu := func() (time.Duration, error) {
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
+			return 0, err
+		}
+		return time.Duration(ts.Nano()), nil
+	}
+	var buf [32]byte
+	var rates []float64
+	for range windows {
+		n := 0
+		t0, err := cpu()
+		if err != nil {
+			return 0, err
+		}
+		var d time.Duration
+		for d < each {
+			for range 100 {
+				buf = sha256.Sum256(buf[:])
+			}
+			n += 100
+			t, err := cpu()
+			if err != nil {
+				return 0, err
+			}
+			d = t - t0
+		}
+		rates = append(rates, float64(n)/(float64(d)/float64(time.Millisecond)))
+	}
+	sink = buf[0]
+	sort.Float64s(rates)
+	return max(int(rates[len(rates)/2]), 1), nil
+}
+
+var sink byte
 
 // SixServices: front → {a1 → a2 → a3, b1 → b2}, uneven costs, so the
 // distribution of CPU matters (seed 002 Fig 5).
@@ -96,7 +159,7 @@ func AssignPorts(svcs []Service) (map[string]int, error) {
 func Start(ctx context.Context, cli *client.Client, image, prefix string, labels map[string]string, svcs []Service, cpus float64, ports map[string]int) (*Running, error) {
 	r := &Running{cli: cli, Ports: ports}
 	for _, s := range svcs {
-		args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", r.Ports[s.Name]), "-scale", fmt.Sprint(s.Scale)}
+		args := append([]string{"-listen", fmt.Sprintf("127.0.0.1:%d", r.Ports[s.Name]), "-scale", fmt.Sprint(s.Scale)}, s.Args...)
 		var next []string
 		for _, n := range s.Next {
 			p, ok := r.Ports[n]

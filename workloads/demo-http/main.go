@@ -26,7 +26,12 @@ import (
 
 // hashesPerMs is calibrated once at start so that /cpu?ms=N is a fixed
 // amount of work (not wall time): under throttling the request takes longer,
-// which is exactly what the client should see.
+// which is exactly what the client should see. -hashes-per-ms sets it
+// instead: a container that calibrates itself does so under its own CPU
+// limit and whatever else runs at that moment (a 0.25-core quota gives
+// about half the true rate in a 50 ms window), so two copies of one service
+// can do 2× different work per request; a benchmark that compares policies
+// on the same app passes one figure to every container.
 var hashesPerMs = 1
 
 func calibrate() {
@@ -77,8 +82,17 @@ func main() {
 	addr := flag.String("listen", "127.0.0.1:8080", "address to listen on (containers use --network host)")
 	next := flag.String("next", "", "base URLs, comma-separated, of the services /chain calls in parallel (empty: last hop)")
 	scale := flag.Float64("scale", 1, "multiplies /chain's ms: this service's share of a request's CPU")
+	hpm := flag.Int("hashes-per-ms", 0, "SHA-256 rounds per ms of work (0: calibrate at start)")
 	flag.Parse()
-	calibrate()
+	switch {
+	case *hpm < 0 || *hpm > 1e8:
+		fmt.Fprintln(os.Stderr, "demo-http: -hashes-per-ms must be in [0, 1e8]")
+		os.Exit(2)
+	case *hpm > 0:
+		hashesPerMs = *hpm
+	default:
+		calibrate()
+	}
 	hop := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
 	var nexts []string
 	for _, n := range strings.Split(*next, ",") {

@@ -58,6 +58,8 @@ type opts struct {
 	recordTrace  string
 	escraEnabled bool
 	only         string
+	hashesPerMs  int
+	msCPU        float64
 }
 
 func (o opts) want(phase string) bool {
@@ -81,7 +83,7 @@ func main() {
 	flag.DurationVar(&o.interval, "interval", 10*time.Second, "PEMA interval (and RULE's, and the SLO window)")
 	flag.DurationVar(&o.slo, "slo", 0, "p95 SLO (0: 3 × the p95 at the ample start, measured first)")
 	flag.Float64Var(&o.omega, "omega", 1.5, "the app's CPU budget Ω in cores (the ample start is Ω/6 each)")
-	flag.IntVar(&o.pemaSteps, "pema-steps", 20, "PEMA intervals at the fixed load")
+	flag.IntVar(&o.pemaSteps, "pema-steps", 36, "PEMA intervals at the fixed load (seed 002 §3.3: \"a few tens of iterations\"; its CPU is the mean of the last third)")
 	flag.IntVar(&o.sloSteps, "slo-steps", 6, "further PEMA intervals after the SLO is cut to 0.6× (Fig 20)")
 	flag.IntVar(&o.ruleSteps, "rule-steps", 10, "RULE and Escra intervals at the fixed load")
 	flag.IntVar(&o.dailySteps, "daily-steps", 14, "intervals of the compressed daily curve per policy")
@@ -94,6 +96,8 @@ func main() {
 	flag.StringVar(&o.recordTrace, "trace", "", "also write the PEMA loop's records (its telemetry) here")
 	flag.BoolVar(&o.escraEnabled, "escra", true, "run the Escra policy too")
 	flag.StringVar(&o.only, "only", "", "run only these phases (comma list of optm, pema, rule, escra, daily; needs -slo)")
+	flag.IntVar(&o.hashesPerMs, "hashes-per-ms", 0, "SHA-256 rounds per ms of this machine's CPU time (0: measured once by this process)")
+	flag.Float64Var(&o.msCPU, "ms-cpu", 0.3, "CPU time, in ms, that one ms of -ms costs in every container (demo-http -hashes-per-ms = hashes-per-ms × this; 0.3 keeps the app near the 0.2–0.25 core of usage of the earlier runs, light enough for the shared app CPU)")
 	resum := flag.Bool("summarize-only", false, "recompute summary.json and the plots from -out's phases.json")
 	flag.Parse()
 	if *resum {
@@ -228,19 +232,48 @@ func run(o opts) error {
 		removeOurs(cli)
 		os.Exit(130)
 	}()
-	e := &env{o: o, cli: cli, img: img, srv: srv, svcs: bp.SixServices(), ctx: ctx}
+	// One unit of work for every container of every phase (demo-http
+	// -hashes-per-ms): self-calibration at start gave copies of the same
+	// service up to 2.5× different CPU per request, so "the same load" was
+	// not the same work for two policies.
+	if o.hashesPerMs == 0 {
+		if o.hashesPerMs, err = bp.HashesPerMs(9, 30*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	if !(o.msCPU > 0) || o.msCPU > 100 {
+		return fmt.Errorf("-ms-cpu %v: want (0, 100]", o.msCPU)
+	}
+	unit := max(1, int(math.Round(float64(o.hashesPerMs)*o.msCPU)))
+	loads := sampleLoad(ctx, 10*time.Second)
+	e := &env{o: o, cli: cli, img: img, srv: srv, ctx: ctx,
+		svcs: bp.WithArgs(bp.SixServices(), "-hashes-per-ms", fmt.Sprint(unit))}
 	begin := time.Now()
+	logf("work unit: %d SHA-256 rounds per ms of CPU time; every container burns %d per ms of -ms (%.2f ms of CPU)", o.hashesPerMs, unit, o.msCPU)
 	logf("machine: %d CPUs online; client on %q, app on cpuset %q; the machine is shared with other engineers' jobs", numCPU(), o.clientCPUs, o.appCPUs)
 
 	// 0. The SLO: 3 × the p95 at the ample start (this shared machine's
 	// latency is not known in advance; the paper's SLOs were per app).
 	e.slo = o.slo
 	if e.slo == 0 {
-		ph, err := e.fixed("baseline", "none", 4)
-		if err != nil {
-			return err
+		var ph *Phase
+		// An app that saturates at its ample allocation (the p95 near the
+		// client's 3 s timeout) says the machine's other jobs have its CPU;
+		// 3× that is no SLO. Wait for the machine a few times, then give up.
+		for try := 1; ; try++ {
+			if ph, err = e.fixed("baseline", "none", 4); err != nil {
+				return err
+			}
+			ph.P95ms = ph.P95ms[1:] // the first interval opens the connections
+			if median(ph.P95ms) < 1000 {
+				break
+			}
+			if try == 5 {
+				return fmt.Errorf("the app saturates at its ample allocation (p95 %.0f ms, load average %s): the machine is too busy for this benchmark", median(ph.P95ms), loadavg())
+			}
+			logf("baseline p95 %.0f ms (load average %s): the app does not get its CPU; waiting 30 s", median(ph.P95ms), loadavg())
+			time.Sleep(30 * time.Second)
 		}
-		ph.P95ms = ph.P95ms[1:] // the first interval opens the connections
 		e.slo = time.Duration(3*median(ph.P95ms)*1e6) * time.Nanosecond
 		e.slo = max(e.slo, 20*time.Millisecond)
 		logf("baseline p95 %.1f ms at %.2f cores → SLO %v", median(ph.P95ms), mean(ph.CPU), e.slo)
@@ -292,6 +325,10 @@ func run(o opts) error {
 	}
 	sum := summarize(e, phases)
 	sum["bench_minutes"] = time.Since(begin).Minutes()
+	if l := loads(); len(l) > 0 {
+		sort.Float64s(l)
+		sum["load_avg_1m_min"], sum["load_avg_1m_median"], sum["load_avg_1m_max"] = l[0], l[len(l)/2], l[len(l)-1]
+	}
 	if err := writeJSON(filepath.Join(o.out, "summary.json"), sum); err != nil {
 		return err
 	}
@@ -470,8 +507,8 @@ func (e *env) measure(name, policy string, r *bp.Running, url string, rate func(
 	if len(ticks) > 0 {
 		ph.Final = ticks[len(ticks)-1].Quota
 	}
-	logf("%s: cpu %.2f → %.2f cores, p95 median %.1f ms, SLO %v violated in %.0f%% of %d intervals",
-		name, first(ph.CPU), last(ph.CPU), median(ph.P95ms), e.slo, violPct(ph.P95ms, ph.SLOms), steps)
+	logf("%s: cpu %.2f → %.2f cores, usage %.2f, p95 median %.1f ms, SLO %v violated in %.0f%% of %d intervals (load average %s)",
+		name, first(ph.CPU), last(ph.CPU), mean(ph.Usage), median(ph.P95ms), e.slo, violPct(ph.P95ms, ph.SLOms), steps, loadavg())
 	return ph, nil
 }
 
@@ -667,8 +704,13 @@ func load(name string) string {
 }
 
 // summarize computes issue 16's keys. A policy's CPU is the mean Σ
-// quota over the second half of its fixed-load run (after PEMA's
-// search); PEMA's is before the SLO change.
+// quota once it has settled: RULE and Escra (which settle within an
+// interval or two) over the second half of their fixed-load run, PEMA
+// over the last third of its fixed-load intervals, before the SLO change
+// (seed 002 Fig 15 compares the allocation PEMA finds; the 2026-11-25
+// run averaged intervals 10–19 of 20, most of them still on the way down,
+// which is also reported, as pema_cpu_cores_second_half). Usage beside
+// each: what the app burnt under that allocation.
 func summarize(e *env, ps []*Phase) map[string]any {
 	get := func(n string) *Phase {
 		for _, p := range ps {
@@ -679,13 +721,15 @@ func summarize(e *env, ps []*Phase) map[string]any {
 		return nil
 	}
 	out := map[string]any{"slo_ms": float64(e.slo) / 1e6, "rps": e.o.rps, "interval_s": e.o.interval.Seconds(),
-		"omega_cores": e.o.omega, "services": len(e.svcs),
+		"omega_cores": e.o.omega, "services": len(e.svcs), "hashes_per_ms": e.o.hashesPerMs, "ms": e.o.ms, "ms_cpu": e.o.msCPU,
 		"note": "one run on a 2-core machine shared with other engineers' jobs; client pinned to CPU " + e.o.clientCPUs + ", app on cpuset " + e.o.appCPUs}
 	pm, rl, es, op := get("pema"), get("rule"), get("escra"), get("optm")
-	n := e.o.pemaSteps
+	n := fixedSteps(pm) // the intervals before the SLO change
 	if pm != nil {
-		cpu := mean(pm.CPU[n/2 : n])
+		cpu := mean(pm.CPU[n-(n+2)/3 : n])
 		out["pema_cpu_cores"] = cpu
+		out["pema_usage_cores"] = mean(pm.Usage[n-(n+2)/3 : n])
+		out["pema_cpu_cores_second_half"] = mean(pm.CPU[n/2 : n])
 		out["pema_slo_violation_pct"] = violPct(pm.P95ms[:n], pm.SLOms[:n])
 		out["pema_iterations_to_converge"] = converge(pm.CPU[:n])
 		rb := 0
@@ -709,10 +753,12 @@ func summarize(e *env, ps []*Phase) map[string]any {
 	}
 	if rl != nil {
 		out["rule_cpu_cores"] = mean(rl.CPU[len(rl.CPU)/2:])
+		out["rule_usage_cores"] = mean(rl.Usage[len(rl.Usage)/2:])
 		out["rule_slo_violation_pct"] = violPct(rl.P95ms, rl.SLOms)
 	}
 	if es != nil {
 		out["escra_cpu_cores"] = mean(es.CPU[len(es.CPU)/2:])
+		out["escra_usage_cores"] = mean(es.Usage[len(es.Usage)/2:])
 		out["escra_slo_violation_pct"] = violPct(es.P95ms, es.SLOms)
 		if rl != nil {
 			out["escra_cpu_vs_rule_pct"] = 100 * (mean(es.CPU[len(es.CPU)/2:])/mean(rl.CPU[len(rl.CPU)/2:]) - 1)
@@ -722,10 +768,26 @@ func summarize(e *env, ps []*Phase) map[string]any {
 		if p := get(n); p != nil {
 			k := strings.ReplaceAll(n, "-", "_")
 			out[k+"_cpu_cores"] = mean(p.CPU)
+			out[k+"_usage_cores"] = mean(p.Usage)
 			out[k+"_slo_violation_pct"] = violPct(p.P95ms, p.SLOms)
 		}
 	}
 	return out
+}
+
+// fixedSteps is how many of p's intervals ran at the first SLO (PEMA's
+// fixed-load run before Fig 20's cut), read from the phase itself so that
+// -summarize-only gets it right for a run of any length.
+func fixedSteps(p *Phase) int {
+	if p == nil {
+		return 0
+	}
+	for i, v := range p.SLOms {
+		if v != p.SLOms[0] {
+			return min(i, len(p.CPU))
+		}
+	}
+	return min(len(p.SLOms), len(p.CPU))
 }
 
 // converge is the first interval after which Σx stays within 5 % of the
@@ -859,6 +921,52 @@ func fmtX(x []float64) string {
 		s = append(s, fmt.Sprintf("%.3f", v))
 	}
 	return strings.Join(s, " ")
+}
+
+// loadavg is /proc/loadavg's first three fields.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// sampleLoad records the 1-minute load average every period until ctx
+// ends; the returned func gives the samples so far.
+func sampleLoad(ctx context.Context, period time.Duration) func() []float64 {
+	var mu sync.Mutex
+	var v []float64
+	rec := func() {
+		var l float64
+		if _, err := fmt.Sscanf(loadavg(), "%g", &l); err == nil {
+			mu.Lock()
+			v = append(v, l)
+			mu.Unlock()
+		}
+	}
+	rec()
+	go func() {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				rec()
+			}
+		}
+	}()
+	return func() []float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]float64(nil), v...)
+	}
 }
 
 func numCPU() int {

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	bp "github.com/escra-dev/escra/bench/pema"
+)
+
+// PEMA's CPU is the mean of the last third of its intervals at the first
+// SLO (not the intervals after Fig 20's cut, not its descent); RULE's the
+// second half of its run. Hand-computed: PEMA's 9 fixed intervals
+// 1.5 … 0.7, 0.6, 0.5, 0.4 → last third (0.6, 0.5, 0.4) = 0.5; RULE's
+// 5 intervals → indices 2–4 (0.5, 0.5, 0.5) = 0.5; so PEMA vs RULE 0 %,
+// and against OPTM 0.4: 1.25; 1 of 9 fixed intervals violated.
+func TestSummarizeWindows(t *testing.T) {
+	e := &env{o: opts{rps: 60, interval: 10 * time.Second, pemaSteps: 99}, svcs: bp.SixServices(), slo: 100 * time.Millisecond}
+	pm := &Phase{Name: "pema", Policy: "pema",
+		CPU:   []float64{1.5, 1.2, 1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.3},
+		Usage: []float64{0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.3, 0.3, 0.3, 0.3, 0.3},
+		P95ms: []float64{10, 10, 10, 10, 10, 10, 10, 10, 200, 90, 90},
+		SLOms: []float64{100, 100, 100, 100, 100, 100, 100, 100, 100, 60, 60}}
+	rl := &Phase{Name: "rule", Policy: "rule", CPU: []float64{1.5, 0.9, 0.5, 0.5, 0.5}, Usage: []float64{0.3, 0.3, 0.3, 0.3, 0.3},
+		P95ms: []float64{1, 1, 1, 1, 1}, SLOms: []float64{100, 100, 100, 100, 100}}
+	op := &Phase{Name: "optm", Policy: "optm", Final: []float64{0.1, 0.1, 0.1, 0.1}}
+	s := summarize(e, []*Phase{op, pm, rl})
+	near := func(k string, want float64) {
+		t.Helper()
+		got, _ := s[k].(float64)
+		if math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s = %v, want %v", k, s[k], want)
+		}
+	}
+	near("pema_cpu_cores", 0.5)
+	near("pema_usage_cores", 0.3)
+	near("rule_cpu_cores", 0.5) // indices 2–4 of 5
+	near("pema_cpu_vs_rule_pct", 0)
+	near("pema_cpu_vs_optm_ratio", 1.25)
+	near("pema_slo_violation_pct", 100.0/9)
+	near("pema_slo_change_violation_pct", 100)
+}
