@@ -37,8 +37,13 @@ func TestKernelDebHostConfig(t *testing.T) {
 			if len(bases) == 0 {
 				t.Skipf("no Debian linux-headers-%s.*-amd64 (make setup)", v)
 			}
-			sort.Strings(bases)
-			base := readConfig(t, bases[len(bases)-1])
+			// The newest ABI, as the script picks it (sort -V: 6.1.0-56 after 6.1.0-9).
+			sorted, err := exec.Command("sh", append([]string{"-c", `printf '%s\n' "$@" | sort -V`, "sh"}, bases...)...).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			basePath := strings.Fields(string(sorted))[len(bases)-1]
+			base := readConfig(t, basePath)
 
 			cmd := exec.Command("./kernel-deb.sh", "--config")
 			cmd.Env = append(os.Environ(), "KERNEL_DEB_CONFIG=host", "ESCRA_KERNEL_VERSION="+v,
@@ -71,7 +76,7 @@ func TestKernelDebHostConfig(t *testing.T) {
 			}
 			sort.Strings(changed)
 			if len(changed) > 0 {
-				t.Errorf("%d options differ from Debian's %s beyond escra-host.config:\n%s", len(changed), bases[len(bases)-1], strings.Join(changed, "\n"))
+				t.Errorf("%d options differ from Debian's %s beyond escra-host.config:\n%s", len(changed), basePath, strings.Join(changed, "\n"))
 			}
 			// What makes it boot a real host: storage, file systems, network,
 			// firmware, an initramfs.
@@ -109,7 +114,7 @@ func TestKernelDebHostConfig(t *testing.T) {
 					n++
 				}
 			}
-			t.Logf("%s over %s: %d options on; changed by escra-host.config: %d lines", path, bases[len(bases)-1], n, len(frag))
+			t.Logf("%s over %s: %d options on; changed by escra-host.config: %d lines", path, basePath, n, len(frag))
 		})
 	}
 }
