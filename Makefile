@@ -49,7 +49,7 @@ kmod: ## build escra.ko against the patched kernel tree (W=1; STOCK=1: Debian st
 kernel: ## build the patched 6.1 kernel (cached by input hash; ESCRA_KERNEL_VERSION=6.12 for 6.12)
 	@scripts/kernel-build.sh
 
-kernel-deb: ## linux-image/linux-headers-*-escra .debs of the patched 6.1 (bindeb-pkg; the VM-test config, not a host kernel) into dist/kernel/
+kernel-deb: ## linux-image/linux-headers-*-escra .debs (bindeb-pkg) into dist/kernel/VER-CONFIG/; ESCRA_KERNEL_VERSION=6.12; KERNEL_DEB_CONFIG=host: Debian's config, for real hosts (hours)
 	@scripts/kernel-deb.sh
 
 vm-test: ## the kernel-path scenarios in QEMU on 6.1 and 6.12: patched, stock, and patched-debug (lockdep, SLUB, THP, tmpfs)
@@ -92,6 +92,12 @@ deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/
 
 clean: ## remove build outputs (not the kernel cache)
 	rm -rf $(BIN) results dist
+
+.PHONY: dashboard-png
+dashboard-png: ## docs/escra-dashboard.png: the Grafana dashboard's PromQL against a real Prometheus scraping escrad and escra-controller under load (~10 min; root)
+	@ESCRA_EXTRA_PKGS=prometheus scripts/setup.sh
+	@$(MAKE) --no-print-directory build
+	@scripts/dashboard-png.sh
 
 .PHONY: bpf bench-bpf
 bpf: ## regenerate daemon/bpf's BPF object and Go bindings (clang, llvm, libbpf-dev; builds use the committed ones)
