@@ -43,6 +43,7 @@ func (a *Agent) restoreLoop(ctx context.Context) {
 	defer t.Stop()
 	down := time.Now() // no session yet
 	restored := false
+	lastFailed := 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -63,6 +64,9 @@ func (a *Agent) restoreLoop(ctx context.Context) {
 			continue
 		}
 		// Containers that arrive while restored are put back too (once).
+		// A put-back that failed (Docker's memory limit is below what the
+		// container now uses, after an OOM grant) is tried again every
+		// tick: once usage falls below it, Docker's limit is back.
 		n, failed := 0, 0
 		var firstErr error
 		for _, m := range a.list() {
@@ -76,6 +80,7 @@ func (a *Agent) restoreLoop(ctx context.Context) {
 			wrote, err := a.app.Restore(m.h, m.orig)
 			switch {
 			case err != nil:
+				m.restored.Store(false)
 				failed++
 				if firstErr == nil {
 					firstErr = err
@@ -86,11 +91,11 @@ func (a *Agent) restoreLoop(ctx context.Context) {
 				a.followLimit(m)
 			}
 		}
-		if !restored || n+failed > 0 {
+		if !restored || n > 0 || failed != lastFailed {
 			a.log.Warn("no controller reachable: limits put back to what Docker knows", "for", time.Since(down).Round(time.Millisecond),
 				"containers", n, "failed", failed, "err", firstErr)
 		}
-		restored = true
+		restored, lastFailed = true, failed
 	}
 }
 

@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -99,3 +101,71 @@ func TestDockerLimits(t *testing.T) {
 }
 
 func limitsFound(periodUs uint32) limits.Current { return limits.Current{CPUPeriodUs: periodUs} }
+
+// A put-back that cannot be made yet (the container uses more than
+// Docker's memory limit after a grant) puts the CPU back, keeps the
+// larger memory limit, and is tried again: once usage falls below
+// Docker's limit, that limit is back without a controller.
+func TestRestoreRetriedUntilUsageFits(t *testing.T) {
+	rel := cgtest.New(t, "agent-restore-retry")
+	cgtest.Write(t, "memory", rel, "memory.limit_in_bytes", strconv.Itoa(24<<20))
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "50000")
+	shm, err := os.MkdirTemp("/dev/shm", "escra-restore-")
+	if err != nil {
+		t.Skip("no /dev/shm tmpfs:", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shm) })
+	p, err := peer.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	run(t, Config{Controller: p.Addr(), RestoreAfter: 300 * time.Millisecond,
+		Cgroups: []containers.CgroupSpec{{Name: "vm1", App: "vms", Path: rel}}})
+	reg := p.WaitRegistered("cgroup:"+rel, 5*time.Second)
+	if reg == nil {
+		t.Fatal("not registered")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ack, err := p.SetLimits(ctx, &pb.LimitUpdate{Handle: reg.Handle, Generation: 3,
+		Limits: &pb.Limits{CpuQuotaUs: 20000, MemoryLimitBytes: 64 << 20}})
+	if err != nil || ack.Applied[0].Error != "" {
+		t.Fatalf("set-limits: %v %v", err, ack)
+	}
+	// 32 MiB of tmpfs pages, charged to the group (its writer ran there).
+	file := filepath.Join(shm, "fill")
+	w, err := cgtest.Start(rel, "/bin/sh", "-c", "head -c 33554432 /dev/zero > "+file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := w.Wait(10 * time.Second); err != nil || st.ExitStatus() != 0 {
+		t.Fatalf("filling tmpfs in the group: %v %v", st, err)
+	}
+	if u, _ := strconv.ParseInt(cgtest.Read(t, "memory", rel, "memory.usage_in_bytes"), 10, 64); u <= 24<<20 {
+		t.Fatalf("usage %d: the fill was not charged to the group, the test proves nothing", u)
+	}
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: quota %s memory %s", what, cgtest.Read(t, "cpu", rel, "cpu.cfs_quota_us"),
+					cgtest.Read(t, "memory", rel, "memory.limit_in_bytes"))
+			}
+		}
+	}
+	p.Close()
+	wait("CPU put back while memory cannot be", func() bool {
+		return cgtest.Read(t, "cpu", rel, "cpu.cfs_quota_us") == "50000"
+	})
+	time.Sleep(time.Second) // several more ticks: memory stays where usage needs it
+	if m := cgtest.Read(t, "memory", rel, "memory.limit_in_bytes"); m != strconv.Itoa(64<<20) {
+		t.Fatalf("memory limit %s while usage is above Docker's 24 MiB, want the controller's 64 MiB kept", m)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	wait("memory put back once usage fits", func() bool {
+		return cgtest.Read(t, "memory", rel, "memory.limit_in_bytes") == strconv.Itoa(24<<20)
+	})
+}
