@@ -20,7 +20,7 @@ func TestLeaderWithoutEtcdStepsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := store.OpenEtcd(eps, store.DefaultEtcdPrefix)
+	st, err := store.OpenEtcd(eps, store.DefaultEtcdPrefix, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -49,10 +52,49 @@ type Etcd struct {
 	fence []clientv3.Cmp // nil: not leading (reads only)
 }
 
-// OpenEtcd connects and checks that etcd answers.
-func OpenEtcd(endpoints []string, prefix string) (*Etcd, error) {
+// EtcdTLS is the client side of etcd's own TLS (etcd --trusted-ca-file,
+// --cert-file, --key-file, --client-cert-auth): etcd's certificate must
+// chain to ca; cert and key (both or neither) are this controller's client
+// certificate, which etcd asks for under --client-cert-auth. The flags
+// mirror etcdctl's --cacert, --cert and --key.
+func EtcdTLS(ca, cert, key string) (*tls.Config, error) {
+	if ca == "" {
+		return nil, errors.New("etcd TLS: a CA file is needed to check etcd's certificate")
+	}
+	if (cert == "") != (key == "") {
+		return nil, errors.New("etcd TLS: give both a client certificate and its key, or neither")
+	}
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("etcd TLS: %s holds no PEM certificate", ca)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("etcd TLS: certificate %s / key %s: %w", cert, key, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// OpenEtcd connects and checks that etcd answers. With tlsCfg (EtcdTLS)
+// the endpoints are dialled over HTTPS.
+func OpenEtcd(endpoints []string, prefix string, tlsCfg *tls.Config) (*Etcd, error) {
+	if tlsCfg != nil {
+		eps := make([]string, len(endpoints))
+		for i, e := range endpoints {
+			eps[i] = "https://" + strings.TrimPrefix(e, "http://")
+		}
+		endpoints = eps
+	}
 	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 3 * time.Second,
-		Logger: zap.NewNop()})
+		TLS: tlsCfg, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("etcd %s: %w", strings.Join(endpoints, ","), err)
 	}

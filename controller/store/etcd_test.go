@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/adminapi"
+	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/etcdtest"
 )
 
@@ -16,7 +17,7 @@ func openEtcd(t *testing.T, e *etcdtest.Etcd) *Etcd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := OpenEtcd(eps, DefaultEtcdPrefix)
+	s, err := OpenEtcd(eps, DefaultEtcdPrefix, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +93,58 @@ func TestParseEtcdURL(t *testing.T) {
 	for _, bad := range []string{"etcd://", "http://x:1", "etcd://nohost"} {
 		if _, err := ParseEtcdURL(bad); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// etcd's own TLS with client certificates (etcd --client-cert-auth): a
+// controller with the CA and its client certificate keeps records there;
+// one without a client certificate, or speaking plain HTTP, is refused at
+// open, in one error, and nothing is written.
+func TestEtcdTLS(t *testing.T) {
+	dir := t.TempDir()
+	// escractl certs' CA: controller.pem serves 127.0.0.1 (serverAuth),
+	// a host certificate is a client certificate (clientAuth).
+	if _, err := auth.Generate(dir, []string{"ctl-etcd"}, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	e := etcdtest.StartTLS(t, &etcdtest.TLS{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")})
+	eps, err := ParseEtcdURL(e.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := EtcdTLS(auth.CAPath(dir), auth.CertPath(dir, "ctl-etcd"), auth.KeyPath(dir, "ctl-etcd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := OpenEtcd(eps, DefaultEtcdPrefix, good)
+	if err != nil {
+		t.Fatalf("open with the CA and a client certificate: %v", err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Put(ctx, Record{Spec: adminapi.AppSpec{Name: "web", CPUCores: 1, MemoryBytes: 1 << 30}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok, err := s.Get(ctx, "web"); err != nil || !ok || r.Spec.CPUCores != 1 {
+		t.Fatalf("get over TLS: %+v %v %v", r, ok, err)
+	}
+
+	noCert, err := EtcdTLS(auth.CAPath(dir), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := OpenEtcd(eps, DefaultEtcdPrefix, noCert); err == nil {
+		s.Close()
+		t.Fatal("etcd --client-cert-auth answered a client without a certificate")
+	}
+	if s, err := OpenEtcd(eps, DefaultEtcdPrefix, nil); err == nil {
+		s.Close()
+		t.Fatal("etcd on HTTPS answered plain HTTP")
+	}
+	for _, bad := range [][3]string{{"", "", ""}, {auth.CAPath(dir), auth.CertPath(dir, "ctl-etcd"), ""}, {auth.CertPath(dir, "nope"), "", ""}} {
+		if _, err := EtcdTLS(bad[0], bad[1], bad[2]); err == nil {
+			t.Errorf("EtcdTLS%q accepted", bad)
 		}
 	}
 }

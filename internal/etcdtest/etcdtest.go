@@ -21,6 +21,10 @@ type Etcd struct {
 	Cmd      *exec.Cmd
 }
 
+// TLS is etcd's own client TLS: its server certificate and key, and the
+// CA that client certificates must chain to (--client-cert-auth).
+type TLS struct{ CA, Cert, Key string }
+
 // URL is the controller's --store value.
 func (e *Etcd) URL() string { return "etcd://" + e.Endpoint }
 
@@ -35,7 +39,11 @@ func freePort() (int, error) {
 
 // Start runs etcd, or skips the test when no etcd binary is installed
 // (scripts/setup.sh installs etcd-server).
-func Start(t testing.TB) *Etcd {
+func Start(t testing.TB) *Etcd { t.Helper(); return StartTLS(t, nil) }
+
+// StartTLS is Start with the client port on HTTPS when tc is not nil:
+// etcd requires a client certificate signed by tc.CA.
+func StartTLS(t testing.TB, tc *TLS) *Etcd {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
@@ -43,7 +51,7 @@ func Start(t testing.TB) *Etcd {
 	}
 	var last error
 	for try := 0; try < 3; try++ {
-		e, err := start(t, bin)
+		e, err := start(t, bin, tc)
 		if err == nil {
 			return e
 		}
@@ -53,7 +61,7 @@ func Start(t testing.TB) *Etcd {
 	return nil
 }
 
-func start(t testing.TB, bin string) (*Etcd, error) {
+func start(t testing.TB, bin string, tc *TLS) (*Etcd, error) {
 	cp, err := freePort()
 	if err != nil {
 		return nil, err
@@ -63,12 +71,20 @@ func start(t testing.TB, bin string) (*Etcd, error) {
 		return nil, err
 	}
 	dir := t.TempDir()
-	client := fmt.Sprintf("http://127.0.0.1:%d", cp)
+	scheme := "http"
+	if tc != nil {
+		scheme = "https"
+	}
+	client := fmt.Sprintf("%s://127.0.0.1:%d", scheme, cp)
 	peer := fmt.Sprintf("http://127.0.0.1:%d", pp)
-	cmd := exec.Command(bin, "--name", "escra-test", "--data-dir", filepath.Join(dir, "data"),
+	args := []string{"--name", "escra-test", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "escra-test="+peer, "--initial-cluster-state", "new")
+		"--initial-cluster", "escra-test=" + peer, "--initial-cluster-state", "new"}
+	if tc != nil {
+		args = append(args, "--client-cert-auth", "--trusted-ca-file", tc.CA, "--cert-file", tc.Cert, "--key-file", tc.Key)
+	}
+	cmd := exec.Command(bin, args...)
 	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -203,6 +204,9 @@ func run(args []string, stderr io.Writer) int {
 	storeKind := fs.String("store", "bolt", "where apps, budgets, parameters and specs are kept: bolt (a file in --state-dir), none (memory only: lost on restart) or etcd://HOST:PORT[,HOST:PORT...] (shared by several controllers, one elected leader)")
 	fs.DurationVar(&cfg.LeaderTTL, "leader-ttl", 2*time.Second, "--store etcd: a leader that cannot renew its lease for this long loses the leadership (whole seconds)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "--store etcd: session address daemons are sent to while this controller leads (default: the --listen address)")
+	etcdCA := fs.String("etcd-cacert", "", "--store etcd: CA file etcd's certificate must chain to; set, the controller speaks HTTPS to etcd (etcd --trusted-ca-file/--cert-file)")
+	etcdCert := fs.String("etcd-cert", "", "--store etcd: this controller's client certificate for etcd --client-cert-auth (with --etcd-key)")
+	etcdKey := fs.String("etcd-key", "", "--store etcd: the key of --etcd-cert")
 	fs.StringVar(&cfg.AdminAdvertise, "admin-advertise", "", "--store etcd: admin address followers redirect to while this controller leads (default: the --admin-listen address)")
 	insecure := fs.Bool("insecure", false, "plain TCP and unauthenticated telemetry: anyone who reaches the ports can move limits")
 	checkCfg := fs.Bool("check-config", false, "check flags, --apps, --host-apps, TLS files, addresses and --store, print one line and exit: 0 when the controller would start (systemd runs it as ExecStartPre)")
@@ -296,6 +300,9 @@ func run(args []string, stderr io.Writer) int {
 			return fail("admin TLS: %v", err)
 		}
 	}
+	if !strings.HasPrefix(*storeKind, "etcd://") && (*etcdCA != "" || *etcdCert != "" || *etcdKey != "") {
+		return fail("--etcd-cacert/--etcd-cert/--etcd-key need --store etcd://…")
+	}
 	switch *storeKind {
 	case "bolt":
 		if *checkCfg {
@@ -323,10 +330,16 @@ func run(args []string, stderr io.Writer) int {
 		if err != nil {
 			return fail("--store: %v", err)
 		}
-		if *checkCfg {
-			break // parsed; reaching etcd is the start's business
+		var etcdTLS *tls.Config
+		if *etcdCA != "" || *etcdCert != "" || *etcdKey != "" {
+			if etcdTLS, err = store.EtcdTLS(*etcdCA, *etcdCert, *etcdKey); err != nil {
+				return fail("--etcd-cacert/--etcd-cert/--etcd-key: %v", err)
+			}
 		}
-		st, err := store.OpenEtcd(eps, store.DefaultEtcdPrefix)
+		if *checkCfg {
+			break // parsed, files read; reaching etcd is the start's business
+		}
+		st, err := store.OpenEtcd(eps, store.DefaultEtcdPrefix, etcdTLS)
 		if err != nil {
 			return fail("--store: %v", err)
 		}

@@ -119,6 +119,10 @@ func TestCheckConfig(t *testing.T) {
 		{"--check-config", "--insecure", "--state-dir", dir, "--admin-listen", "127.0.0.1:http-nope"},
 		{"--check-config", "--state-dir", dir, "--tls-ca", filepath.Join(dir, "none.pem")},
 		{"--check-config", "--insecure", "--state-dir", dir, "--store", "etcd://nohost"},
+		{"--check-config", "--insecure", "--state-dir", dir, "--etcd-cacert", file},
+		{"--check-config", "--insecure", "--store", "etcd://127.0.0.1:2379", "--etcd-cacert", filepath.Join(dir, "none.pem")},
+		{"--check-config", "--insecure", "--store", "etcd://127.0.0.1:2379", "--etcd-cacert", file},
+		{"--check-config", "--insecure", "--store", "etcd://127.0.0.1:2379", "--etcd-cert", file},
 	} {
 		e.Reset()
 		if rc := run(args, &e); rc != 2 || strings.Count(e.String(), "\n") != 1 {
