@@ -28,6 +28,7 @@ var workloads = map[string]func(args []string) int{
 	"owner-hold":    ownerHold,
 	"write-file":    writeFile,
 	"mmap-file":     mmapFile,
+	"mmap-locked":   mmapLocked,
 }
 
 // writeFile writes args[1] MiB to the file args[0] with write(2).
