@@ -52,7 +52,7 @@ kernel: ## build the patched 6.1 kernel (cached by input hash; ESCRA_KERNEL_VERS
 kernel-deb: ## linux-image/linux-headers-*-escra .debs (bindeb-pkg) into dist/kernel/VER-CONFIG/; ESCRA_KERNEL_VERSION=6.12; KERNEL_DEB_CONFIG=host: Debian's config, for real hosts (hours)
 	@scripts/kernel-deb.sh
 
-vm-test: ## the kernel-path scenarios in QEMU on 6.1 and 6.12: patched, stock, and patched-debug (lockdep, SLUB, THP, tmpfs)
+vm-test: ## the kernel-path scenarios in QEMU on 6.1 and 6.12: patched, stock, and patched-debug (lockdep, SLUB, THP, tmpfs, ext4)
 	@ok=0; line=""; \
 	for v in 6.1 6.12; do \
 		ESCRA_KERNEL_VERSION=$$v vm-tests/run.sh; rc=$$?; \
@@ -79,7 +79,7 @@ bench-faults: ## issue 12's fault checks: real binaries, real etcd, two real Doc
 	@$(MAKE) --no-print-directory build
 	$(GO) run ./controller/bench/faults -out results/faults
 
-bench-kernel: ## kernel-path telemetry and OOM rescue inside the VM, then the bpf backend on this host
+bench-kernel: ## telemetry backends like for like (kernel+cgroupfs in the VM, bpf+cgroupfs on this host, 100 groups at 100 ms) and OOM rescue -> results/kernel
 	@scripts/kernel-bench.sh
 	@$(MAKE) --no-print-directory bench-bpf
 

@@ -157,6 +157,8 @@ static atomic64_t escra_oom_granted = ATOMIC64_INIT(0);
 static atomic64_t escra_oom_timeouts = ATOMIC64_INIT(0);
 static atomic64_t escra_watches_released = ATOMIC64_INIT(0);
 static atomic64_t escra_oom_unsent = ATOMIC64_INIT(0);
+/* Time the drain work spends (one instance at a time, on a bound worker). */
+static atomic64_t escra_drain_ns = ATOMIC64_INIT(0);
 
 static struct genl_family escra_family;
 static void escra_drain(struct work_struct *work);
@@ -314,6 +316,7 @@ static void escra_drain(struct work_struct *work)
 {
 	bool wanted = genl_has_listeners(&escra_family, &init_net,
 					 ESCRA_MCGRP_TELEMETRY_IDX);
+	u64 start = local_clock();
 	struct escra_batch b = {};
 	int cpu;
 
@@ -333,6 +336,7 @@ static void escra_drain(struct work_struct *work)
 		}
 	}
 	escra_batch_send(&b);
+	atomic64_add(local_clock() - start, &escra_drain_ns);
 }
 
 /* ---- OOM ---- */
@@ -697,7 +701,9 @@ static int escra_cmd_get_stats(struct sk_buff *skb, struct genl_info *info)
 	    nla_put_u64_64bit(msg, ESCRA_STAT_WATCHES_RELEASED,
 			      atomic64_read(&escra_watches_released), ESCRA_STAT_PAD) ||
 	    nla_put_u64_64bit(msg, ESCRA_STAT_OOM_UNSENT,
-			      atomic64_read(&escra_oom_unsent), ESCRA_STAT_PAD))
+			      atomic64_read(&escra_oom_unsent), ESCRA_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_DRAIN_NS_TOTAL,
+			      atomic64_read(&escra_drain_ns), ESCRA_STAT_PAD))
 		goto nospace;
 	nla_nest_end(msg, nest);
 	genlmsg_end(msg, hdr);

@@ -80,6 +80,7 @@ enum escra_stat_attr {
 	ESCRA_STAT_HOOK_CALLS,		/* u64 */
 	ESCRA_STAT_WATCHES_RELEASED,	/* u64: dropped as their owner closed */
 	ESCRA_STAT_OOM_UNSENT,		/* u64: requests the owner could not get */
+	ESCRA_STAT_DRAIN_NS_TOTAL,	/* u64: local_clock() time in the drain work */
 	__ESCRA_STAT_MAX,
 };
 #define ESCRA_STAT_MAX (__ESCRA_STAT_MAX - 1)

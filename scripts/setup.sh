@@ -19,7 +19,7 @@ pkgs=(
 	# kernel path: build Debian's 6.1 and 6.12 with our patches, boot them in QEMU
 	linux-source-6.1 linux-source-6.12 linux-headers-amd64 linux-headers-6.12-amd64 build-essential bc bison flex
 	libelf-dev libssl-dev dwarves kmod xz-utils cpio busybox-static
-	qemu-system-x86
+	qemu-system-x86 e2fsprogs # mkfs.ext4: the debug flavour's ext4 disk
 	# HA controllers: a real etcd for --store etcd:// and its tests
 	etcd-server
 	# wire contract

@@ -17,7 +17,8 @@
 #   VMTEST_STOCK=0       skip the stock-kernel boot
 #   VMTEST_KASAN=1       use the KASAN kernel flavour (vm-tests/kernel-kasan.config)
 #   VMTEST_DEBUG=1       use the debug flavour (vm-tests/kernel-debug.config: lockdep,
-#                        atomic-sleep and RCU checks, SLUB + kmem, THP, tmpfs)
+#                        atomic-sleep and RCU checks, SLUB + kmem, THP, tmpfs, and
+#                        ext4 on a virtio disk made here with mkfs.ext4)
 #   ESCRA_KERNEL_VERSION=6.12   Debian's 6.12 with patches/linux-6.12 and the 6.12
 #                        stock kernel (default 6.1)
 #
@@ -102,11 +103,12 @@ INIT
 # console goes to $work/NAME.log and stdout. Fails on a missing exit marker.
 boot() {
 	local log=$work/$1.log start=$SECONDS
-	local accel_args=(-accel tcg)
+	local accel_args=(-accel tcg) disk_args=()
 	[ "$accel" = kvm ] && accel_args=(-enable-kvm -cpu host)
+	[ -n "$disk" ] && disk_args=(-drive "file=$disk,if=virtio,format=raw")
 	say "booting $1 in QEMU ($accel, 2 CPUs, timeout ${timeout_s}s)"
 	: >"$log" # exists before tail opens it (the redirect below may come later)
-	qemu-system-x86_64 "${accel_args[@]}" -m 1G -smp 2 \
+	qemu-system-x86_64 "${accel_args[@]}" -m "$mem" -smp 2 "${disk_args[@]}" \
 		-kernel "$2" -initrd "$work/$1.cpio" \
 		-nographic -no-reboot -serial stdio -monitor none \
 		-append "console=ttyS0 panic=-1 loglevel=4 $3" \
@@ -135,6 +137,17 @@ boot() {
 
 append=""
 [ -n "${VMTEST_RUN:-}" ] && append+=" escra_run=$VMTEST_RUN"
+# The telemetry benchmark runs 100 workload processes: more room.
+mem=1G
+[ -n "${VMTEST_BENCH:-}" ] && mem=2G
+# The debug flavour has ext4 and virtio-blk: an empty ext4 file system
+# made here becomes the guest's /dev/vda (scenario pagecache-oom-ext4).
+disk=
+if [ "$flavor" = debug ]; then
+	disk=$work/ext4.img
+	truncate -s 256M "$disk"
+	mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$disk"
+fi
 [ -n "${VMTEST_BENCH:-}" ] && append+=" escra_bench=1"
 initramfs patched "$ko"
 rc=0

@@ -70,5 +70,6 @@ const (
 	StatHookCalls       = 9
 	StatWatchesReleased = 10
 	StatOOMUnsent       = 11
-	StatMax             = 11
+	StatDrainNsTotal    = 12
+	StatMax             = 12
 )

@@ -130,6 +130,7 @@ func TestGoConstantsMatchUAPIHeader(t *testing.T) {
 		"ESCRA_STAT_HOOK_CALLS":       strconv.Itoa(StatHookCalls),
 		"ESCRA_STAT_WATCHES_RELEASED": strconv.Itoa(StatWatchesReleased),
 		"ESCRA_STAT_OOM_UNSENT":       strconv.Itoa(StatOOMUnsent),
+		"ESCRA_STAT_DRAIN_NS_TOTAL":   strconv.Itoa(StatDrainNsTotal),
 		"ESCRA_STAT_MAX":              strconv.Itoa(StatMax),
 	}
 	for name, w := range want {

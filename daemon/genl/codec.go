@@ -51,6 +51,9 @@ type Stats struct {
 	// closed; OOMUnsent requests the owner's socket could not take.
 	WatchesReleased uint64
 	OOMUnsent       uint64
+	// DrainNsTotal is the time the drain work spent batching and
+	// multicasting records (local_clock(), kernel CPU outside the hook).
+	DrainNsTotal uint64
 }
 
 // ErrMalformed marks a message from the kernel that does not follow the ABI.
@@ -216,6 +219,8 @@ func DecodeStats(b []byte) (Stats, error) {
 					s.OOMUnsent = nad.Uint64()
 				case StatHookCalls:
 					s.HookCalls = nad.Uint64()
+				case StatDrainNsTotal:
+					s.DrainNsTotal = nad.Uint64()
 				}
 			}
 			return nad.Err()

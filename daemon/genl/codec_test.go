@@ -163,6 +163,7 @@ func TestDecodeStats(t *testing.T) {
 		n.Uint64(StatOOMTimeouts, 1)
 		n.Uint64(StatHookNsTotal, 123456)
 		n.Uint64(StatHookCalls, 1002)
+		n.Uint64(StatDrainNsTotal, 7890)
 		return nil
 	})
 	b, _ := ae.Encode()
@@ -170,7 +171,7 @@ func TestDecodeStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Stats{Watched: 3, RecordsSent: 1000, RecordsDropped: 2, OOMRequests: 5, OOMGranted: 4, OOMTimeouts: 1, HookNsTotal: 123456, HookCalls: 1002}
+	want := Stats{Watched: 3, RecordsSent: 1000, RecordsDropped: 2, OOMRequests: 5, OOMGranted: 4, OOMTimeouts: 1, HookNsTotal: 123456, HookCalls: 1002, DrainNsTotal: 7890}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

@@ -11,87 +11,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/agent"
-	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/oom"
-	"github.com/escra-dev/escra/daemon/telemetry"
-	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
-// The cgroupfs-backend half of make bench-kernel: the same figures for
-// escrad's stock-kernel backend on this guest's cgroup v2, measured in the
-// same VM run, so the kernel/cgroupfs ratios mean something under TCG.
-
-// countSink counts what the cgroupfs sampler produces.
-type countSink struct {
-	records atomic.Uint64
-	rounds  atomic.Uint64
-}
-
-func (s *countSink) CPU(*pb.CpuStat) { s.records.Add(1) }
-func (s *countSink) Flush()          { s.rounds.Add(1) }
-func (s *countSink) OOM(oom.Event)   {}
-
-func cpuTime() time.Duration {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// benchCgroupfsTelemetry samples the kernel benchmark's groups (same hogs,
-// same 1 ms / 2 ms quota) with escrad's cgroupfs sampler at the 2 ms
-// period: records/s it produces, sampling rounds/s it manages, and its CPU
-// time per record.
-func benchCgroupfsTelemetry(sum map[string]any, cgs []*cgroup, window time.Duration) error {
-	const periodUs = 2000
-	src, err := telemetry.NewCgroupfs(periodUs*time.Microsecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		return err
-	}
-	src.Limits = func(uint32) (int64, uint32) { return 1000, periodUs }
-	for i, cg := range cgs {
-		g, err := cgroups.Open(cgroups.Paths{Version: cgroups.V2, Unified: cg.path})
-		if err != nil {
-			return err
-		}
-		defer g.Close()
-		// Telemetry only: the OOM trap (memory.high) is irrelevant here
-		// and would only add a descriptor.
-		_ = src.Watch(uint32(i+1), g)
-	}
-	sink := &countSink{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, sink) }()
-	time.Sleep(time.Second)
-	r0, n0, c0, t0 := sink.records.Load(), sink.rounds.Load(), cpuTime(), time.Now()
-	time.Sleep(window)
-	r1, n1, c1, el := sink.records.Load(), sink.rounds.Load(), cpuTime(), time.Since(t0)
-	cancel()
-	if err := <-done; err != nil {
-		return err
-	}
-	recs := r1 - r0
-	sum["cgroupfs_telemetry_period_us"] = periodUs
-	sum["cgroupfs_telemetry_records_per_s"] = float64(recs) / el.Seconds()
-	sum["cgroupfs_telemetry_rounds_per_s"] = float64(n1-n0) / el.Seconds()
-	if recs > 0 {
-		sum["cgroupfs_telemetry_cpu_us_per_record"] = float64((c1 - c0).Microseconds()) / float64(recs)
-	}
-	fmt.Printf("bench: cgroupfs telemetry %d records in %v from %d groups (%.0f sampling rounds/s of %d asked), %.1f us CPU per record\n",
-		recs, el.Round(time.Millisecond), len(cgs), float64(n1-n0)/el.Seconds(), int(time.Second/(periodUs*time.Microsecond)),
-		sum["cgroupfs_telemetry_cpu_us_per_record"])
-	return nil
-}
+// The cgroupfs-backend OOM half of make bench-kernel: escrad's stock-kernel
+// backend on this guest's cgroup v2, measured in the same VM run, so the
+// kernel/cgroupfs ratios mean something under TCG. (Its telemetry is
+// measured beside the kernel backend's in bench.go.)
 
 // benchCgroupfsOOM: escrad's agent on the cgroupfs backend (cgroup v2
 // brake: memory.high 8 MiB below memory.max) and the controller on

@@ -122,6 +122,7 @@ var scenarios = []scenario{
 	{"throttle-alternate", scenarioThrottleAlternate, false, false},
 	{"owner", scenarioOwner, false, false},
 	{"pagecache-oom", scenarioPageCacheOOM, false, false},
+	{"pagecache-oom-ext4", scenarioPageCacheOOMExt4, false, false},
 	{"v1-id", scenarioV1ID, false, false}, // moves cpu to v1 and back: last
 	{"dmesg-clean", scenarioDmesgClean, false, false},
 	{"stock-refusal", scenarioStockRefusal, true, false},

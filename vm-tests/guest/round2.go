@@ -479,16 +479,7 @@ func scenarioPageCacheOOM(*env) error {
 	if err != nil {
 		return fmt.Errorf("writer: %w", err)
 	}
-	asked := 0
-	for done := false; !done; {
-		select {
-		case req := <-own.Requests():
-			asked++
-			_ = own.ReplyOOM(req.ID, false)
-		default:
-			done = true
-		}
-	}
+	asked := denyPending(own)
 	oom1, _ := cg.keyed("memory.events", "oom")
 	fmt.Printf("    write(2) of 64 MiB to tmpfs under a 32 MiB limit: writer %v, memory.events oom +%d, requests to the owner %d\n", ps, oom1-oom0, asked)
 	if asked != 0 {
@@ -505,24 +496,7 @@ func scenarioPageCacheOOM(*env) error {
 	if err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() { ps, err = waitTimeout(mm, 60*time.Second); close(exited) }()
-	grants := 0
-loop:
-	for {
-		select {
-		case req := <-own.Requests():
-			if err := cg.set("memory.max", strconv.FormatUint(req.MaxBytes+16<<20, 10)); err != nil {
-				_ = own.ReplyOOM(req.ID, false)
-				return err
-			}
-			if err := own.ReplyOOM(req.ID, true); err == nil {
-				grants++
-			}
-		case <-exited:
-			break loop
-		}
-	}
+	ps, grants, err := grantUntilExit(own, cg, mm, 60*time.Second)
 	if err != nil {
 		return fmt.Errorf("mmap toucher: %w", err)
 	}

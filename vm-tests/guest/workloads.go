@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/daemon/genl"
+	"github.com/escra-dev/escra/internal/telebench"
 	"golang.org/x/sys/unix"
 )
 
@@ -16,6 +17,7 @@ import (
 var workloads = map[string]func(args []string) int{
 	"hog-cpu":       hogCPU,
 	"busy":          busy,
+	"duty":          duty,
 	"hog-mem":       hogMem,
 	"unpriv":        unpriv,
 	"hog-mem-timed": hogMemTimed,
@@ -26,6 +28,7 @@ var workloads = map[string]func(args []string) int{
 	"owner-hold":    ownerHold,
 	"write-file":    writeFile,
 	"mmap-file":     mmapFile,
+	"mmap-locked":   mmapLocked,
 }
 
 // writeFile writes args[1] MiB to the file args[0] with write(2).
@@ -99,6 +102,13 @@ func busy(args []string) int {
 			next = time.Now()
 		}
 	}
+}
+
+// duty is a light group's load in the telemetry benchmark: telebench.LightDuty
+// of every 100 ms, until killed (the host runs workloads/spin -duty).
+func duty([]string) int {
+	telebench.Duty(telebench.LightDuty, 100*time.Millisecond)
+	return 0
 }
 
 // hogMem touches args[0] MiB page by page, then exits 0.
