@@ -144,10 +144,20 @@ func TestReclaimDoesNotWaitOnDeadHost(t *testing.T) {
 	// One reclaim: dead 300 → 30 MiB (usage + δ), idle gets its fair 100
 	// MiB, hot stays unassigned (its 90 MiB of usage count against the
 	// pool). Then dead's usage drops: dead and idle hold slack.
-	s.shards()[0].PeriodicReclaim()
-	eventually(t, "limits 30/100/- MiB", func() bool {
-		return limit("dead") == 30*mib && limit("idle") == 100*mib && limit("hot") == 0
-	})
+	// Production reclaims every ReclaimEvery; a reclaim that ran while a
+	// registration's first limits were still in flight is simply run
+	// again, as the next period would (seen once in CI: dead kept 300).
+	settled := func() bool { return limit("dead") == 30*mib && limit("idle") == 100*mib && limit("hot") == 0 }
+	for try := 0; !settled(); try++ {
+		if try == 5 {
+			t.Fatalf("limits after 5 reclaims: dead %d, idle %d, hot %d MiB; want 30/100/0",
+				limit("dead")/mib, limit("idle")/mib, limit("hot")/mib)
+		}
+		s.shards()[0].PeriodicReclaim()
+		for end := time.Now().Add(time.Second); !settled() && time.Now().Before(end); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	dead.SetUsage(1, 2*mib)
 	dead.SendUsage()
 	eventually(t, "dead's usage seen", func() bool {
