@@ -7,18 +7,14 @@ package pema
 
 import (
 	"context"
-	"crypto/sha256"
 	"fmt"
 	"net"
 	"net/http"
-	"runtime"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
-	"golang.org/x/sys/unix"
 )
 
 // Service is one container of the app: it burns Scale × the request's ms
@@ -39,54 +35,6 @@ func WithArgs(svcs []Service, args ...string) []Service {
 	}
 	return out
 }
-
-// HashesPerMs measures demo-http's unit of work (SHA-256 rounds of a
-// 32-byte buffer per ms of one core) in this process, per ms of the
-// calling thread's own CPU time, so that neither a CPU limit nor the
-// machine's other jobs (time slices taken away) change the figure; the
-// median of windows of each of CPU time. Passing it to every container
-// (-hashes-per-ms) makes a request cost the same CPU in every phase;
-// self-calibration at container start ran under the start quota and the
-// machine's load of that moment, by wall time (up to 2.5× apart between
-// two services of the same scale in the 2026-11-25 run).
-func HashesPerMs(windows int, each time.Duration) (int, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	cpu := func() (time.Duration, error) {
-		var ts unix.Timespec
-		if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {
-			return 0, err
-		}
-		return time.Duration(ts.Nano()), nil
-	}
-	var buf [32]byte
-	var rates []float64
-	for range windows {
-		n := 0
-		t0, err := cpu()
-		if err != nil {
-			return 0, err
-		}
-		var d time.Duration
-		for d < each {
-			for range 100 {
-				buf = sha256.Sum256(buf[:])
-			}
-			n += 100
-			t, err := cpu()
-			if err != nil {
-				return 0, err
-			}
-			d = t - t0
-		}
-		rates = append(rates, float64(n)/(float64(d)/float64(time.Millisecond)))
-	}
-	sink = buf[0]
-	sort.Float64s(rates)
-	return max(int(rates[len(rates)/2]), 1), nil
-}
-
-var sink byte
 
 // SixServices: front → {a1 → a2 → a3, b1 → b2}, uneven costs, so the
 // distribution of CPU matters (seed 002 Fig 5).

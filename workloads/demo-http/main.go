@@ -22,29 +22,23 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/escra-dev/escra/internal/cpuwork"
 )
 
-// hashesPerMs is calibrated once at start so that /cpu?ms=N is a fixed
+// hashesPerMs is measured once at start so that /cpu?ms=N is a fixed
 // amount of work (not wall time): under throttling the request takes longer,
-// which is exactly what the client should see. -hashes-per-ms sets it
-// instead: a container that calibrates itself does so under its own CPU
-// limit and whatever else runs at that moment (a 0.25-core quota gives
-// about half the true rate in a 50 ms window), so two copies of one service
-// can do 2× different work per request; a benchmark that compares policies
-// on the same app passes one figure to every container.
+// which is exactly what the client should see. It is measured per ms of
+// this process's CPU time (cpuwork.PerMs), so a container that starts under
+// a small quota or on a busy host does the same work per request as any
+// other copy of it (a wall-clock calibration measured about half the rate
+// under a 0.25-core quota, and benchmarks then compared policies on apps
+// doing different work). -hashes-per-ms sets it instead.
 var hashesPerMs = 1
 
+// calibrate spends about 30 ms of CPU (the old wall-clock window was 50 ms).
 func calibrate() {
-	var buf [32]byte
-	n := 0
-	start := time.Now()
-	for time.Since(start) < 50*time.Millisecond {
-		for i := 0; i < 100; i++ {
-			buf = sha256.Sum256(buf[:])
-		}
-		n += 100
-	}
-	if per := int(float64(n) / (float64(time.Since(start)) / float64(time.Millisecond))); per > 0 {
+	if per, err := cpuwork.PerMs(3, 10*time.Millisecond); err == nil {
 		hashesPerMs = per
 	}
 }

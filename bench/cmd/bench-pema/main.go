@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/escra-dev/escra/internal/cpuwork"
+
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
@@ -237,7 +239,7 @@ func run(o opts) error {
 	// service up to 2.5× different CPU per request, so "the same load" was
 	// not the same work for two policies.
 	if o.hashesPerMs == 0 {
-		if o.hashesPerMs, err = bp.HashesPerMs(9, 30*time.Millisecond); err != nil {
+		if o.hashesPerMs, err = cpuwork.PerMs(9, 30*time.Millisecond); err != nil {
 			return err
 		}
 	}
