@@ -130,12 +130,18 @@ type Session struct {
 	conn net.Conn
 	cfg  Config
 
-	mu       sync.Mutex
-	pending  map[uint32]*Update
-	order    []uint32
-	envs     []verdict
-	rpcs     map[uint64]*rpc
-	nextID   uint64
+	mu      sync.Mutex
+	pending map[uint32]*Update
+	order   []uint32
+	envs    []verdict
+	rpcs    map[uint64]*rpc
+	nextID  uint64
+	// Acknowledgements the daemon deferred (SetLimitsAck.Applied.deferred:
+	// a docker update carrying a larger limit had not settled) wait here
+	// for its late ack (request id 0); lateGen is the newest late-acked
+	// generation per handle, for a late ack that overtook the deferral.
+	deferred map[uint32][]waiter
+	lateGen  map[uint32]uint64
 	closed   bool
 	wake     chan struct{}
 	done     chan struct{}
@@ -253,7 +259,11 @@ func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
 			// Echoed, so the daemon can tell a silent controller too.
 			s.sendEnv(&pb.Envelope{Body: &pb.Envelope_Heartbeat{Heartbeat: &pb.Heartbeat{Seq: b.Heartbeat.GetSeq(), SentUnixNs: now.UnixNano()}}}, time.Time{})
 		case *pb.Envelope_SetLimitsAck:
-			s.acked(env.RequestId, b.SetLimitsAck)
+			if env.RequestId == 0 {
+				s.lateAcked(b.SetLimitsAck)
+			} else {
+				s.acked(env.RequestId, b.SetLimitsAck)
+			}
 		case *pb.Envelope_ReclaimResult:
 			s.reclaimed(env.RequestId, b.ReclaimResult, nil)
 		case *pb.Envelope_CreateContainerResult, *pb.Envelope_RemoveContainersResult, *pb.Envelope_CpuPlacementAnswer:
@@ -586,16 +596,92 @@ func (s *Session) acked(id uint64, ack *pb.SetLimitsAck) {
 	}
 	for _, w := range r.waiters {
 		err := ErrNotAcked
+		held := false
 		for _, a := range ack.GetApplied() {
 			if a.GetHandle() == w.handle && a.GetGeneration() >= w.gen {
 				err = nil
 				if a.GetError() != "" {
 					err = errors.New(a.GetError())
+				} else {
+					held = a.GetDeferred()
 				}
 				break
 			}
 		}
+		if held {
+			if err = s.hold(w); err == errHeld {
+				continue
+			}
+		}
 		w.cb(err)
+	}
+}
+
+// maxDeferred bounds the acknowledgements held per handle; beyond it the
+// oldest is answered ErrNotAcked (its limit stays counted, which is safe).
+const maxDeferred = 256
+
+var errHeld = errors.New("session: acknowledgement held")
+
+// hold keeps w until the daemon's late ack covers it: errHeld when kept,
+// nil when a late ack already did, ErrClosed after shutdown.
+func (s *Session) hold(w waiter) error {
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return ErrClosed
+	case s.lateGen[w.handle] >= w.gen:
+		s.mu.Unlock()
+		return nil
+	}
+	if s.deferred == nil {
+		s.deferred = map[uint32][]waiter{}
+	}
+	ws := append(s.deferred[w.handle], w)
+	var evicted *waiter
+	if len(ws) > maxDeferred {
+		ev := ws[0]
+		evicted, ws = &ev, ws[1:]
+	}
+	s.deferred[w.handle] = ws
+	s.mu.Unlock()
+	if evicted != nil {
+		evicted.cb(ErrNotAcked)
+	}
+	return errHeld
+}
+
+// lateAcked answers held acknowledgements the daemon now confirms.
+func (s *Session) lateAcked(ack *pb.SetLimitsAck) {
+	var done []waiter
+	s.mu.Lock()
+	for _, a := range ack.GetApplied() {
+		if a.GetError() != "" || a.GetGeneration() == 0 {
+			continue
+		}
+		h, gen := a.GetHandle(), a.GetGeneration()
+		if s.lateGen == nil {
+			s.lateGen = map[uint32]uint64{}
+		}
+		s.lateGen[h] = max(s.lateGen[h], gen)
+		keep := s.deferred[h][:0]
+		for _, w := range s.deferred[h] {
+			if w.gen <= gen {
+				done = append(done, w)
+			} else {
+				keep = append(keep, w)
+			}
+		}
+		if len(keep) == 0 {
+			delete(s.deferred, h)
+		} else {
+			s.deferred[h] = keep
+		}
+	}
+	s.mu.Unlock()
+	for _, w := range done {
+		w.cb(nil)
 	}
 }
 
@@ -677,6 +763,12 @@ func (s *Session) shutdown() {
 	}
 	clear(s.pending)
 	s.order = s.order[:0]
+	for _, ws := range s.deferred {
+		for _, w := range ws {
+			cbs = append(cbs, w.cb)
+		}
+	}
+	s.deferred = nil
 	s.mu.Unlock()
 	for _, r := range rpcs {
 		if r.onReclaim != nil {

@@ -313,7 +313,7 @@ func New(cfg Config) (*Agent, error) {
 		a.sampler = cs
 	}
 	if cfg.Docker != nil && cfg.DockerSync >= 0 {
-		a.rec = &limits.Reconciler{A: a.app, Docker: cfg.Docker, Log: cfg.Log, Window: cfg.DockerSync}
+		a.rec = &limits.Reconciler{A: a.app, Docker: cfg.Docker, Log: cfg.Log, Window: cfg.DockerSync, Settled: a.settled}
 		a.app.Reconcile = a.rec
 	}
 	var mem uint64
@@ -612,6 +612,10 @@ func (a *Agent) SetLimits(recv time.Time, s *pb.SetLimits) *pb.SetLimitsAck {
 			}
 		} else {
 			a.m.applyLatency.Observe(lat.Seconds())
+			if a.app.HoldAck(u.Handle, u.Generation) {
+				ap.Deferred = true // Agent.settled sends the ack
+				a.m.acksDeferred.Inc()
+			}
 			if q := u.Limits.GetCpuQuotaUs(); q != 0 {
 				a.noteQuota(u.Handle, q, done)
 			}
@@ -628,6 +632,13 @@ func (a *Agent) SetLimits(recv time.Time, s *pb.SetLimits) *pb.SetLimitsAck {
 		ack.Applied[i] = ap
 	}
 	return ack
+}
+
+// settled sends the acknowledgements SetLimits deferred for h, up to
+// generation gen, once Docker's view settled (limits.Reconciler.Settled).
+func (a *Agent) settled(h uint32, gen uint64) {
+	now := time.Now().UnixNano()
+	_ = a.link.LateAck(&pb.SetLimitsAck{Applied: []*pb.SetLimitsAck_Applied{{Handle: h, Generation: gen, AppliedUnixNs: now}}})
 }
 
 // applyPlaced applies an update of a C1 (escra.cpu=wysiwyg) container

@@ -5,6 +5,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	applyLatency prometheus.Histogram
 	applyErrors  prometheus.Counter
+	acksDeferred prometheus.Counter
 	oomRescue    prometheus.Histogram
 	oomEvents    prometheus.Counter
 	oomOutcome   *prometheus.CounterVec
@@ -22,6 +23,7 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 	m := metrics{
 		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_apply_latency_seconds", Help: "SetLimits received to cgroup write done.", Buckets: us}),
 		applyErrors:  prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_apply_errors_total", Help: "Limit updates not applied (stale, unknown, write error)."}),
+		acksDeferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_acks_deferred_total", Help: "Cuts written but acknowledged only after a docker update carrying a larger limit settled."}),
 		oomRescue:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_oom_rescue_seconds", Help: "OOM wake-up to the write that raises the limit (and wakes the tasks).", Buckets: us}),
 		oomEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_oom_events_total", Help: "OOM events trapped."}),
 		oomOutcome:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_outcomes_total", Help: "OOM events by outcome."}, []string{"outcome"}),
@@ -35,7 +37,7 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 	}
 	registerProcessMetrics(r, "escrad")
 	r.MustRegister(containerCollector{a})
-	r.MustRegister(m.applyLatency, m.applyErrors, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
+	r.MustRegister(m.applyLatency, m.applyErrors, m.acksDeferred, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_controller_term", Help: "Highest controller leadership term seen (0: no leader election)."}, func() float64 {
 			return float64(a.link.Term())
 		}),

@@ -8,6 +8,7 @@ package limits
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,51 @@ type Entry struct {
 	version uint64 // bumped on every write (any cause), for the reconciler
 	cur     Current
 	memAt   time.Time // when the last memory write was issued
+
+	// Docker's view in flight (issue 12): runc writes what a docker update
+	// carries when Docker gets to it, which may be after a newer cut. Until
+	// the reconciler knows the update settled, a cut below what it carries
+	// is written but not acknowledged (HoldAck), so the controller keeps the
+	// larger limit counted and hands out nothing runc could take back.
+	dockerOut bool
+	dockerCPU float64 // largest quota among those updates, cores (+Inf: unlimited)
+	dockerMem int64   // largest memory limit among them (cgroups.Max: unlimited)
+	heldGen   uint64  // newest generation whose acknowledgement waits on Docker
+}
+
+// cores is quota/period; unlimited is +Inf.
+func cores(quota int64, period uint32) float64 {
+	if quota < 0 || period == 0 {
+		return math.Inf(1)
+	}
+	return float64(quota) / float64(period)
+}
+
+// memBelow reports whether limit a is below b (cgroups.Max is unlimited).
+func memBelow(a, b int64) bool {
+	return a != cgroups.Max && (b == cgroups.Max || a < b)
+}
+
+// sendingDocker notes that a docker update carrying c is on its way; e.mu
+// is held. Several may be unsettled at once (a timed-out one may still
+// land): the largest values count.
+func (e *Entry) sendingDocker(c Current) {
+	cpu := cores(c.CPUQuotaUs, c.CPUPeriodUs)
+	if !e.dockerOut {
+		e.dockerOut, e.dockerCPU, e.dockerMem = true, cpu, c.MemoryBytes
+		return
+	}
+	e.dockerCPU = max(e.dockerCPU, cpu)
+	if memBelow(e.dockerMem, c.MemoryBytes) {
+		e.dockerMem = c.MemoryBytes
+	}
+}
+
+// dockerAbove reports whether an unsettled docker update carries more
+// CPU or memory than the limits in place; e.mu is held.
+func (e *Entry) dockerAbove() bool {
+	return e.dockerOut && (cores(e.cur.CPUQuotaUs, e.cur.CPUPeriodUs) < e.dockerCPU ||
+		memBelow(e.cur.MemoryBytes, e.dockerMem))
 }
 
 // MemoryWriteIssued is when the last memory limit write was issued. The
@@ -361,6 +407,12 @@ func (a *Applier) Reclaim(margin uint64, hs []uint32) []*pb.ReclaimResult_Reclai
 		old := e.cur.MemoryBytes
 		target := (need + int64(margin) + 4095) &^ 4095
 		changed := false
+		// Not while an unsettled docker update carries a larger limit:
+		// runc could put it back after the controller handed the bytes on.
+		if e.dockerOut && memBelow(target, e.dockerMem) {
+			e.mu.Unlock()
+			continue
+		}
 		if old != cgroups.Max && old > 0 && old > target {
 			if err := e.writeMemory(target); err == nil {
 				e.version++
@@ -392,7 +444,7 @@ func (a *Applier) ResetGenerations() {
 	defer a.mu.RUnlock()
 	for _, e := range a.entries {
 		e.mu.Lock()
-		e.gen = 0
+		e.gen, e.heldGen = 0, 0
 		e.mu.Unlock()
 	}
 }
@@ -446,6 +498,25 @@ func (a *Applier) SetCPUs(h uint32, cpus string) error {
 		}
 	}
 	return err
+}
+
+// HoldAck reports whether the acknowledgement of generation gen, just
+// applied to h, must wait until Docker's view settles: an unsettled docker
+// update carries more CPU or memory than h now has (issue 12, soak). The
+// reconciler calls its Settled hook with the newest generation held once
+// the update returned and the newest limits are back in the cgroup.
+func (a *Applier) HoldAck(h uint32, gen uint64) bool {
+	e := a.Get(h)
+	if e == nil || gen == 0 {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.dockerAbove() {
+		return false
+	}
+	e.heldGen = max(e.heldGen, gen)
+	return true
 }
 
 // Generation is the newest controller generation applied to h.

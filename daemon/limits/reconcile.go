@@ -2,12 +2,15 @@ package limits
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 )
@@ -28,6 +31,10 @@ type Reconciler struct {
 	Docker Updater
 	Log    *slog.Logger
 	Window time.Duration // batching window (default DefaultReconcileWindow)
+	// Settled, when set, is called (never with a lock held) once a docker
+	// update that held acknowledgements back (Applier.HoldAck) settled
+	// and the newest limits are in the cgroup; gen is the newest held.
+	Settled func(h uint32, gen uint64)
 
 	mu    sync.Mutex
 	dirty map[uint32]int // handle -> failed attempts so far
@@ -134,16 +141,22 @@ func (r *Reconciler) one(ctx context.Context, h uint32) bool {
 	}
 	e.mu.Lock()
 	cur, ver := e.cur, e.version
-	e.mu.Unlock()
 	res := container.Resources{CpusetCpus: cur.CpusetCpus}
 	if e.NoDockerCPUs.Load() {
 		res.CpusetCpus = "" // docker update leaves it as it is
 	}
 	dockerCPU(&res, cur, e.DockerNanoCPUs.Load())
+	var sent Current // what runc may write: the CPU and memory sent (0: none)
+	if res.CPUQuota != 0 || res.NanoCPUs != 0 {
+		sent.CPUQuotaUs, sent.CPUPeriodUs = cur.CPUQuotaUs, cur.CPUPeriodUs
+	}
 	if cur.MemoryBytes != cgroups.Max {
 		res.Memory = cur.MemoryBytes
 		res.MemorySwap = cur.MemswBytes // -1 when unlimited
+		sent.MemoryBytes = cur.MemoryBytes
 	}
+	e.sendingDocker(sent)
+	e.mu.Unlock()
 	uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	_, err := r.Docker.ContainerUpdate(uctx, e.ID, container.UpdateConfig{Resources: res})
 	cancel()
@@ -153,24 +166,64 @@ func (r *Reconciler) one(ctx context.Context, h uint32) bool {
 			return true // container went away meanwhile
 		}
 		r.Log.Warn("docker update failed; will retry", "id", short(e.ID), "err", err)
+		if !mayLand(err) {
+			// Docker answered: whatever runc wrote is behind us now; put
+			// the newest limits back and release held acknowledgements.
+			r.settle(h, e, cur, ver, true)
+		}
 		return false
 	}
 	r.Updates.Add(1)
+	if r.settle(h, e, cur, ver, false) {
+		r.Mark(h) // a newer fast-path write raced with runc: once more
+	}
+	return true
+}
+
+// settle ends what e's docker updates may still do. When e changed since
+// version ver, or force is set (Docker answered with an error: what runc
+// wrote is not known), the newest limits are written again, since runc may
+// have written was over a newer fast-path write. Then acknowledgements
+// held on Docker are released. It reports whether it rewrote (the caller
+// reconciles once more). An update that timed out may in principle still
+// land later; it counts as settled once a later one returned.
+func (r *Reconciler) settle(h uint32, e *Entry, was Current, ver uint64, force bool) bool {
 	e.mu.Lock()
-	if e.version != ver {
-		// A newer fast-path write raced with runc: write the newest values
-		// again and reconcile once more.
+	rewrite := force || e.version != ver
+	if rewrite {
+		// The cgroup may hold was: write from there, so memsw is
+		// ordered against the right limit and the cpuset is rewritten.
 		c := e.cur
-		e.cur.MemoryBytes, e.cur.MemswBytes, e.cur.CpusetCpus = cur.MemoryBytes, cur.MemswBytes, cur.CpusetCpus
+		e.cur.MemoryBytes, e.cur.MemswBytes, e.cur.CpusetCpus = was.MemoryBytes, was.MemswBytes, was.CpusetCpus
 		if err := e.write(c.CPUQuotaUs, c.CPUPeriodUs, c.MemoryBytes, c.CpusetCpus); err != nil {
+			// The cgroup may hold what runc wrote: keep holding.
+			e.mu.Unlock()
 			r.Log.Warn("re-applying limits after docker update failed", "id", short(e.ID), "err", err)
+			return true
 		}
-		e.mu.Unlock()
-		r.Mark(h)
+	}
+	e.dockerOut = false
+	held := e.heldGen
+	e.heldGen = 0
+	e.mu.Unlock()
+	if held != 0 && r.Settled != nil {
+		r.Settled(h, held)
+	}
+	return rewrite
+}
+
+// mayLand reports whether a failed docker update may still be applied:
+// no answer came (timeout, broken connection), as opposed to an error
+// status, after which Docker is done with it.
+func mayLand(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || client.IsErrConnectionFailed(err) {
 		return true
 	}
-	e.mu.Unlock()
-	return true
+	answered := cerrdefs.IsInvalidArgument(err) || cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) ||
+		cerrdefs.IsInternal(err) || cerrdefs.IsUnavailable(err) || cerrdefs.IsPermissionDenied(err) ||
+		cerrdefs.IsUnauthorized(err) || cerrdefs.IsNotImplemented(err) || cerrdefs.IsUnknown(err) ||
+		cerrdefs.IsFailedPrecondition(err) || cerrdefs.IsAlreadyExists(err)
+	return !answered
 }
 
 // dockerPeriodUs is the CFS period Docker writes with NanoCPUs.

@@ -1,9 +1,16 @@
 package limits
 
 import (
+	"context"
+	"log/slog"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
+
+	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
 // A container created with --cpus only takes NanoCPUs from docker update
@@ -34,5 +41,104 @@ func TestDockerCPUKeepsTheFormTheContainerWasCreatedWith(t *testing.T) {
 		if res.NanoCPUs != 0 && (res.CPUQuota != 0 || res.CPUPeriod != 0) {
 			t.Errorf("%s: NanoCPUs sent with CpuQuota/CpuPeriod: Docker refuses that", tc.name)
 		}
+	}
+}
+
+// runcDocker stands in for the Docker client in the reconciler's unit test:
+// each update waits for release, then writes the CPU quota it carries into
+// the cgroup as runc would, late (issue 12's soak: a hung engine served an
+// update after escrad's newer cut).
+type runcDocker struct {
+	t       *testing.T
+	rel     string
+	started chan container.Resources
+	release chan error
+}
+
+func (d *runcDocker) ContainerUpdate(ctx context.Context, _ string, cfg container.UpdateConfig) (container.UpdateResponse, error) {
+	d.started <- cfg.Resources
+	var err error
+	select {
+	case err = <-d.release:
+	case <-ctx.Done():
+		return container.UpdateResponse{}, ctx.Err()
+	}
+	if err == nil {
+		cgtest.Write(d.t, "cpu", d.rel, "cpu.cfs_quota_us", strconv.FormatInt(cfg.CPUQuota, 10))
+	}
+	return container.UpdateResponse{}, err
+}
+
+func TestCutUnderDockerUpdateAcknowledgedOnlyAfterItSettled(t *testing.T) {
+	rel := cgtest.New(t, "settle")
+	e, err := NewEntry("x", true, cgtest.Open(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New()
+	a.Add(1, e)
+	d := &runcDocker{t: t, rel: rel, started: make(chan container.Resources, 4), release: make(chan error)}
+	type settled struct {
+		gen   uint64
+		quota string // the cgroup's quota when the ack was released
+	}
+	got := make(chan settled, 4)
+	r := &Reconciler{A: a, Docker: d, Log: slog.New(slog.DiscardHandler), Window: time.Millisecond,
+		Settled: func(h uint32, gen uint64) { got <- settled{gen, cgtest.Read(t, "cpu", rel, "cpu.cfs_quota_us")} }}
+	a.Reconcile = r
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+
+	if a.HoldAck(1, 1) {
+		t.Fatal("held with no docker update in flight")
+	}
+	if err := a.Apply(1, 1, &pb.Limits{CpuQuotaUs: 50000, CpuPeriodUs: 100000}); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-d.started; res.CPUQuota != 50000 {
+		t.Fatalf("docker update carries quota %d, want 50000", res.CPUQuota)
+	}
+	// A raise while it is in flight needs no hold; a cut below it does.
+	if err := a.Apply(1, 2, &pb.Limits{CpuQuotaUs: 70000}); err != nil {
+		t.Fatal(err)
+	}
+	if a.HoldAck(1, 2) {
+		t.Fatal("a raise above the in-flight docker update was held")
+	}
+	if err := a.Apply(1, 3, &pb.Limits{CpuQuotaUs: 20000}); err != nil {
+		t.Fatal(err)
+	}
+	if !a.HoldAck(1, 3) {
+		t.Fatal("a cut below the in-flight docker update was acknowledged at once")
+	}
+	// The update times out (no answer): it may still land, keep holding.
+	d.release <- context.DeadlineExceeded
+	select {
+	case s := <-got:
+		t.Fatalf("released after a timed-out update (gen %d)", s.gen)
+	case res := <-d.started: // the retry, carrying the newest limits
+		if res.CPUQuota != 20000 {
+			t.Fatalf("retry carries quota %d, want 20000", res.CPUQuota)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no retry after a timed-out update")
+	}
+	if !a.HoldAck(1, 4) {
+		t.Fatal("the timed-out update (quota 50000) may still land, but a cut to 20000 was not held")
+	}
+	// Now the stale 50000 lands (runc), then the retry returns.
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "50000")
+	d.release <- nil
+	select {
+	case s := <-got:
+		if s.gen != 4 || s.quota != "20000" {
+			t.Fatalf("released gen %d with quota %s in the cgroup, want gen 4 with 20000", s.gen, s.quota)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("held acknowledgements never released")
+	}
+	if a.HoldAck(1, 5) {
+		t.Fatal("held after Docker's view settled")
 	}
 }

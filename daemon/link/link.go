@@ -577,6 +577,13 @@ func (c *Client) LeaseUse(u *escrapb.CpuLeaseUse) error {
 	return c.send(0, &escrapb.Envelope_CpuLeaseUse{CpuLeaseUse: u})
 }
 
+// LateAck confirms acknowledgements SetLimits deferred (request id 0,
+// see SetLimitsAck.Applied.deferred). Dropped when down: the session that
+// was owed them ended, and its controller counts those limits as held.
+func (c *Client) LateAck(a *escrapb.SetLimitsAck) error {
+	return c.send(0, &escrapb.Envelope_SetLimitsAck{SetLimitsAck: a})
+}
+
 // Register announces a container (dropped when down: sent again on connect).
 func (c *Client) Register(r *escrapb.ContainerRegister) error {
 	c.mu.Lock()

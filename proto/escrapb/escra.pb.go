@@ -2592,8 +2592,13 @@ type SetLimitsAck_Applied struct {
 	// Set-limits received -> cgroup write done, in nanoseconds.
 	ApplyLatencyNs uint64 `protobuf:"varint,4,opt,name=apply_latency_ns,json=applyLatencyNs,proto3" json:"apply_latency_ns,omitempty"`
 	Error          string `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Written, but a docker update that carries a larger limit has not
+	// settled yet (runc could still write it back): the acknowledgement
+	// follows in a SetLimitsAck with request_id 0 once it has. Until then
+	// the controller counts the larger limit.
+	Deferred      bool `protobuf:"varint,6,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetLimitsAck_Applied) Reset() {
@@ -2659,6 +2664,13 @@ func (x *SetLimitsAck_Applied) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *SetLimitsAck_Applied) GetDeferred() bool {
+	if x != nil {
+		return x.Deferred
+	}
+	return false
 }
 
 type ReclaimResult_Reclaimed struct {
@@ -2832,9 +2844,9 @@ const file_escra_proto_rawDesc = "" +
 	"generation\x12(\n" +
 	"\x06limits\x18\x03 \x01(\v2\x10.escra.v1.LimitsR\x06limits\"<\n" +
 	"\tSetLimits\x12/\n" +
-	"\aupdates\x18\x01 \x03(\v2\x15.escra.v1.LimitUpdateR\aupdates\"\xf4\x01\n" +
+	"\aupdates\x18\x01 \x03(\v2\x15.escra.v1.LimitUpdateR\aupdates\"\x90\x02\n" +
 	"\fSetLimitsAck\x128\n" +
-	"\aapplied\x18\x01 \x03(\v2\x1e.escra.v1.SetLimitsAck.AppliedR\aapplied\x1a\xa9\x01\n" +
+	"\aapplied\x18\x01 \x03(\v2\x1e.escra.v1.SetLimitsAck.AppliedR\aapplied\x1a\xc5\x01\n" +
 	"\aApplied\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\rR\x06handle\x12\x1e\n" +
 	"\n" +
@@ -2842,7 +2854,8 @@ const file_escra_proto_rawDesc = "" +
 	"generation\x12&\n" +
 	"\x0fapplied_unix_ns\x18\x03 \x01(\x03R\rappliedUnixNs\x12(\n" +
 	"\x10apply_latency_ns\x18\x04 \x01(\x04R\x0eapplyLatencyNs\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"V\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x1a\n" +
+	"\bdeferred\x18\x06 \x01(\bR\bdeferred\"V\n" +
 	"\x0eReclaimRequest\x12*\n" +
 	"\x11safe_margin_bytes\x18\x01 \x01(\x04R\x0fsafeMarginBytes\x12\x18\n" +
 	"\ahandles\x18\x02 \x03(\rR\ahandles\"\x90\x02\n" +
