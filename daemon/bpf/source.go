@@ -64,6 +64,10 @@ func privileged() bool {
 // poll: one wake-up for many groups' records (docs/kernel.md).
 const DrainEvery = 10 * time.Millisecond
 
+// drainMargin is how long after a group's CFS period boundary the reader
+// wakes for its record: the timer's own slack plus the program's run.
+const drainMargin = time.Millisecond
+
 // Source is the bpf backend (telemetry.Source and telemetry.LimitFollower).
 type Source struct {
 	objs  cfsObjects
@@ -80,12 +84,55 @@ type Source struct {
 	byID map[uint64]*watched // cgroup id in the cpu controller's hierarchy
 	byH  map[uint32]uint64
 	buf  [512]byte // usage reads, under mu
+
+	groups []*watched // scratch for nextDrain, under mu
+}
+
+// monoNs is CLOCK_MONOTONIC, the clock of the records' timestamps.
+func monoNs() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
 }
 
 type watched struct {
 	h     uint32
 	seq   genl.SeqState
 	probe genl.UsageProbe
+	// The CFS period grid of the group (from its last period record),
+	// where its next record will come: the timer keeps its phase while
+	// the group idles (hrtimer_forward_now). periodNs 0: no record yet.
+	lastNs, periodNs int64
+}
+
+// nextDrain is how long the reader may sleep at monotonic time now: until
+// just after the earliest next CFS period boundary of the watched groups
+// (their records are due then), but not less than DrainEvery after the
+// previous drain at last, so many groups of different phases still cost
+// at most one wake-up per DrainEvery; a record late at its boundary is
+// looked for again DrainEvery later; DrainEvery while a group has sent no
+// record yet (its grid is unknown), a second when none is watched.
+// One group then costs a wake-up per period instead of ten, and its
+// record waits ~1 ms instead of up to DrainEvery.
+func nextDrain(groups []*watched, now, last int64) time.Duration {
+	if len(groups) == 0 {
+		return time.Second
+	}
+	due := int64(math.MaxInt64)
+	for _, w := range groups {
+		if w.periodNs <= 0 {
+			return DrainEvery
+		}
+		next := w.lastNs + w.periodNs
+		if next+int64(DrainEvery) < now {
+			// No record at the boundary nor DrainEvery later: the group
+			// idles (its timer stopped); wait for the next boundary.
+			next += (now - next + w.periodNs - 1) / w.periodNs * w.periodNs
+		}
+		due = min(due, next)
+	}
+	at := max(due+int64(drainMargin), last+int64(DrainEvery))
+	return time.Duration(min(max(at-now, 0), int64(time.Second)))
 }
 
 // NewSource loads and attaches the program. Errors say why in one line
@@ -364,17 +411,20 @@ func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
 	var rec ringbuf.Record
 	var st pb.CpuStat
 	pending := false
+	var lastDrain int64
 	for {
 		// The program does not wake us per record (see WAKE_BYTES in
 		// cfs.bpf.c): the deadline drains the ring every DrainEvery while
 		// a group is watched, rarely otherwise.
+		now := monoNs()
 		s.mu.Lock()
-		every := time.Second
-		if len(s.byID) > 0 {
-			every = DrainEvery
+		s.groups = s.groups[:0]
+		for _, w := range s.byID {
+			s.groups = append(s.groups, w)
 		}
+		sleep := nextDrain(s.groups, now, lastDrain)
 		s.mu.Unlock()
-		s.rd.SetDeadline(time.Now().Add(every))
+		s.rd.SetDeadline(time.Now().Add(sleep))
 		err := s.rd.ReadInto(&rec)
 		switch {
 		case err == nil:
@@ -386,6 +436,7 @@ func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
 				pending = false
 			}
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			lastDrain = monoNs()
 			if pending {
 				sink.Flush()
 				pending = false
@@ -410,6 +461,7 @@ func (s *Source) deliver(b []byte, st *pb.CpuStat, sink telemetry.Sink) bool {
 	if ok {
 		switch kind {
 		case kindPeriod:
+			w.lastNs, w.periodNs = int64(r.TimestampNs), int64(r.PeriodNs)
 			w.probe.Measure(&r, s.buf[:])
 			w.seq.Fill(st, r)
 			st.Handle = w.h

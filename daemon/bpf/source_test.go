@@ -366,3 +366,29 @@ func TestSetThrottleNearRejectsOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// The reader sleeps until just after the earliest due record, never less
+// than DrainEvery after the last drain, and keeps to an idle group's grid.
+func TestNextDrain(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	p := 100 * ms
+	g := func(last int64) *watched { return &watched{lastNs: last, periodNs: p} }
+	for _, tc := range []struct {
+		name      string
+		groups    []*watched
+		now, last int64
+		want      time.Duration
+	}{
+		{"none watched", nil, 1000 * ms, 0, time.Second},
+		{"grid unknown", []*watched{g(0), {}}, 1000 * ms, 0, DrainEvery},
+		{"one group: just after its boundary", []*watched{g(950 * ms)}, 1000 * ms, 950 * ms, 51 * time.Millisecond},
+		{"two phases: the earlier", []*watched{g(950 * ms), g(920 * ms)}, 1000 * ms, 950 * ms, 21 * time.Millisecond},
+		{"phases close together: DrainEvery apart", []*watched{g(905 * ms)}, 1000 * ms, 1000 * ms, DrainEvery},
+		{"record late: look again DrainEvery after the last drain", []*watched{g(895 * ms)}, 1000 * ms, 996 * ms, 6 * time.Millisecond},
+		{"idle group: its next boundary", []*watched{g(550 * ms)}, 1000 * ms, 995 * ms, 51 * time.Millisecond},
+	} {
+		if got := nextDrain(tc.groups, tc.now, tc.last); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
