@@ -81,7 +81,7 @@ func run() error {
 	clientCPUs := flag.String("client-cpus", "0", "CPUs the client (this process, vegeta, wrk, redis-benchmark) is pinned to (\"\": not pinned)")
 	appCPUs := flag.String("app-cpus", "1", "CPUs of the containers under test, the batch container, escrad and escra-controller (\"\": not pinned)")
 	escradCPUs := flag.String("escrad-cpus", "", "CPUs of escrad when not the app CPUs (diagnostic A/B runs; default: -app-cpus, so the daemon's cost falls on the app)")
-	ctlCPUs := flag.String("controller-cpus", "", "CPUs of escra-controller when not the app CPUs (diagnostic A/B runs; default: -app-cpus)")
+	ctlCPUs := flag.String("controller-cpus", "", "CPUs of escra-controller (default: -client-cpus, the control node of seed 000 §V, where the baselines' recommenders run too; -app-cpus puts its cost on the app)")
 	burstCycle := flag.Duration("burst-cycle", 0, "cycle of the Burst load, calm then burst, half each (default 6 s quick: three cycles per run; 20 s full, seed 000's)")
 	noBatch := flag.Bool("no-batch", false, "leave out the P+batch policies (the app beside a best-effort batch container)")
 	profilesFrom := flag.String("profiles", "", "reuse the profiles (and so the budgets) of an earlier run's profiles.json instead of profiling (A/B runs at equal budgets)")
@@ -92,10 +92,17 @@ func run() error {
 	if err := pin(*clientCPUs); err != nil {
 		return err
 	}
-	for _, f := range []*string{escradCPUs, ctlCPUs} {
-		if *f == "" {
-			*f = *appCPUs
-		} else if _, err := cpuList(*f); err != nil {
+	// escrad is the worker's agent: its cost falls on the app's CPUs. The
+	// controller runs on seed 000 §V's control node, not on a worker; here
+	// that is the client's CPUs, beside Autopilot's and VPA's recommenders
+	// (this process), so every policy's control loop is off the app's CPUs.
+	for _, f := range []struct {
+		v   *string
+		def string
+	}{{escradCPUs, *appCPUs}, {ctlCPUs, *clientCPUs}} {
+		if *f.v == "" {
+			*f.v = f.def
+		} else if _, err := cpuList(*f.v); err != nil {
 			return fmt.Errorf("-escrad-cpus/-controller-cpus: %w", err)
 		}
 	}
