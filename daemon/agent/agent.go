@@ -581,12 +581,19 @@ func (a *Agent) IsManaged(id string) bool {
 
 // --- link.Handler ---------------------------------------------------------
 
-// Registrations implements link.Handler.
+// Registrations implements link.Handler. Only containers whose telemetry
+// and OOM trap are set up are listed (add registers the others itself once
+// they are): a session that came up in the middle of add registered the
+// container early, and the controller's first memory limit then reached a
+// v2 group before its brake was watched, so memory.high never followed it
+// (vm-test cgroupfs-oom-grant, once under two busy loops).
 func (a *Agent) Registrations() []*pb.ContainerRegister {
 	ms := a.list()
 	out := make([]*pb.ContainerRegister, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, a.registration(m))
+		if m.armed.Load() {
+			out = append(out, a.registration(m))
+		}
 	}
 	return out
 }
