@@ -136,7 +136,11 @@ func TestDeferredAckFailsOnClose(t *testing.T) {
 	d.s.Push(Update{Handle: 4, Gen: 2, QuotaUs: 20000, PeriodUs: 100000, OnApplied: func(err error) { res <- err }})
 	env := d.next()
 	d.send(env.RequestId, applied(4, 2, true))
-	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-res:
+		t.Fatalf("deferred acknowledgement answered before the session ended: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
 	d.conn.Close()
 	select {
 	case err := <-res:

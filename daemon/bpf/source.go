@@ -411,21 +411,26 @@ func (s *Source) Run(ctx context.Context, sink telemetry.Sink) error {
 	var rec ringbuf.Record
 	var st pb.CpuStat
 	pending := false
+	empty := true // the ring was drained: set the next deadline
 	var lastDrain int64
 	for {
 		// The program does not wake us per record (see WAKE_BYTES in
-		// cfs.bpf.c): the deadline drains the ring every DrainEvery while
-		// a group is watched, rarely otherwise.
-		now := monoNs()
-		s.mu.Lock()
-		s.groups = s.groups[:0]
-		for _, w := range s.byID {
-			s.groups = append(s.groups, w)
+		// cfs.bpf.c): the deadline drains the ring after the watched
+		// groups' period boundaries (nextDrain). It is set only when the
+		// ring is empty and the next read may wait, not once per record.
+		if empty {
+			now := monoNs()
+			s.mu.Lock()
+			s.groups = s.groups[:0]
+			for _, w := range s.byID {
+				s.groups = append(s.groups, w)
+			}
+			sleep := nextDrain(s.groups, now, lastDrain)
+			s.mu.Unlock()
+			s.rd.SetDeadline(time.Now().Add(sleep))
 		}
-		sleep := nextDrain(s.groups, now, lastDrain)
-		s.mu.Unlock()
-		s.rd.SetDeadline(time.Now().Add(sleep))
 		err := s.rd.ReadInto(&rec)
+		empty = err != nil || rec.Remaining == 0
 		switch {
 		case err == nil:
 			if s.deliver(rec.RawSample, &st, sink) {

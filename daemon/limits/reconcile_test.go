@@ -3,6 +3,8 @@ package limits
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -49,7 +51,6 @@ func TestDockerCPUKeepsTheFormTheContainerWasCreatedWith(t *testing.T) {
 // the cgroup as runc would, late (issue 12's soak: a hung engine served an
 // update after escrad's newer cut).
 type runcDocker struct {
-	t       *testing.T
 	rel     string
 	started chan container.Resources
 	release chan error
@@ -64,7 +65,8 @@ func (d *runcDocker) ContainerUpdate(ctx context.Context, _ string, cfg containe
 		return container.UpdateResponse{}, ctx.Err()
 	}
 	if err == nil {
-		cgtest.Write(d.t, "cpu", d.rel, "cpu.cfs_quota_us", strconv.FormatInt(cfg.CPUQuota, 10))
+		// Off the test goroutine: an error is returned, not t.Fatal.
+		err = os.WriteFile(filepath.Join("/sys/fs/cgroup/cpu", d.rel, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(cfg.CPUQuota, 10)), 0)
 	}
 	return container.UpdateResponse{}, err
 }
@@ -77,7 +79,7 @@ func TestCutUnderDockerUpdateAcknowledgedOnlyAfterItSettled(t *testing.T) {
 	}
 	a := New()
 	a.Add(1, e)
-	d := &runcDocker{t: t, rel: rel, started: make(chan container.Resources, 4), release: make(chan error)}
+	d := &runcDocker{rel: rel, started: make(chan container.Resources, 4), release: make(chan error)}
 	type settled struct {
 		gen   uint64
 		quota string // the cgroup's quota when the ack was released
