@@ -389,6 +389,15 @@ func (a *Applier) Reclaim(margin uint64, hs []uint32) []*pb.ReclaimResult_Reclai
 		if e == nil {
 			continue
 		}
+		// Not while an unsettled docker update carries a memory limit:
+		// runc could put it back after the controller handed the bytes
+		// on. Checked first, so a skipped reclaim keeps the peak.
+		e.mu.Lock()
+		busy := e.dockerOut && e.dockerMem != 0
+		e.mu.Unlock()
+		if busy {
+			continue
+		}
 		usage, err := e.G.ReadInt(cgroups.MemUsage)
 		if err != nil || usage < 0 {
 			continue
@@ -407,9 +416,9 @@ func (a *Applier) Reclaim(margin uint64, hs []uint32) []*pb.ReclaimResult_Reclai
 		old := e.cur.MemoryBytes
 		target := (need + int64(margin) + 4095) &^ 4095
 		changed := false
-		// Not while an unsettled docker update carries a larger limit:
-		// runc could put it back after the controller handed the bytes on.
-		if e.dockerOut && memBelow(target, e.dockerMem) {
+		if e.dockerOut && e.dockerMem != 0 {
+			// An update was sent since the check above (the peak it
+			// reset is lost for this round: rare, and safe).
 			e.mu.Unlock()
 			continue
 		}
