@@ -82,16 +82,10 @@ func TestReclaimToUsagePlusMarginNeverBelowUsage(t *testing.T) {
 	}
 	t.Cleanup(p.Kill)
 	g := cgtest.Open(t, rel)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		u, _ := g.ReadInt(cgroups.MemUsage)
-		if u > 20<<20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("memhog never reached 20 MiB (usage %d)", u)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// All of it touched: a hog still growing past usage + margin would make
+	// the lowered limit fail (EBUSY) on a loaded machine.
+	if err := p.WaitOutput("memhog: 24 MiB", 30*time.Second); err != nil {
+		t.Fatal(err)
 	}
 	e, err := NewEntry("x", false, g)
 	if err != nil {
@@ -139,6 +133,9 @@ func TestReclaimKeepsThePeakSinceThePreviousReclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(steady.Kill)
+	if err := steady.WaitOutput("memhog: 8 MiB", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	burst, err := cgtest.Start(rel, hog, "-mib", "40", "-hold", "300ms")
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -120,6 +121,26 @@ func Read(t testing.TB, c, rel, file string) string {
 type Proc struct {
 	Cmd  *exec.Cmd
 	done chan error
+	out  outBuf
+}
+
+// outBuf keeps what the process printed, for WaitOutput.
+type outBuf struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (o *outBuf) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	o.b = append(o.b, p...)
+	o.mu.Unlock()
+	return len(p), nil
+}
+
+func (o *outBuf) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return string(o.b)
 }
 
 // Start runs bin with args inside rel: the process is created stopped on a
@@ -131,7 +152,8 @@ func Start(rel, bin string, args ...string) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	p := &Proc{Cmd: cmd, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = &p.out, io.Discard
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -146,7 +168,6 @@ func Start(rel, bin string, args ...string) (*Proc, error) {
 		return nil, err
 	}
 	stdin.Close()
-	p := &Proc{Cmd: cmd, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait() }()
 	return p, nil
 }
@@ -165,6 +186,20 @@ func (p *Proc) Wait(d time.Duration) (syscall.WaitStatus, error) {
 	case <-time.After(d):
 		return 0, fmt.Errorf("process %d still running after %v", p.Cmd.Process.Pid, d)
 	}
+}
+
+// WaitOutput waits up to d for the process to print s (a test that needs
+// a workload's allocation finished waits for its own report of it, not for
+// a usage figure that a loaded machine reaches later).
+func (p *Proc) WaitOutput(s string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for !strings.Contains(p.out.String(), s) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d did not print %q in %v (printed %q)", p.Cmd.Process.Pid, s, d, p.out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
 }
 
 // Kill ends the process.
