@@ -14,9 +14,11 @@ import (
 )
 
 type cfsEscraGroup struct {
-	_           structs.HostLayout
-	Throttled   uint32
-	NearQuotaUs uint32
+	_               structs.HostLayout
+	Throttled       uint32
+	NearQuotaUs     uint32
+	ThrottleQuotaUs uint32
+	Pad             uint32
 }
 
 type cfsEscraRec struct {

@@ -392,3 +392,86 @@ func TestNextDrain(t *testing.T) {
 		}
 	}
 }
+
+// raiseSink answers the first throttle record of each period as the
+// controller does, by raising the group's quota from lowUs to highUs (the
+// write refills the runtime), and puts lowUs back at each period record.
+type raiseSink struct {
+	recSink
+	t             *testing.T
+	rel           string
+	lowUs, highUs int64
+}
+
+func (s *raiseSink) CPU(st *pb.CpuStat) {
+	s.recSink.CPU(st)
+	q := s.lowUs
+	if st.MidPeriod && st.QuotaUs == s.lowUs {
+		q = s.highUs
+	} else if st.MidPeriod {
+		return
+	}
+	path := "/sys/fs/cgroup/cpu/" + s.rel + "/cpu.cfs_quota_us"
+	if err := os.WriteFile(path, []byte(strconv.FormatInt(q, 10)), 0); err != nil {
+		s.t.Error(err)
+	}
+}
+
+// A raise that does not last the period: a busy loop capped at 2 ms per
+// period is raised to 4 ms at its throttle record, uses that too and
+// throttles again in the same period. The program sends a second record at
+// the new quota, so the controller can raise again instead of leaving the
+// group throttled to the period's end (one record per period did: the
+// benchmark's chain/burst waited 33 ms per throttled period).
+func TestHostKernelThrottleAgainAfterARaise(t *testing.T) {
+	rel := cgtest.New(t, "bpf-raise")
+	s := newOrSkip(t)
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "2000")
+	cgtest.Write(t, "cpuset", rel, "cpuset.cpus", "0")
+	p, err := cgtest.Start(rel, cgtest.Workload(t, "spin"), "-for", "60s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	if err := s.Watch(1, cgtest.Open(t, rel)); err != nil {
+		t.Fatal(err)
+	}
+	sink := &raiseSink{t: t, rel: rel, lowUs: 2000, highUs: 4000}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, sink) }()
+	// again counts periods with a throttle record at 2 ms, then one at 4 ms.
+	again := func() (n, first int) {
+		per := map[uint64][]int64{}
+		for _, r := range sink.snapshot() {
+			if r.MidPeriod != 0 {
+				per[r.PeriodSeq] = append(per[r.PeriodSeq], r.QuotaUs)
+			}
+		}
+		for _, qs := range per {
+			if len(qs) > 0 && qs[0] == 2000 {
+				first++
+			}
+			if len(qs) >= 2 && qs[0] == 2000 && qs[1] == 4000 {
+				n++
+			}
+		}
+		return n, first
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if n, _ := again(); n >= 5 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	n, first := again()
+	t.Logf("%d periods with a throttle record at 2 ms, %d of them with another after the raise to 4 ms", first, n)
+	if n < 5 {
+		t.Fatalf("%d periods with a second throttle record after a raise (of %d throttled at 2 ms), want >= 5", n, first)
+	}
+}

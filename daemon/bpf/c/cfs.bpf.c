@@ -18,8 +18,11 @@
  * (1 - near_permille/1000) of the quota. The controller raises the quota
  * before the group throttles instead of one round trip after.
  *
- * The first throttle of a period is also sent at once (a throttle
- * record, escrad's CpuStat.mid_period): sched_switch away from a task
+ * A throttle is also sent at once, the first of a period and the first
+ * after each raise (a throttle record, escrad's CpuStat.mid_period): a
+ * raise that runs out before the period ends needs another one, and the
+ * controller cannot see that from the period record that comes after
+ * the group waited. sched_switch away from a task
  * whose cfs_rq is throttled is where a throttle first shows without an
  * fexit on throttle_cfs_rq() (a throttled task is switched out at once
  * on 6.1, on its way back to user space since 6.18).
@@ -64,7 +67,7 @@ volatile u32 near_permille;
 
 enum escra_rec_kind {
 	ESCRA_REC_PERIOD = 0,		/* a period ended */
-	ESCRA_REC_THROTTLE = 1,		/* first throttle within a period */
+	ESCRA_REC_THROTTLE = 1,		/* first throttle of a period and quota */
 	ESCRA_REC_NEAR = 2,		/* runtime nearly used up within a period */
 };
 
@@ -86,6 +89,8 @@ struct escra_rec {
 struct escra_group {
 	u32 throttled;		/* throttled in the period in progress */
 	u32 near_quota_us;	/* quota a near record was sent at this period (0: none) */
+	u32 throttle_quota_us;	/* quota a throttle record was sent at this period (0: none) */
+	u32 pad;
 };
 
 struct escra_stats {
@@ -213,6 +218,7 @@ int BPF_PROG(escra_timer_entry, struct hrtimer *timer, ktime_t *now)
 		return 0;
 	}
 	g->near_quota_us = 0;
+	g->throttle_quota_us = 0;
 	if (BPF_CORE_READ(cfs_b, quota) == RUNTIME_INF)
 		return 0;
 	r = reserve(cfs_b, id, ESCRA_REC_PERIOD, &st);
@@ -282,7 +288,8 @@ static __always_inline int near_check(struct cfs_rq *cfs_rq)
 		return 0;
 	id = BPF_CORE_READ(tg, css.cgroup, kn, id);
 	g = bpf_map_lookup_elem(&watched, &id);
-	if (!g || g->throttled || g->near_quota_us == (u32)(quota / 1000))
+	if (!g || g->throttle_quota_us == (u32)(quota / 1000) ||
+	    g->near_quota_us == (u32)(quota / 1000))
 		return 0;
 	g->near_quota_us = quota / 1000;
 	r = reserve(cfs_b, id, ESCRA_REC_NEAR, &st);
@@ -308,6 +315,7 @@ int BPF_PROG(escra_switch, bool preempt, struct task_struct *prev)
 	struct task_group *tg;
 	struct escra_group *g;
 	struct escra_rec *r;
+	u32 quota_us;
 	u64 id;
 
 	if (!cfs_rq)
@@ -319,10 +327,19 @@ int BPF_PROG(escra_switch, bool preempt, struct task_struct *prev)
 	tg = BPF_CORE_READ(cfs_rq, tg);
 	id = BPF_CORE_READ(tg, css.cgroup, kn, id);
 	g = bpf_map_lookup_elem(&watched, &id);
-	if (!g || g->throttled)
+	if (!g)
 		return 0;
-	g->throttled = 1;
 	cfs_b = (void *)tg + bpf_core_field_offset(struct task_group, cfs_bandwidth);
+	quota_us = BPF_CORE_READ(cfs_b, quota) / 1000;
+	g->throttled = 1;
+	/*
+	 * Once per period and quota: a raise that did not last the period
+	 * (the pool was short, or the burst outgrew it) is followed by
+	 * another record when the group runs out again.
+	 */
+	if (g->throttle_quota_us == quota_us)
+		return 0;
+	g->throttle_quota_us = quota_us;
 	r = reserve(cfs_b, id, ESCRA_REC_THROTTLE, &st);
 	if (!r)
 		return 0;
