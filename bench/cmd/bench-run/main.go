@@ -402,7 +402,7 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 				continue
 			}
 			base, _ := matrix.SplitBatch(pol)
-			fmt.Fprintf(&apps, "- name: %s\n  cpu: \"%.3f\"\n  memory: \"%d\"\n  sigma: 0.1\n  policy: %s\n", app(c, pol), budget(c), int64(mem), base)
+			fmt.Fprintf(&apps, "- name: %s\n  cpu: \"%.3f\"\n  memory: \"%d\"\n  sigma: 0.1\n  allocator:\n    policy: %s\n", app(c, pol), budget(c), int64(mem), base)
 			names = append(names, app(c, pol))
 		}
 	}
