@@ -7,6 +7,7 @@ package adminapi
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
@@ -24,6 +25,10 @@ type AppSpec struct {
 	// OOM grants, 0 <= σ < 1.
 	Sigma  float64           `json:"sigma" yaml:"sigma"`
 	Params *allocator.Params `json:"params,omitempty" yaml:"params,omitempty"`
+	// ParamsNamed lists the spec's allocator fields (spec.Allocator.Named)
+	// that Params carries; the controller keeps its own for the others.
+	// Empty with Params set: Params is taken whole (an API caller's).
+	ParamsNamed []string `json:"params_named,omitempty" yaml:"params_named,omitempty"`
 	// Policy is the allocator policy (allocator.PolicyNames; "" = the
 	// controller's default).
 	Policy string `json:"policy,omitempty" yaml:"policy,omitempty"`
@@ -49,6 +54,11 @@ func (s AppSpec) Validate() error {
 	if s.Params != nil {
 		if err := s.Params.Validate(); err != nil {
 			return fmt.Errorf("app %s: %w", s.Name, err)
+		}
+	}
+	for _, f := range s.ParamsNamed {
+		if _, ok := paramFields[f]; !ok {
+			return fmt.Errorf("app %s: params_named: %q is not an allocator field", s.Name, f)
 		}
 	}
 	if s.Policy != "" {
@@ -79,18 +89,64 @@ func FromSpec(a *spec.App) AppSpec {
 	b := AppSpec{Name: a.Name, CPUCores: a.CPU, MemoryBytes: a.MemoryBytes, Sigma: a.Sigma, Spec: &d}
 	if a.AllocatorSet {
 		al := a.Allocator
-		// From the defaults: parameters the spec has no field for (the
-		// minimum step) keep theirs rather than becoming 0.
-		p := allocator.DefaultParams()
-		p.Window, p.Upsilon, p.Gamma, p.Kappa, p.Period = al.Window, al.Upsilon, al.Gamma, al.Kappa, al.Period
-		p.CPUFloorUs = int64(math.Round(al.CPUFloor * float64(al.Period.Microseconds())))
-		p.OOMStepBytes, p.SafeMarginBytes = al.OOMStepBytes, al.ReclaimMarginBytes
-		p.Headroom = al.Headroom
-		b.Params = &p
 		b.Policy = al.Policy
+		if len(al.Named) > 0 {
+			// From the defaults: parameters the spec has no field for (the
+			// minimum step) keep theirs rather than becoming 0.
+			p := allocator.DefaultParams()
+			p.Window, p.Upsilon, p.Gamma, p.Kappa, p.Period = al.Window, al.Upsilon, al.Gamma, al.Kappa, al.Period
+			p.CPUFloorUs = int64(math.Round(al.CPUFloor * float64(al.Period.Microseconds())))
+			p.OOMStepBytes, p.SafeMarginBytes = al.OOMStepBytes, al.ReclaimMarginBytes
+			p.Headroom = al.Headroom
+			b.Params = &p
+			b.ParamsNamed = append([]string(nil), al.Named...)
+		}
 	}
 	b.SLO = a.SLO
 	return b
+}
+
+// paramFields copies one spec allocator field from src into dst. The CPU
+// floor is a share of the period in the spec, so it follows dst's period
+// when the spec names the floor and not the period.
+var paramFields = map[string]func(dst *allocator.Params, src allocator.Params){
+	"kappa":          func(d *allocator.Params, s allocator.Params) { d.Kappa = s.Kappa },
+	"gamma":          func(d *allocator.Params, s allocator.Params) { d.Gamma = s.Gamma },
+	"upsilon":        func(d *allocator.Params, s allocator.Params) { d.Upsilon = s.Upsilon },
+	"window":         func(d *allocator.Params, s allocator.Params) { d.Window = s.Window },
+	"period":         func(d *allocator.Params, s allocator.Params) { d.Period = s.Period },
+	"reclaim_margin": func(d *allocator.Params, s allocator.Params) { d.SafeMarginBytes = s.SafeMarginBytes },
+	"oom_step":       func(d *allocator.Params, s allocator.Params) { d.OOMStepBytes = s.OOMStepBytes },
+	"headroom":       func(d *allocator.Params, s allocator.Params) { d.Headroom = s.Headroom },
+	"cpu_floor": func(d *allocator.Params, s allocator.Params) {
+		d.CPUFloorUs = s.CPUFloorUs
+		if sp, dp := s.PeriodUs(), d.PeriodUs(); sp > 0 && dp != sp {
+			d.CPUFloorUs = max(1000, s.CPUFloorUs*dp/sp)
+		}
+	},
+}
+
+// EffectiveParams is what the app runs with on a controller whose own
+// parameters are base: base itself without Params, Params whole without
+// ParamsNamed, else base with the named fields taken from Params.
+func (s AppSpec) EffectiveParams(base allocator.Params) allocator.Params {
+	switch {
+	case s.Params == nil:
+		return base
+	case s.ParamsNamed == nil:
+		return *s.Params
+	}
+	p := base
+	for _, f := range s.ParamsNamed {
+		if set := paramFields[f]; set != nil {
+			set(&p, *s.Params)
+		}
+	}
+	// The period first, so a floor named beside it is read against it.
+	if slices.Contains(s.ParamsNamed, "period") && slices.Contains(s.ParamsNamed, "cpu_floor") {
+		p.CPUFloorUs = s.Params.CPUFloorUs
+	}
+	return p
 }
 
 // App is one Distributed Container and its pools (GET /v1/apps).

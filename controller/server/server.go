@@ -420,9 +420,9 @@ func (s *Server) defineApp(spec AppSpec) error {
 		return err
 	}
 	b := allocator.Budget{CPUCores: spec.CPUCores, MemoryBytes: spec.MemoryBytes, Sigma: spec.Sigma}
-	p := s.cfg.Params
-	if spec.Params != nil {
-		p = *spec.Params
+	p := spec.EffectiveParams(s.cfg.Params)
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("app %s: %w", spec.Name, err)
 	}
 	pol := s.policy(spec.Name)
 	if spec.Policy != "" {

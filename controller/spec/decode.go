@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -407,7 +408,7 @@ func (d *decoder) allocator(n *yaml.Node, field string, a *Allocator) {
 			}
 		}
 	}
-	d.mapping(n, field, map[string]func(v *yaml.Node, f string){
+	seen := d.mapping(n, field, map[string]func(v *yaml.Node, f string){
 		"policy": func(v *yaml.Node, f string) {
 			a.Policy = d.str(v, f)
 			if d.ok() {
@@ -456,6 +457,12 @@ func (d *decoder) allocator(n *yaml.Node, field string, a *Allocator) {
 			}
 		},
 	})
+	for k := range seen {
+		if k != "policy" {
+			a.Named = append(a.Named, k)
+		}
+	}
+	slices.Sort(a.Named)
 }
 
 func (d *decoder) containers(n *yaml.Node, field string) []Container {

@@ -29,7 +29,7 @@ const (
 	DefaultWindow        = 10
 	DefaultPeriod        = 100 * time.Millisecond
 	DefaultReclaimMargin = 50 << 20
-	DefaultCPUFloor      = 0.05     // cores: 5 ms of a 100 ms period
+	DefaultCPUFloor      = 0.02     // cores: 2 ms of a 100 ms period, allocator.DefaultParams' floor
 	DefaultOOMStep       = 64 << 20 // bytes granted per OOM request
 	DefaultHeadroom      = 0.1      // scale-down floor above the window's peak (docs/allocator.md)
 	DefaultReplicas      = 1
@@ -67,6 +67,9 @@ type Allocator struct {
 	CPUFloor           float64       // smallest CPU limit, cores
 	OOMStepBytes       int64         // memory granted per OOM request (§IV-D-2)
 	Headroom           float64       // ours: a scale-down keeps (1+h) × the window's peak usage
+	// Named lists the parameters the section gives (policy aside); the
+	// others are the controller's own (its flags), not the defaults here.
+	Named []string
 }
 
 // Container is one container template, run Replicas times.

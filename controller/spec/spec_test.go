@@ -3,9 +3,12 @@ package spec
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/escra-dev/escra/controller/allocator"
 )
 
 func TestExamplesParse(t *testing.T) {
@@ -70,9 +73,17 @@ func TestDefaults(t *testing.T) {
 	}
 	want := Allocator{Policy: "escra", Kappa: 0.8, Gamma: 0.2, Upsilon: 20, Window: 10,
 		Period: 100 * time.Millisecond, ReclaimMarginBytes: 50 << 20,
-		CPUFloor: 0.05, OOMStepBytes: 64 << 20, Headroom: 0.1}
-	if a.Allocator != want {
+		CPUFloor: 0.02, OOMStepBytes: 64 << 20, Headroom: 0.1}
+	if !reflect.DeepEqual(a.Allocator, want) {
 		t.Fatalf("allocator defaults %+v, want %+v", a.Allocator, want)
+	}
+	// The spec's defaults are the controller's built-in ones (the CPU
+	// floor was 5 ms here while the allocator's moved to 2 ms).
+	p := allocator.DefaultParams()
+	if p.Kappa != want.Kappa || p.Gamma != want.Gamma || p.Upsilon != want.Upsilon || p.Window != want.Window ||
+		p.Period != want.Period || p.SafeMarginBytes != want.ReclaimMarginBytes || p.Headroom != want.Headroom ||
+		p.CPUFloorUs != int64(want.CPUFloor*float64(want.Period.Microseconds())) || p.OOMStepBytes != want.OOMStepBytes {
+		t.Errorf("spec defaults %+v differ from allocator.DefaultParams %+v", want, p)
 	}
 	if a.CPU != 0.5 || a.MemoryBytes != 100e6 || a.Sigma != DefaultSigma || a.Containers[0].Replicas != 1 {
 		t.Fatalf("%+v", a)

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -155,8 +156,10 @@ func TestApplySendsBudget(t *testing.T) {
 	}
 	want := adminclient.AppBudget{Name: "shop", CPUCores: 2, MemoryBytes: 1536 << 20, Sigma: 0.1,
 		Params: &allocator.Params{Kappa: 0.8, Gamma: 0.2, Upsilon: 20, Window: 10,
-			Period: 100 * time.Millisecond, CPUFloorUs: 5000, OOMStepBytes: 64 << 20, SafeMarginBytes: 50 << 20,
-			Headroom: 0.1, MinStepUs: 100}, Policy: "escra"} // the spec's allocator section keeps the defaults it does not name
+			Period: 100 * time.Millisecond, CPUFloorUs: 2000, OOMStepBytes: 64 << 20, SafeMarginBytes: 50 << 20,
+			Headroom: 0.1, MinStepUs: 100}, Policy: "escra",
+		// The fields the section names; the controller keeps its own for the rest.
+		ParamsNamed: []string{"gamma", "kappa", "period", "reclaim_margin", "upsilon", "window"}}
 	if b.Params == nil || *b.Params != *want.Params {
 		t.Fatalf("params\n got %+v\nwant %+v", b.Params, want.Params)
 	}
@@ -164,7 +167,7 @@ func TestApplySendsBudget(t *testing.T) {
 		t.Fatalf("the spec did not go along: %+v", b.Spec)
 	}
 	b.Params, want.Params, b.Spec = nil, nil, nil
-	if b != want {
+	if !reflect.DeepEqual(b, want) {
 		t.Fatalf("budget\n got %+v\nwant %+v", b, want)
 	}
 	if !strings.Contains(r.stdout, "app shop: budget 2 cores, 1.5GiB") {
