@@ -107,8 +107,7 @@ func FromSpec(a *spec.App) AppSpec {
 }
 
 // paramFields copies one spec allocator field from src into dst. The CPU
-// floor is a share of the period in the spec, so it follows dst's period
-// when the spec names the floor and not the period.
+// floor is a share of the period in the spec: EffectiveParams rescales it.
 var paramFields = map[string]func(dst *allocator.Params, src allocator.Params){
 	"kappa":          func(d *allocator.Params, s allocator.Params) { d.Kappa = s.Kappa },
 	"gamma":          func(d *allocator.Params, s allocator.Params) { d.Gamma = s.Gamma },
@@ -118,12 +117,7 @@ var paramFields = map[string]func(dst *allocator.Params, src allocator.Params){
 	"reclaim_margin": func(d *allocator.Params, s allocator.Params) { d.SafeMarginBytes = s.SafeMarginBytes },
 	"oom_step":       func(d *allocator.Params, s allocator.Params) { d.OOMStepBytes = s.OOMStepBytes },
 	"headroom":       func(d *allocator.Params, s allocator.Params) { d.Headroom = s.Headroom },
-	"cpu_floor": func(d *allocator.Params, s allocator.Params) {
-		d.CPUFloorUs = s.CPUFloorUs
-		if sp, dp := s.PeriodUs(), d.PeriodUs(); sp > 0 && dp != sp {
-			d.CPUFloorUs = max(1000, s.CPUFloorUs*dp/sp)
-		}
-	},
+	"cpu_floor":      func(d *allocator.Params, s allocator.Params) { d.CPUFloorUs = s.CPUFloorUs },
 }
 
 // EffectiveParams is what the app runs with on a controller whose own
@@ -142,9 +136,9 @@ func (s AppSpec) EffectiveParams(base allocator.Params) allocator.Params {
 			set(&p, *s.Params)
 		}
 	}
-	// The period first, so a floor named beside it is read against it.
-	if slices.Contains(s.ParamsNamed, "period") && slices.Contains(s.ParamsNamed, "cpu_floor") {
-		p.CPUFloorUs = s.Params.CPUFloorUs
+	// A floor named without a period is the same share of base's period.
+	if sp, pp := s.Params.PeriodUs(), p.PeriodUs(); slices.Contains(s.ParamsNamed, "cpu_floor") && sp > 0 && pp != sp {
+		p.CPUFloorUs = max(1000, s.Params.CPUFloorUs*pp/sp)
 	}
 	return p
 }
