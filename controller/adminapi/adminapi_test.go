@@ -65,3 +65,20 @@ func TestSpecAllocatorSectionKeepsTheControllersOtherParameters(t *testing.T) {
 		t.Error("an unknown named field was accepted")
 	}
 }
+
+// Every parameter a spec's allocator section can name is one EffectiveParams
+// knows: a section naming them all runs with exactly the spec's values,
+// whatever the controller's are.
+func TestEveryNamedSpecFieldIsApplied(t *testing.T) {
+	s := parse(t, "allocator: {policy: escra, kappa: 0.5, gamma: 0.3, upsilon: 7, window: 4, period: 50ms,\n"+
+		"  reclaim_margin: 16MiB, cpu_floor: 40m, oom_step: 8MiB, headroom: 0.4}\n")
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.ParamsNamed) != len(paramFields) {
+		t.Fatalf("named %v, EffectiveParams knows %d fields", s.ParamsNamed, len(paramFields))
+	}
+	if got := s.EffectiveParams(controllerParams()); !reflect.DeepEqual(got, *s.Params) {
+		t.Fatalf("every field named:\n got %+v\nwant %+v", got, *s.Params)
+	}
+}
