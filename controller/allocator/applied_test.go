@@ -420,8 +420,8 @@ func TestHoldRaises(t *testing.T) {
 			t.Fatalf("throttled member raised to %d µs while raises are held", d.QuotaUs)
 		}
 	}
-	if d, _ := a.Throttle(k, 7); d.Gen != 0 {
-		t.Fatalf("throttle event raised: %+v", d)
+	if ds, _ := a.Throttle(k, 7); len(ds) != 0 {
+		t.Fatalf("throttle event raised: %+v", ds)
 	}
 	if o := a.OOM(k, 100*MiB, 100*MiB, 4096, false); o.Action != OOMDeny {
 		t.Fatalf("OOM while raises are held: %+v", o)

@@ -50,8 +50,9 @@ func runBurstModelEvents(t *testing.T, p Params, pol Policy, members int, seed i
 			if events && demand >= 0.95*q {
 				// Fraction of the period gone when 95 % of the quota is used.
 				f := math.Min(1, 0.95*q/demand+0.02)
-				if d, err := a.Throttle(k, uint64(t0)); err == nil && d.QuotaUs > 0 {
-					q2 := float64(d.QuotaUs)
+				// Siblings the event cut take it in their own turn.
+				if _, err := a.Throttle(k, uint64(t0)); err == nil && float64(a.Member(k).QuotaUs) > q {
+					q2 := float64(a.Member(k).QuotaUs)
 					used = math.Min(demand, 0.95*q+q2*(1-f))
 					q = q2
 				}

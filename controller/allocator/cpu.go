@@ -91,33 +91,58 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 
 // Throttle handles a throttle event: member k ran out of quota in the
 // middle of period seq (the period its next statistic will report). The
-// policy may raise the quota at once; a scale-down is never taken here.
-// An event for a period whose statistic already arrived is stale.
-func (a *App) Throttle(k Key, seq uint64) (Decision, error) {
+// policy may raise the quota at once; a scale-down of k is never taken
+// here. An event for a period whose statistic already arrived is stale.
+//
+// With P.FairShareOnThrottle, a member below its equal share Ω/λ whose
+// raise the pool cannot cover takes the rest from members above Ω/λ, down
+// to Ω/λ (takeCPU): the cuts come first in the result, and under
+// AckGated the raise beyond the pool follows their acknowledgements
+// (wantQuota, Redistribute). So a throttled container can always reach
+// what an equal static split would give it, as a sibling that hoards its
+// last peak's quota no longer leaves it throttled to the period's end.
+// Only members below Ω/λ take and only members above it give: no cycle.
+func (a *App) Throttle(k Key, seq uint64) ([]Decision, error) {
 	m := a.members[k]
 	if m == nil {
-		return Decision{}, ErrUnknown
+		return nil, ErrUnknown
 	}
 	if m.seen && seq <= m.lastSeq {
-		return Decision{}, ErrStale
+		return nil, ErrStale
 	}
 	m.ThrottleEvents++
 	if m.QuotaUs <= 0 {
-		return Decision{}, nil
+		return nil, nil
 	}
 	in := CPUInput{Key: k, P: a.P, QuotaUs: m.QuotaUs, Throttled: true,
 		AvgThrottle: m.AvgThrottle(), AvgUnusedUs: m.AvgUnusedUs(), PeakUsedUs: m.PeakUsedUs(),
 		DecayedPeakUs: int64(m.decayPeak), UnallocatedUs: a.CPUUnallocatedUs(), Members: len(a.order)}
-	q, r := a.Policy.OnThrottle(in)
-	if q <= m.QuotaUs {
-		return Decision{}, nil
+	want, r := a.Policy.OnThrottle(in)
+	if want <= m.QuotaUs {
+		return nil, nil
 	}
-	q = a.clampQuota(m, q)
+	var out []Decision
+	if fair := min(a.omegaUs/int64(len(a.order)), m.HostMaxUs); a.P.FairShareOnThrottle && m.QuotaUs < fair &&
+		!a.HoldRaises && m.QuotaUs+a.CPUUnallocatedUs() < min(want, fair) {
+		target := fair // what an equal split gives; one round trip, not a doubling per event
+		if need := target - m.QuotaUs - a.targetFreeUs(); need > 0 {
+			out = a.takeCPU(need, fair)
+		}
+		if a.AckGated {
+			m.wantQuota = max(m.wantQuota, target)
+		} else {
+			want = max(want, target)
+		}
+	}
+	q := a.clampQuota(m, want)
 	if q-m.QuotaUs < a.P.MinStepUs {
-		return Decision{}, nil
+		return out, nil
 	}
 	m.raisedSeq = seq + 1
-	return a.decide(m, q, 0, r), nil
+	if d := a.decide(m, q, 0, r); d.Gen != 0 {
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // peakDecay is the per-period factor 2^(−P/half-life) of the decaying

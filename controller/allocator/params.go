@@ -48,6 +48,10 @@ type Params struct {
 	// whose policy reacts inside a period (escra). Ours. Off by default:
 	// docs/allocator.md, "Host-local leases", says why.
 	LeaseFraction float64 `json:"lease_fraction,omitempty" yaml:"lease_fraction,omitempty"`
+	// FairShareOnThrottle: a member throttled below its equal share Ω/λ
+	// whose raise the pool cannot cover takes the rest from members above
+	// Ω/λ (App.Throttle; escra policy only). Ours.
+	FairShareOnThrottle bool `json:"fair_share_on_throttle" yaml:"fair_share_on_throttle"`
 }
 
 const MiB = 1 << 20
@@ -69,6 +73,8 @@ func DefaultParams() Params {
 		MinStepUs:       100,
 		OOMStepBytes:    64 * MiB,
 		SafeMarginBytes: 50 * MiB,
+
+		FairShareOnThrottle: true,
 	}
 }
 

@@ -73,9 +73,9 @@ func TestThrottleEvent(t *testing.T) {
 	if q0 > 10000 {
 		t.Fatalf("idle member kept %d µs", q0)
 	}
-	d, err := a.Throttle(1, 30)
-	if err != nil || d.QuotaUs <= q0 || d.Reason != ReasonThrottleEvent {
-		t.Fatalf("throttle event: %+v, %v (quota was %d)", d, err, q0)
+	ds, err := a.Throttle(1, 30)
+	if err != nil || len(ds) != 1 || ds[0].QuotaUs <= q0 || ds[0].Reason != ReasonThrottleEvent {
+		t.Fatalf("throttle event: %+v, %v (quota was %d)", ds, err, q0)
 	}
 	if got := a.CPUAllocatedUs(); got > a.OmegaUs() {
 		t.Fatalf("Σ quotas %d > Ω %d", got, a.OmegaUs())
@@ -91,13 +91,13 @@ func TestThrottleEvent(t *testing.T) {
 	if _, err := a.Throttle(1, 29); err != ErrStale {
 		t.Fatalf("event for a reported period: %v, want ErrStale", err)
 	}
-	if d, err := a.Throttle(1, 30); err != nil || d.QuotaUs != 0 {
-		t.Fatalf("event with an empty pool: %+v, %v; want no decision", d, err)
+	if ds, err := a.Throttle(1, 30); err != nil || len(ds) != 0 {
+		t.Fatalf("event with an empty pool at the equal share: %+v, %v; want no decision", ds, err)
 	}
 	paper, _ := NewApp("p", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), EscraPaper{})
 	join(t, paper, 1, 2)
-	if d, err := paper.Throttle(1, 0); err != nil || d.QuotaUs != 0 {
-		t.Fatalf("escra-paper reacted to a throttle event: %+v %v", d, err)
+	if ds, err := paper.Throttle(1, 0); err != nil || len(ds) != 0 {
+		t.Fatalf("escra-paper reacted to a throttle event: %+v %v", ds, err)
 	}
 }
 

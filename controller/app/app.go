@@ -240,6 +240,7 @@ const (
 	ThrottleRaised   = "raised"
 	ThrottleNoChange = "nochange"
 	ThrottleStale    = "stale"
+	ThrottleTook     = "took"
 )
 
 // ThrottleEvent hands a throttle event (member k ran out of quota in the
@@ -249,7 +250,7 @@ const (
 func (s *Shard) ThrottleEvent(k allocator.Key, seq uint64, recvNs int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	d, err := s.a.Throttle(k, seq)
+	ds, err := s.a.Throttle(k, seq)
 	switch err {
 	case nil:
 	case allocator.ErrStale:
@@ -261,12 +262,21 @@ func (s *Shard) ThrottleEvent(k allocator.Key, seq uint64, recvNs int64) {
 		s.cnt.BadStat("unknown_container")
 		return
 	}
-	if d.Gen == 0 {
-		s.cnt.ThrottleEvent(ThrottleNoChange)
-		return
+	raised := false
+	for _, d := range ds {
+		raised = raised || d.Key == k
+		s.send(d, recvNs, nil, false)
 	}
-	s.cnt.ThrottleEvent(ThrottleRaised)
-	s.send(d, recvNs, nil, false)
+	switch {
+	case raised:
+		s.cnt.ThrottleEvent(ThrottleRaised)
+	case len(ds) > 0:
+		// Members above their share were cut; k's raise follows the
+		// acknowledgements (Redistribute).
+		s.cnt.ThrottleEvent(ThrottleTook)
+	default:
+		s.cnt.ThrottleEvent(ThrottleNoChange)
+	}
 }
 
 // apply sends a decision to the member's host.

@@ -45,7 +45,7 @@ func newMetrics(s *Server) *metrics {
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_decisions_total",
 		Help: "Allocator decisions carried out, by reason (throttled, unused, bootstrap, oom-granted, ...)."}, []string{"reason"})
 	m.throttleEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_throttle_events_total",
-		Help: "Throttle events (a container ran out of quota mid-period), by result: raised, nochange, stale."}, []string{"result"})
+		Help: "Throttle events (a container ran out of quota mid-period), by result: raised, took (members above their share cut; the raise follows their acknowledgements), nochange, stale."}, []string{"result"})
 	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_lease_events_total",
 		Help: "Host-local CPU lease messages (issue 11), by event: grant, revoke (sent), use, return (received)."}, []string{"event"})
 	m.badInput = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_bad_input_total",
@@ -55,7 +55,7 @@ func newMetrics(s *Server) *metrics {
 	m.verdictLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escra_oom_verdict_latency_seconds",
 		Help: "OOM request read to verdict written (includes the set-limits round trip).", Buckets: latencyBuckets})
 	// The three results are known: export them from the start at 0.
-	for _, r := range []string{app.ThrottleRaised, app.ThrottleNoChange, app.ThrottleStale} {
+	for _, r := range []string{app.ThrottleRaised, app.ThrottleTook, app.ThrottleNoChange, app.ThrottleStale} {
 		m.throttleEvents.WithLabelValues(r)
 	}
 	m.reg.MustRegister(m.decisions, m.throttleEvents, m.leases, m.badInput, m.decisionLatency, m.verdictLatency, m,
