@@ -265,7 +265,11 @@ func (s *Shard) ThrottleEvent(k allocator.Key, seq uint64, recvNs int64) {
 	raised := false
 	for _, d := range ds {
 		raised = raised || d.Key == k
-		s.send(d, recvNs, nil, false)
+		// The caller wakes the event's host; a sibling cut on another
+		// host wakes that host's writer itself.
+		other := d.Key != k && s.members[d.Key] != nil && s.members[k] != nil &&
+			s.members[d.Key].HostID != s.members[k].HostID
+		s.send(d, recvNs, nil, other)
 	}
 	switch {
 	case raised:
