@@ -54,7 +54,7 @@ func newMetrics(s *Server) *metrics {
 		Help: "Telemetry datagram received to set-limits written.", Buckets: latencyBuckets})
 	m.verdictLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escra_oom_verdict_latency_seconds",
 		Help: "OOM request read to verdict written (includes the set-limits round trip).", Buckets: latencyBuckets})
-	// The three results are known: export them from the start at 0.
+	// The results are known: export them from the start at 0.
 	for _, r := range []string{app.ThrottleRaised, app.ThrottleTook, app.ThrottleNoChange, app.ThrottleStale} {
 		m.throttleEvents.WithLabelValues(r)
 	}
