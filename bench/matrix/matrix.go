@@ -3,7 +3,9 @@ package matrix
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -89,6 +91,15 @@ func (c Config) Static15Cores(peaks []Peak) float64 {
 		sum += c.capCores(1.5 * p.CPU)
 	}
 	return sum
+}
+
+// appCPUCount is how many CPUs a container under test may run on: the
+// pinned cpuset's size, else the host's.
+func (c Config) appCPUCount() int {
+	if c.AppCores >= 1 {
+		return int(math.Ceil(c.AppCores))
+	}
+	return runtime.NumCPU()
 }
 
 func (c Config) capCores(x float64) float64 {
@@ -229,7 +240,7 @@ func (c Config) start(ctx context.Context, w Workload, cell Cell, policyName str
 			res.Memory = int64(k * peaks[i].Mem)
 			res.MemorySwap = -1
 		}
-		cr, err := c.Docker.ContainerCreate(ctx, &container.Config{Image: c.Images[w.Image.Name], Cmd: w.Cmd(i, c.BasePort+i), Labels: labels},
+		cr, err := c.Docker.ContainerCreate(ctx, &container.Config{Image: c.Images[w.Image.Name], Cmd: w.Cmd(i, c.BasePort+i, c.appCPUCount()), Labels: labels},
 			&container.HostConfig{NetworkMode: "host", Resources: res, RestartPolicy: container.RestartPolicy{Name: "unless-stopped"}},
 			nil, nil, name)
 		if err != nil {

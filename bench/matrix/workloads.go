@@ -21,8 +21,9 @@ type Workload struct {
 	Name     string
 	Image    images.Spec
 	Replicas int
-	// Cmd is the command of replica i listening on port.
-	Cmd func(i, port int) []string
+	// Cmd is the command of replica i listening on port, given the number
+	// of CPUs the containers under test are pinned to.
+	Cmd func(i, port, cpus int) []string
 	// Loads this workload is driven with (names given to Client).
 	Loads []string
 	// Ready waits until every replica answers.
@@ -106,7 +107,7 @@ var Workloads = []Workload{
 		// follow the load. (Faulting memory in is expensive in this VM:
 		// ≈ 4 µs a page, so a 4 MiB request also costs ≈ 18 ms of CPU.)
 		Name: "demo-http", Image: images.DemoHTTP, Replicas: 2,
-		Cmd:   func(_, port int) []string { return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)} },
+		Cmd:   func(_, port, _ int) []string { return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)} },
 		Loads: []string{"fixed", "exp", "burst", "trace"},
 		Ready: waitHTTP("/healthz"),
 		Client: httpClient(0.15, func(ports []int) []string {
@@ -128,7 +129,7 @@ var Workloads = []Workload{
 		// that burns 2 ms and calls the next over loopback. One app budget
 		// covers all three; the load reaches only the front.
 		Name: "chain", Image: images.DemoHTTP, Replicas: 3,
-		Cmd: func(i, port int) []string {
+		Cmd: func(i, port, _ int) []string {
 			args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}
 			if i < 2 {
 				args = append(args, "-next", fmt.Sprintf("http://127.0.0.1:%d", port+1))
@@ -142,9 +143,17 @@ var Workloads = []Workload{
 		}, nil),
 	},
 	{
-		// nginx gzip-9 of a 64 KiB text (≈ 11 ms of CPU per request).
+		// nginx gzip-9 of a 64 KiB text (≈ 5 ms of CPU per request here).
+		// One worker per CPU the container is pinned to, as an operator
+		// sets worker_processes: with two workers on one CPU, which worker
+		// accepts each of wrk's 4 connections is a coin flip, and a 1:3
+		// split halves one worker's share per connection (p99 ≈ 33 ms
+		// against 20 ms for 4:0 or 2:2 under the same static limit;
+		// docs/benchmarks.md, run M).
 		Name: "nginx", Image: images.Nginx, Replicas: 1,
-		Cmd:   func(_, port int) []string { return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)} },
+		Cmd: func(_, port, cpus int) []string {
+			return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-workers", fmt.Sprint(max(1, cpus))}
+		},
 		Loads: []string{"fixed", "exp", "burst", "trace", "wrk"},
 		Ready: waitHTTP("/healthz"),
 		Client: func(ctx context.Context, r ClientRun) (load.Result, error) {
@@ -157,7 +166,7 @@ var Workloads = []Workload{
 	},
 	{
 		Name: "redis", Image: images.Redis, Replicas: 1,
-		Cmd:    func(_, port int) []string { return []string{"--port", fmt.Sprint(port)} },
+		Cmd:    func(_, port, _ int) []string { return []string{"--port", fmt.Sprint(port)} },
 		Loads:  []string{"redis-benchmark"},
 		Ready:  waitTCP,
 		Client: redisClient,
@@ -165,7 +174,7 @@ var Workloads = []Workload{
 	{
 		// No client: the working set waves between 32 and 192 MiB every 20 s.
 		Name: "memwave", Image: images.Memwave, Replicas: 1,
-		Cmd:   func(_, _ int) []string { return []string{"-min", "32", "-max", "192", "-period", "20s"} },
+		Cmd:   func(_, _, _ int) []string { return []string{"-min", "32", "-max", "192", "-period", "20s"} },
 		Loads: []string{"wave"},
 		Ready: func(context.Context, []int) error { return nil },
 		Client: func(ctx context.Context, r ClientRun) (load.Result, error) {
