@@ -51,6 +51,8 @@ type Config struct {
 	// escrad and escra-controller must be running. Nil skips Escra.
 	Escra    *Escra
 	Progress func(string)
+
+	batch *batchHolder // the +batch runs' container, kept by Run
 }
 
 type Escra struct {
@@ -361,11 +363,20 @@ func fmtPeaks(ps []Peak) string {
 func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Run, []string) {
 	var runs []report.Run
 	var notes []string
-	total := len(c.Cells()) * len(c.Policies) * max(1, c.Reps)
+	c.batch = &batchHolder{}
+	defer func() {
+		if c.batch.b != nil {
+			c.batch.b.close()
+		}
+	}()
+	total := 0
+	for _, cell := range c.Cells() {
+		total += len(c.cellPolicies(cell)) * max(1, c.Reps)
+	}
 	n := 0
 	for rep := 0; rep < max(1, c.Reps); rep++ {
 		for ci, cell := range c.Cells() {
-			order := append([]string(nil), c.Policies...)
+			order := c.cellPolicies(cell)
 			rng := rand.New(rand.NewSource(c.Seed*1_000_003 + int64(rep)*1009 + int64(ci)))
 			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 			for pos, p := range order {
@@ -397,6 +408,21 @@ func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Ru
 	return runs, notes
 }
 
+// cellPolicies is the policies a cell runs: all of them, except that a
+// cell without a client skips the batch variants (no latency for the
+// batch container to cost; its slack is the plain run's).
+func (c Config) cellPolicies(cell Cell) []string {
+	w, _ := WorkloadByName(cell.Workload)
+	var out []string
+	for _, p := range c.Policies {
+		if _, batch := SplitBatch(p); batch && w.NoClient {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // WantsEscra: some policy of the run is one of Escra's (escrad and
 // escra-controller must run).
 func (c Config) WantsEscra() bool {
@@ -425,10 +451,10 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 	var batch *batchRun
 	base, colocate := SplitBatch(policyName)
 	if colocate {
-		if batch, err = c.startBatch(ctx); err != nil {
+		if batch, err = c.resumeBatch(ctx); err != nil {
 			return run, err
 		}
-		defer batch.close()
+		defer batch.suspend(context.WithoutCancel(ctx))
 	}
 
 	// Static limits were set by `docker create`, as a user would; the

@@ -1,7 +1,11 @@
 package matrix
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -43,6 +47,23 @@ func TestCellsAndValidate(t *testing.T) {
 	}
 }
 
+// TestBatchOnlyWhereThereIsAClient: memwave (no client) skips the batch
+// variants, cells with a client run every policy, and nginx gets one
+// worker per app CPU.
+func TestBatchOnlyWhereThereIsAClient(t *testing.T) {
+	c := Config{Policies: []string{"static15", "static15+batch", "escra", "escra+batch"}, AppCores: 1}
+	if got := c.cellPolicies(Cell{"memwave", "wave"}); len(got) != 2 || got[0] != "static15" || got[1] != "escra" {
+		t.Errorf("memwave runs %v, want [static15 escra]", got)
+	}
+	if got := c.cellPolicies(Cell{"nginx", "wrk"}); len(got) != 4 {
+		t.Errorf("nginx/wrk runs %v, want all four", got)
+	}
+	w, _ := WorkloadByName("nginx")
+	if cmd := w.Cmd(0, 8081, c.appCPUCount()); cmd[len(cmd)-2] != "-workers" || cmd[len(cmd)-1] != "1" {
+		t.Errorf("nginx command %v, want -workers 1 on one app CPU", cmd)
+	}
+}
+
 // TestMatrixOnTheRealEngine profiles memwave and runs it under static10 for
 // a few seconds: the run has slack samples, a series, and the limit the
 // profile implies.
@@ -67,19 +88,25 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Config{Docker: cli, Images: map[string]string{images.Memwave.Name: tag, images.Spin.Name: spin}, Workloads: []string{"memwave"},
-		Loads: []string{"wave"}, Policies: []string{"static10+batch", "escra"}, Duration: 4 * time.Second, Reps: 1, BasePort: 19900,
+	// memwave as if it had a client, so the matrix runs its +batch variant.
+	w, _ := WorkloadByName("memwave")
+	w.Name, w.NoClient = "memwave-batch", false
+	Workloads = append(Workloads, w)
+	t.Cleanup(func() { Workloads = Workloads[:len(Workloads)-1] })
+	c := Config{Docker: cli, Images: map[string]string{images.Memwave.Name: tag, images.Spin.Name: spin}, Workloads: []string{w.Name},
+		Loads: []string{"wave"}, Policies: []string{"static10+batch", "static10", "escra"}, Duration: 4 * time.Second, Reps: 1, BasePort: 19900,
 		AppCPUs: "0", AppCores: 1}
 	t.Cleanup(func() {
-		cli.ContainerRemove(context.Background(), "escra-bench-memwave-0", container.RemoveOptions{Force: true})
+		cli.ContainerRemove(context.Background(), "escra-bench-"+w.Name+"-0", container.RemoveOptions{Force: true})
 		cli.ContainerRemove(context.Background(), "escra-bench-batch", container.RemoveOptions{Force: true})
 	})
+	cell := Cell{w.Name, "wave"}
 	profiles, err := c.Profile(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pk := profiles[Cell{"memwave", "wave"}].Peaks
-	if n := len(profiles[Cell{"memwave", "wave"}].CPU[0]); n < 20 {
+	pk := profiles[cell].Peaks
+	if n := len(profiles[cell].CPU[0]); n < 20 {
 		t.Fatalf("profile kept %d CPU samples, want the whole series", n)
 	}
 	// 4 s of a 20 s wave from 32 MiB: the working set passes ~50 MiB.
@@ -87,13 +114,19 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 		t.Fatalf("peaks %+v", pk)
 	}
 	runs, notes := c.Run(ctx, profiles)
-	if len(runs) != 1 || runs[0].Policy != "static10+batch" {
+	if len(runs) != 2 {
 		t.Fatalf("runs %+v notes %v", runs, notes)
 	}
 	if len(notes) != 1 { // Escra skipped without processes: said so
 		t.Errorf("notes %v", notes)
 	}
+	if _, err := cli.ContainerInspect(ctx, "escra-bench-batch"); err == nil {
+		t.Error("the batch container outlived the matrix")
+	}
 	r := runs[0]
+	if r.Policy != "static10+batch" {
+		r = runs[1]
+	}
 	if len(r.Slack) < 20 || len(r.Series) < 20 {
 		t.Fatalf("%d slack, %d series samples", len(r.Slack), len(r.Series))
 	}
@@ -111,6 +144,89 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 	if d := last.MemLimitMiB - pk[0].Mem/(1<<20); d < -0.01 || d > 0.01 {
 		t.Errorf("memory limit %v MiB, want the profiled peak %v MiB", last.MemLimitMiB, pk[0].Mem/(1<<20))
 	}
+}
+
+// TestBatchSuspendedBetweenRuns: the matrix's batch container spins while
+// a +batch run has it, takes no CPU at all while suspended (the plain runs
+// between), and spins again when resumed.
+func TestBatchSuspendedBetweenRuns(t *testing.T) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	root, err := images.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	spin, err := (&images.Builder{Docker: cli, RepoRoot: root}).Build(ctx, images.Spin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Config{Docker: cli, Images: map[string]string{images.Spin.Name: spin}, AppCPUs: "0", AppCores: 1, batch: &batchHolder{}}
+	t.Cleanup(func() {
+		cli.ContainerRemove(context.Background(), "escra-bench-batch", container.RemoveOptions{Force: true})
+	})
+	spun := func(b *batchRun) uint64 {
+		u0 := b.usageNs()
+		time.Sleep(time.Second)
+		return b.usageNs() - u0
+	}
+	for round := range 2 {
+		b, err := c.resumeBatch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.follow(ctx, 0.5)
+		if ns := spun(b); ns == 0 {
+			t.Fatalf("round %d: the resumed batch container used no CPU in 1 s", round)
+		}
+		b.suspend(ctx)
+		if c.batch.b != b {
+			t.Fatalf("round %d: suspend dropped the container", round)
+		}
+		// A stop takes effect when each thread next runs: for a throttled
+		// SCHED_IDLE spinner, up to a period or more after the signal.
+		in, err := cli.ContainerInspect(ctx, b.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); !allStopped(t, in.State.Pid); {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the batch container's threads are not all stopped 10 s after suspend", round)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if ns := spun(b); ns != 0 {
+			t.Errorf("round %d: the suspended batch container used %d ns of CPU in 1 s", round, ns)
+		}
+	}
+	c.batch.b.close()
+	if _, err := cli.ContainerInspect(ctx, "escra-bench-batch"); err == nil {
+		t.Error("the batch container is still there after close")
+	}
+}
+
+// allStopped: every thread of pid is in group stop (state T).
+func allStopped(t *testing.T, pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of %d: %v", pid, err)
+	}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return false
+		}
+		// state is the first field after the parenthesised command
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // The sweep keeps the weights with the least demand above the limit on a

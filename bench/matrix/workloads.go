@@ -30,6 +30,9 @@ type Workload struct {
 	Ready func(ctx context.Context, ports []int) error
 	// Client drives the load and reports what the client measured.
 	Client func(ctx context.Context, r ClientRun) (load.Result, error)
+	// NoClient: Client only waits (no requests, so no latency): a batch
+	// container beside it would measure nothing the plain run does not.
+	NoClient bool
 }
 
 // ClientRun is one drive of a workload's client.
@@ -173,7 +176,7 @@ var Workloads = []Workload{
 	},
 	{
 		// No client: the working set waves between 32 and 192 MiB every 20 s.
-		Name: "memwave", Image: images.Memwave, Replicas: 1,
+		Name: "memwave", Image: images.Memwave, Replicas: 1, NoClient: true,
 		Cmd:   func(_, _, _ int) []string { return []string{"-min", "32", "-max", "192", "-period", "20s"} },
 		Loads: []string{"wave"},
 		Ready: func(context.Context, []int) error { return nil },
