@@ -369,10 +369,7 @@ func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Ru
 			c.batch.b.close()
 		}
 	}()
-	total := 0
-	for _, cell := range c.Cells() {
-		total += len(c.cellPolicies(cell)) * max(1, c.Reps)
-	}
+	total := c.RunCount()
 	n := 0
 	for rep := 0; rep < max(1, c.Reps); rep++ {
 		for ci, cell := range c.Cells() {
@@ -406,6 +403,15 @@ func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Ru
 		notes = append(notes, "Escra runs skipped: escrad and escra-controller were not running")
 	}
 	return runs, notes
+}
+
+// RunCount is how many runs Run makes.
+func (c Config) RunCount() int {
+	n := 0
+	for _, cell := range c.Cells() {
+		n += len(c.cellPolicies(cell)) * max(1, c.Reps)
+	}
+	return n
 }
 
 // cellPolicies is the policies a cell runs: all of them, except that a

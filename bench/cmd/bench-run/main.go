@@ -179,8 +179,8 @@ func run() error {
 		return err
 	}
 	cells := cfg.Cells()
-	say("%s run: %d cells × %d policies × %d reps of %s, plus %d profiling runs",
-		mode, len(cells), len(cfg.Policies), cfg.Reps, cfg.Duration, len(cells))
+	say("%s run: %d runs (%d cells × %d policies × %d reps of %s, no +batch policy in a cell without a client), plus %d profiling runs",
+		mode, cfg.RunCount(), len(cells), len(cfg.Policies), cfg.Reps, cfg.Duration, len(cells))
 	var profiles map[matrix.Cell]matrix.Profile
 	if *profilesFrom != "" {
 		if profiles, err = loadProfiles(*profilesFrom, cells); err != nil {
