@@ -200,6 +200,10 @@ var nginxAuto = images.Spec{
 	Changes: []string{`ENTRYPOINT ["/bin/sh", "-c", "sed s/@PORT@/$PORT/ /etc/wys-nginx.conf.in > /tmp/nginx.conf && exec /usr/sbin/nginx -e stderr -c /tmp/nginx.conf"]`},
 }
 
+// reuseport gives each worker its own listening socket and spreads
+// connections over them: without it one worker often accepts all of
+// wrk's connections at once, and the quota arm is a single-threaded
+// program like the WYSIWYG arm (docs/wysiwyg.md, runs 6 and 7).
 const nginxConf = `worker_processes auto;
 daemon off;
 master_process on;
@@ -222,7 +226,7 @@ http {
     gzip_min_length 1;
     gzip_types text/plain;
     server {
-        listen 127.0.0.1:@PORT@;
+        listen 127.0.0.1:@PORT@ reuseport;
         root /srv/www;
     }
 }
@@ -448,7 +452,7 @@ func (e *env) realPrograms(ctx context.Context, sum summary, rep *strings.Builde
 	if err := pinClients(); err != nil {
 		return fmt.Errorf("pin the load generator on CPU 0: %w", err)
 	}
-	fmt.Fprintf(rep, "## Real programs at a 1-core allocation\n\nquota = stock Docker `--cpus 1`; wysiwyg = escra.cpu=wysiwyg with `--cpus 1`, placed by escrad (hard mode) on an exclusive core, its /sys/devices/system/cpu/online view bind-mounted. wrk (1 thread, 8 connections, gzip) pinned on CPU 0 (every thread of this process), %v per run; %d repetitions, alternating which case goes first; the summary holds medians.\n\n", *dur, *reps)
+	fmt.Fprintf(rep, "## Real programs at a 1-core allocation\n\nquota = stock Docker `--cpus 1`; wysiwyg = escra.cpu=wysiwyg with `--cpus 1`, placed by escrad (hard mode) on an exclusive core, its /sys/devices/system/cpu/online view bind-mounted. nginx listens with reuseport; wrk (1 thread, 8 connections, gzip) pinned on CPU 0 (every thread of this process), %v per run; %d repetitions, alternating which case goes first; the summary holds medians.\n\n", *dur, *reps)
 	fmt.Fprintf(rep, "| case | rep | nproc | online | /proc/cpuinfo CPUs | nginx workers | nginx req/s | nginx p99 ms | nginx cores used | nginx throttled %% | sysbench threads | sysbench events/s | sysbench p99 ms | Go GOMAXPROCS | Go blocks/s | Go p99 ms | nginx busy workers | idle on app CPUs | others on app CPUs |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	all := map[string][]caseResult{}
 	for r := 0; r < *reps; r++ {
