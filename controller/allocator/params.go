@@ -7,6 +7,7 @@
 package allocator
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -76,6 +77,22 @@ func DefaultParams() Params {
 
 		FairShareOnThrottle: true,
 	}
+}
+
+// UnmarshalJSON starts from DefaultParams, so a field the sender did not
+// know of gets its default rather than its zero: a whole Params from an
+// older escractl, or an app stored before fair_share_on_throttle existed,
+// would otherwise decode with that option off. Every field is marshalled
+// (LeaseFraction is omitted only at 0, its default), so a round trip is
+// exact.
+func (p *Params) UnmarshalJSON(b []byte) error {
+	type plain Params // without this method
+	d := plain(DefaultParams())
+	if err := json.Unmarshal(b, &d); err != nil {
+		return err
+	}
+	*p = Params(d)
+	return nil
 }
 
 // PeriodUs is the period in microseconds.
