@@ -64,36 +64,42 @@ func TestBatchOnlyWhereThereIsAClient(t *testing.T) {
 	}
 }
 
-// TestMatrixOnTheRealEngine profiles memwave and runs it under static10 for
-// a few seconds: the run has slack samples, a series, and the limit the
-// profile implies.
-func TestMatrixOnTheRealEngine(t *testing.T) {
+// engineWith connects to the real engine (closed when the test ends) and
+// builds the images, returning their tags by image name.
+func engineWith(ctx context.Context, t *testing.T, specs ...images.Spec) (*client.Client, map[string]string) {
+	t.Helper()
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cli.Close()
+	t.Cleanup(func() { cli.Close() })
 	root, err := images.RepoRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := &images.Builder{Docker: cli, RepoRoot: root}
+	tags := map[string]string{}
+	for _, sp := range specs {
+		if tags[sp.Name], err = b.Build(ctx, sp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cli, tags
+}
+
+// TestMatrixOnTheRealEngine profiles memwave and runs it under static10 for
+// a few seconds: the run has slack samples, a series, and the limit the
+// profile implies.
+func TestMatrixOnTheRealEngine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	b := &images.Builder{Docker: cli, RepoRoot: root}
-	tag, err := b.Build(ctx, images.Memwave)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spin, err := b.Build(ctx, images.Spin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli, tags := engineWith(ctx, t, images.Memwave, images.Spin)
 	// memwave as if it had a client, so the matrix runs its +batch variant.
 	w, _ := WorkloadByName("memwave")
 	w.Name, w.NoClient = "memwave-batch", false
 	Workloads = append(Workloads, w)
 	t.Cleanup(func() { Workloads = Workloads[:len(Workloads)-1] })
-	c := Config{Docker: cli, Images: map[string]string{images.Memwave.Name: tag, images.Spin.Name: spin}, Workloads: []string{w.Name},
+	c := Config{Docker: cli, Images: tags, Workloads: []string{w.Name},
 		Loads: []string{"wave"}, Policies: []string{"static10+batch", "static10", "escra"}, Duration: 4 * time.Second, Reps: 1, BasePort: 19900,
 		AppCPUs: "0", AppCores: 1}
 	t.Cleanup(func() {
@@ -150,22 +156,10 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 // a +batch run has it, takes no CPU at all while suspended (the plain runs
 // between), and spins again when resumed.
 func TestBatchSuspendedBetweenRuns(t *testing.T) {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	root, err := images.RepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	spin, err := (&images.Builder{Docker: cli, RepoRoot: root}).Build(ctx, images.Spin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := Config{Docker: cli, Images: map[string]string{images.Spin.Name: spin}, AppCPUs: "0", AppCores: 1, batch: &batchHolder{}}
+	cli, tags := engineWith(ctx, t, images.Spin)
+	c := Config{Docker: cli, Images: tags, AppCPUs: "0", AppCores: 1, batch: &batchHolder{}}
 	t.Cleanup(func() {
 		cli.ContainerRemove(context.Background(), "escra-bench-batch", container.RemoveOptions{Force: true})
 	})
