@@ -27,8 +27,9 @@ import (
 // pool goes to the batch until Escra raises a quota again.
 //
 // One container serves every +batch run of a matrix: it is created at the
-// first, stopped (SIGSTOP to every task: it takes no CPU at all) after each
-// and continued (SIGCONT) at the next, and removed when the matrix ends.
+// first, stopped after each (SIGSTOP to the spinner, one process: all its
+// threads stop and it takes no CPU at all), continued (SIGCONT) at the
+// next, and removed when the matrix ends.
 // Creating and starting a container costs ≈ 1.3 s here, 30 times a quick
 // run; a stopped one does not share the CPUs with the plain runs.
 type batchRun struct {
