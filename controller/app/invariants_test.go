@@ -16,17 +16,25 @@ func (c *counts) BadStat(reason string) { c.bad[reason]++ }
 func (c *counts) ThrottleEvent(string)  {}
 func (c *counts) Lease(string)          {}
 
-// The last check before a decision leaves: a quota under the floor (or
-// under Ω/λ when Ω cannot give everyone the floor) is refused.
-func TestDecisionBelowFloorRefused(t *testing.T) {
+// newTestApp starts an app shard of cores CPU and 1 GiB with params p, stopped
+// when the test ends; its metrics count the refusals.
+func newTestApp(t *testing.T, name string, cores float64, p allocator.Params) (*Shard, *counts) {
+	t.Helper()
 	c := &counts{bad: map[string]int{}}
-	p := allocator.DefaultParams()
-	s, err := New("inv", allocator.Budget{CPUCores: 1, MemoryBytes: 1 << 30}, p, nil, false,
+	s, err := New(name, allocator.Budget{CPUCores: cores, MemoryBytes: 1 << 30}, p, nil, false,
 		slog.New(slog.NewTextHandler(io.Discard, nil)), &events.Hub{}, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Stop()
+	t.Cleanup(s.Stop)
+	return s, c
+}
+
+// The last check before a decision leaves: a quota under the floor (or
+// under Ω/λ when Ω cannot give everyone the floor) is refused.
+func TestDecisionBelowFloorRefused(t *testing.T) {
+	p := allocator.DefaultParams()
+	s, _ := newTestApp(t, "inv", 1, p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.a.Join(allocator.Join{Key: 1, HostMaxUs: 400000}); err != nil {
@@ -46,13 +54,7 @@ func TestDecisionBelowFloorRefused(t *testing.T) {
 // A budget lowered below what members hold (allowed: memory is not cut by
 // force) must stop every memory raise until reclaim brings Σ back under it.
 func TestMemoryRaiseOverBudgetRefused(t *testing.T) {
-	c := &counts{bad: map[string]int{}}
-	s, err := New("inv-mem", allocator.Budget{CPUCores: 1, MemoryBytes: 1 << 30}, allocator.DefaultParams(), nil, false,
-		slog.New(slog.NewTextHandler(io.Discard, nil)), &events.Hub{}, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	s, _ := newTestApp(t, "inv-mem", 1, allocator.DefaultParams())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, err := s.a.Join(allocator.Join{Key: 1, HostMaxUs: 400000}); err != nil {
@@ -73,14 +75,8 @@ func TestMemoryRaiseOverBudgetRefused(t *testing.T) {
 // the floor and Σ quotas + Σ leases over a cut Ω are legitimate; once it
 // is back, both are refused again.
 func TestInvariantsWithLeaseRevocationInFlight(t *testing.T) {
-	c := &counts{bad: map[string]int{}}
 	p := allocator.DefaultParams()
-	s, err := New("inv-lease", allocator.Budget{CPUCores: 4, MemoryBytes: 1 << 30}, p, nil, false,
-		slog.New(slog.NewTextHandler(io.Discard, nil)), &events.Hub{}, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	s, _ := newTestApp(t, "inv-lease", 4, p)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := allocator.Key(1<<32 | 1)

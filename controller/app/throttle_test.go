@@ -1,14 +1,11 @@
 package app
 
 import (
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
-	"github.com/escra-dev/escra/controller/events"
 	"github.com/escra-dev/escra/controller/session"
 	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/proto/escrapb"
@@ -46,13 +43,7 @@ func (h *recHost) take() (pushed, queued []session.Update) {
 // writer is not the one the caller wakes), and the throttled member's
 // raise follows the cut's acknowledgement.
 func TestThrottleEventCutsSiblingOnAnotherHost(t *testing.T) {
-	c := &counts{bad: map[string]int{}}
-	s, err := New("thr", allocator.Budget{CPUCores: 1, MemoryBytes: 1 << 30}, allocator.DefaultParams(), nil, false,
-		slog.New(slog.NewTextHandler(io.Discard, nil)), &events.Hub{}, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop()
+	s, c := newTestApp(t, "thr", 1, allocator.DefaultParams())
 	a, b := &recHost{}, &recHost{}
 	k1, k2 := allocator.Key(1)<<32|1, allocator.Key(2)<<32|1
 	for _, mi := range []MemberInfo{{Key: k1, Host: a, HostID: "a", Handle: 1, HostMaxUs: 200000},
