@@ -223,6 +223,37 @@ func allStopped(t *testing.T, pid int) bool {
 	return true
 }
 
+// The sweep scores weights as a live container would meet them: usage
+// capped by the limit, the rest waiting. A weight set that cuts a chain
+// hop to its calm usage between bursts then sees only its own cap and
+// starves the bursts (run O chose D = 0.8 on an uncapped replay, where it
+// tied with 0.95); the sweep must rank it far below the chosen weights.
+func TestSweepAutopilotSeesItsOwnCap(t *testing.T) {
+	var cpu, mem []float64
+	for i := range 180 { // 18 s: 3 s calm at 0.02 core, 3 s burst at 0.25
+		u := 0.02
+		if i%60 >= 30 {
+			u = 0.25
+		}
+		cpu, mem = append(cpu, u), append(mem, 16<<20)
+	}
+	profiles := map[Cell]Profile{{"chain", "burst"}: {Peaks: []Peak{{CPU: 0.25, Mem: 16 << 20}}, CPU: [][]float64{cpu}, Mem: [][]float64{mem}}}
+	ch := SweepAutopilot(profiles)
+	burstWork := 0.25 * 9 // core·s of burst demand in the scored pass
+	if ch.OverrunCoreS > 0.05*burstWork {
+		t.Fatalf("chosen weights %s leave %.2f core·s waiting of %.2f of burst work", ch, ch.OverrunCoreS, burstWork)
+	}
+	cut := recommender.DefaultAutopilotCPU()
+	cut.Wo, cut.D, cut.WDelta, cut.WSwitch = 1, 0.5, 0.5, 0.5
+	over, _ := scoreAutopilot(cut, profiles)
+	// Seeing only its cap, it never catches up: the demand waiting above
+	// its limit, summed over the run, exceeds all the bursts' work (an
+	// uncapped replay scored 1.2 core·s, the first second of each burst).
+	if over < burstWork {
+		t.Fatalf("weights that cut to the calm level leave %.2f core·s waiting (chosen: %.2f); a replay that caps usage at the limit leaves more than the bursts' %.2f", over, ch.OverrunCoreS, burstWork)
+	}
+}
+
 // The sweep keeps the weights with the least demand above the limit on a
 // bursty profile, and a warm recommender decides from the profile at once.
 func TestSweepAutopilotAndWarm(t *testing.T) {
