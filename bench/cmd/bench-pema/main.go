@@ -62,6 +62,9 @@ type opts struct {
 	only         string
 	hashesPerMs  int
 	msCPU        float64
+	curveFactors string
+	curvePeriods string
+	curveDur     time.Duration
 }
 
 func (o opts) want(phase string) bool {
@@ -97,7 +100,10 @@ func main() {
 	flag.BoolVar(&o.skipDaily, "skip-daily", false, "skip the daily-curve runs")
 	flag.StringVar(&o.recordTrace, "trace", "", "also write the PEMA loop's records (its telemetry) here")
 	flag.BoolVar(&o.escraEnabled, "escra", true, "run the Escra policy too")
-	flag.StringVar(&o.only, "only", "", "run only these phases (comma list of optm, pema, rule, escra, daily; needs -slo)")
+	flag.StringVar(&o.only, "only", "", "run only these phases (comma list of optm, pema, rule, escra, daily; needs -slo), or \"curve\" alone: the app's p95 at fixed allocations (curve.json; not part of make bench-pema)")
+	flag.StringVar(&o.curveFactors, "curve", "2,1.5,1.3,1.2,1.1,1.05,1", "-only curve: allocations as factors of each service's usage at the ample start")
+	flag.StringVar(&o.curvePeriods, "curve-periods", "100000,20000", "-only curve: CFS periods in µs, each factor run under each")
+	flag.DurationVar(&o.curveDur, "curve-duration", 20*time.Second, "-only curve: time at each point (at least 5 s)")
 	flag.IntVar(&o.hashesPerMs, "hashes-per-ms", 0, "SHA-256 rounds per ms of this machine's CPU time (0: measured once by this process)")
 	flag.Float64Var(&o.msCPU, "ms-cpu", 0.15, "CPU time, in ms, that one ms of -ms costs in every container (demo-http -hashes-per-ms = hashes-per-ms × this; 0.15 at 200 rps keeps the app near 0.3 core of usage, light enough for the shared app CPU at the daily curve's 1.3× peak)")
 	resum := flag.Bool("summarize-only", false, "recompute summary.json and the plots from -out's phases.json")
@@ -108,6 +114,12 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if o.only == "curve" {
+		if _, _, err := curveFlags(o); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-pema:", err)
+			os.Exit(2)
+		}
 	}
 	if err := pin(o.clientCPUs); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-pema:", err)
@@ -253,6 +265,14 @@ func run(o opts) error {
 	begin := time.Now()
 	logf("work unit: %d SHA-256 rounds per ms of CPU time; every container burns %d per ms of -ms (%.2f ms of CPU)", o.hashesPerMs, unit, o.msCPU)
 	logf("machine: %d CPUs online; client on %q, app on cpuset %q; the machine is shared with other engineers' jobs", numCPU(), o.clientCPUs, o.appCPUs)
+
+	if o.want("curve") && o.only != "" {
+		if o.only != "curve" {
+			return fmt.Errorf("-only curve runs alone (got %q)", o.only)
+		}
+		_, err := e.curve()
+		return err
+	}
 
 	// 0. The SLO: 3 × the p95 at the ample start (this shared machine's
 	// latency is not known in advance; the paper's SLOs were per app).

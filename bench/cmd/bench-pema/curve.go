@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+
+	bp "github.com/escra-dev/escra/bench/pema"
+)
+
+// CurvePoint is the app at one fixed allocation: every service's quota
+// is Factor × its own usage measured at the ample start.
+type CurvePoint struct {
+	Factor   float64   `json:"factor"`
+	PeriodUs int64     `json:"cfs_period_us"`
+	Cores    float64   `json:"cores"` // Σ quota
+	Usage    float64   `json:"usage"` // Σ usage, mean over the point
+	P95ms    []float64 `json:"p95_ms"`
+}
+
+// Curve is the `-only curve` phase: p95 against allocation, the shape
+// PEMA walks down (seed 002 Fig 7b assumes a slope; docs/pema.md, "The
+// cliff"). Not part of `make bench-pema`.
+type Curve struct {
+	UsageCores []float64    `json:"usage_cores"` // per service, ample start
+	P90Cores   []float64    `json:"p90_cores"`   // per service, of 1 s samples
+	Points     []CurvePoint `json:"points"`
+}
+
+func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
+	var out []T
+	for _, f := range strings.Split(s, ",") {
+		v, err := parse(strings.TrimSpace(f))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// curveFlags parses -curve and -curve-periods.
+func curveFlags(o opts) ([]float64, []int64, error) {
+	factors, err := parseList(o.curveFactors, func(s string) (float64, error) {
+		f, err := strconv.ParseFloat(s, 64)
+		if err == nil && !(f > 0 && f <= 10) {
+			err = fmt.Errorf("factor %v outside (0, 10]", f)
+		}
+		return f, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("-curve: %w", err)
+	}
+	periods, err := parseList(o.curvePeriods, func(s string) (int64, error) {
+		p, err := strconv.ParseInt(s, 10, 64)
+		if err == nil && (p < 1000 || p > 1000000) {
+			err = fmt.Errorf("period %d µs outside [1000, 1000000]", p)
+		}
+		return p, err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("-curve-periods: %w", err)
+	}
+	if o.curveDur < 5*time.Second {
+		return nil, nil, fmt.Errorf("-curve-duration %v: want at least 5s", o.curveDur)
+	}
+	return factors, periods, nil
+}
+
+// curve measures the app's usage at the ample start, then runs it at
+// each factor × that usage (per service) under each CFS period, for
+// o.curveDur per point, the p95 read per 5 s window.
+func (e *env) curve() (*Curve, error) {
+	factors, periods, err := curveFlags(e.o)
+	if err != nil {
+		return nil, err
+	}
+	r, err := e.start("")
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	gs, err := bp.Groups(e.ctx, e.cli, r)
+	if err != nil {
+		return nil, err
+	}
+	url := e.url(r.Entry())
+	e.runFixed(url, gs, 10*time.Second) // connections and caches warm
+	c := &Curve{}
+	ws, ticks := e.runFixed(url, gs, e.o.curveDur)
+	for i := range gs {
+		var v []float64
+		for _, t := range ticks {
+			v = append(v, t.Usage[i])
+		}
+		sort.Float64s(v)
+		c.UsageCores = append(c.UsageCores, mean(v))
+		c.P90Cores = append(c.P90Cores, v[int(math.Ceil(0.9*float64(len(v))))-1])
+	}
+	logf("curve: usage at the ample start %.3f cores (per service %.3f), p95 %s ms", sum(c.UsageCores), c.UsageCores, p95s(ws))
+	for _, f := range factors {
+		for _, per := range periods {
+			pt := CurvePoint{Factor: f, PeriodUs: per}
+			for i, id := range r.IDs {
+				// The kernel's smallest quota is 1 ms per period.
+				q := max(1000, int64(f*c.UsageCores[i]*float64(per)))
+				if _, err := e.cli.ContainerUpdate(e.ctx, id, container.UpdateConfig{Resources: container.Resources{CPUPeriod: per, CPUQuota: q}}); err != nil {
+					return nil, err
+				}
+				pt.Cores += float64(q) / float64(per)
+			}
+			time.Sleep(2 * time.Second) // the queue of the previous point drains
+			ws, ticks := e.runFixed(url, gs, e.o.curveDur)
+			for _, t := range ticks {
+				pt.Usage += sum(t.Usage) / float64(len(ticks))
+			}
+			for _, w := range ws {
+				pt.P95ms = append(pt.P95ms, float64(w.P95)/1e6)
+			}
+			logf("curve: %.2f × usage, period %d µs: %.3f cores, usage %.3f, p95 per 5 s %s ms", f, per, pt.Cores, pt.Usage, p95s(ws))
+			c.Points = append(c.Points, pt)
+			writeJSON(filepath.Join(e.o.out, "curve.json"), c)
+		}
+	}
+	return c, nil
+}
+
+// runFixed runs the fixed-rate client for d and returns its 5 s windows
+// and the groups' 1 s samples.
+func (e *env) runFixed(url string, gs []*bp.Group, d time.Duration) ([]bp.Window, []bp.Tick) {
+	ctx, cancel := context.WithTimeout(e.ctx, d)
+	defer cancel()
+	cl := &bp.Client{URL: url, Rate: fixedRate(e.o.rps), Seed: e.o.seed + uint64(time.Now().UnixNano()), Timeout: 3 * time.Second}
+	smp := &bp.Sampler{Groups: gs}
+	start := time.Now()
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); cl.Run(ctx) }()
+	go func() { defer wg.Done(); smp.Run(ctx, start, time.Second) }()
+	wg.Wait()
+	return bp.Windows(cl.Samples(), 5*time.Second, d), smp.Ticks()
+}
+
+func p95s(ws []bp.Window) string {
+	var s []string
+	for _, w := range ws {
+		s = append(s, fmt.Sprintf("%.1f", float64(w.P95)/1e6))
+	}
+	return strings.Join(s, " ")
+}
