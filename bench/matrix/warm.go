@@ -76,15 +76,13 @@ func scoreAutopilot(cfg recommender.AutopilotConfig, profiles map[Cell]Profile) 
 	for _, p := range profiles {
 		for j := range p.CPU {
 			r := recommender.NewAutopilot(cfg, recommender.DefaultAutopilotMem(), time.Second)
-			t0 := time.Unix(0, 0)
-			n := len(p.CPU[j])
-			// Pass 0 is the warm-up history, recorded under static limits.
+			// Pass 0 is the warm-up history, recorded under static
+			// limits and fed as the live run feeds it.
+			t0 := time.Unix(1000, 0)
+			warm(r, p.CPU[j], p.Mem[j], t0)
+			limit, next, backlog := 0.0, t0, 0.0
 			for i, u := range p.CPU[j] {
-				r.Observe(recommender.Sample{T: t0.Add(time.Duration(i) * step), CPU: u, MemBytes: 1 << 20})
-			}
-			limit, next, backlog := 0.0, t0.Add(time.Duration(n)*step), 0.0
-			for i, u := range p.CPU[j] {
-				t := t0.Add(time.Duration(n+i) * step)
+				t := t0.Add(time.Duration(i) * step)
 				if !t.Before(next) {
 					if l, ok := r.Recommend(t); ok {
 						limit = l.CPU
