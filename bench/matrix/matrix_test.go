@@ -223,21 +223,28 @@ func allStopped(t *testing.T, pid int) bool {
 	return true
 }
 
+// burstProfile is one replica's profile of n 100 ms samples: calm, then
+// from sample burstFrom of every cycle a burst.
+func burstProfile(c Cell, n, cycle, burstFrom int, calm, burst, memBytes float64) (map[Cell]Profile, []float64, []float64) {
+	var cpu, mem []float64
+	for i := range n {
+		u := calm
+		if i%cycle >= burstFrom {
+			u = burst
+		}
+		cpu, mem = append(cpu, u), append(mem, memBytes)
+	}
+	return map[Cell]Profile{c: {Peaks: []Peak{{CPU: burst, Mem: memBytes}}, CPU: [][]float64{cpu}, Mem: [][]float64{mem}}}, cpu, mem
+}
+
 // The sweep scores weights as a live container would meet them: usage
 // capped by the limit, the rest waiting. A weight set that cuts a chain
 // hop to its calm usage between bursts then sees only its own cap and
 // starves the bursts (run O chose D = 0.8 on an uncapped replay, where it
 // tied with 0.95); the sweep must rank it far below the chosen weights.
 func TestSweepAutopilotSeesItsOwnCap(t *testing.T) {
-	var cpu, mem []float64
-	for i := range 180 { // 18 s: 3 s calm at 0.02 core, 3 s burst at 0.25
-		u := 0.02
-		if i%60 >= 30 {
-			u = 0.25
-		}
-		cpu, mem = append(cpu, u), append(mem, 16<<20)
-	}
-	profiles := map[Cell]Profile{{"chain", "burst"}: {Peaks: []Peak{{CPU: 0.25, Mem: 16 << 20}}, CPU: [][]float64{cpu}, Mem: [][]float64{mem}}}
+	// 18 s: 3 s calm at 0.02 core, 3 s burst at 0.25.
+	profiles, _, _ := burstProfile(Cell{"chain", "burst"}, 180, 60, 30, 0.02, 0.25, 16<<20)
 	ch := SweepAutopilot(profiles)
 	burstWork := 0.25 * 9 // core·s of burst demand in the scored pass
 	if ch.OverrunCoreS > 0.05*burstWork {
@@ -257,15 +264,8 @@ func TestSweepAutopilotSeesItsOwnCap(t *testing.T) {
 // The sweep keeps the weights with the least demand above the limit on a
 // bursty profile, and a warm recommender decides from the profile at once.
 func TestSweepAutopilotAndWarm(t *testing.T) {
-	var cpu, mem []float64
-	for i := range 600 { // 60 s: 0.1 core, bursts of 0.6 core for 3 s every 10 s
-		u := 0.1
-		if i%100 >= 70 {
-			u = 0.6
-		}
-		cpu, mem = append(cpu, u), append(mem, 50<<20)
-	}
-	profiles := map[Cell]Profile{{"x", "burst"}: {Peaks: []Peak{{CPU: 0.6, Mem: 50 << 20}}, CPU: [][]float64{cpu}, Mem: [][]float64{mem}}}
+	// 60 s: 0.1 core, bursts of 0.6 core for 3 s every 10 s.
+	profiles, cpu, mem := burstProfile(Cell{"x", "burst"}, 600, 100, 70, 0.1, 0.6, 50<<20)
 	ch := SweepAutopilot(profiles)
 	if ch.Tried != 27 {
 		t.Fatalf("tried %d weight sets", ch.Tried)
