@@ -28,7 +28,7 @@ type CurvePoint struct {
 
 // Curve is the `-only curve` phase: p95 against allocation, the shape
 // PEMA walks down (seed 002 Fig 7b assumes a slope; docs/pema.md, "The
-// cliff"). Not part of `make bench-pema`.
+// latency curve PEMA walks", found a cliff). Not part of `make bench-pema`.
 type Curve struct {
 	UsageCores []float64    `json:"usage_cores"` // per service, ample start
 	P90Cores   []float64    `json:"p90_cores"`   // per service, of 1 s samples
@@ -93,9 +93,10 @@ func (e *env) curve() (*Curve, error) {
 		return nil, err
 	}
 	url := e.url(r.Entry())
-	e.runFixed(url, gs, 10*time.Second) // connections and caches warm
+	seed := e.o.seed + 2000 // the other phases' clients use seed+phase and seed+1000
+	e.runFixed(url, gs, 10*time.Second, seed) // connections and caches warm
 	c := &Curve{}
-	ws, ticks := e.runFixed(url, gs, e.o.curveDur)
+	ws, ticks := e.runFixed(url, gs, e.o.curveDur, seed+1)
 	for i := range gs {
 		var v []float64
 		for _, t := range ticks {
@@ -118,7 +119,8 @@ func (e *env) curve() (*Curve, error) {
 				pt.Cores += float64(q) / float64(per)
 			}
 			time.Sleep(2 * time.Second) // the queue of the previous point drains
-			ws, ticks := e.runFixed(url, gs, e.o.curveDur)
+			seed++
+			ws, ticks := e.runFixed(url, gs, e.o.curveDur, seed+1)
 			for _, t := range ticks {
 				pt.Usage += sum(t.Usage) / float64(len(ticks))
 			}
@@ -135,10 +137,10 @@ func (e *env) curve() (*Curve, error) {
 
 // runFixed runs the fixed-rate client for d and returns its 5 s windows
 // and the groups' 1 s samples.
-func (e *env) runFixed(url string, gs []*bp.Group, d time.Duration) ([]bp.Window, []bp.Tick) {
+func (e *env) runFixed(url string, gs []*bp.Group, d time.Duration, seed uint64) ([]bp.Window, []bp.Tick) {
 	ctx, cancel := context.WithTimeout(e.ctx, d)
 	defer cancel()
-	cl := &bp.Client{URL: url, Rate: fixedRate(e.o.rps), Seed: e.o.seed + uint64(time.Now().UnixNano()), Timeout: 3 * time.Second}
+	cl := &bp.Client{URL: url, Rate: fixedRate(e.o.rps), Seed: seed, Timeout: 3 * time.Second}
 	smp := &bp.Sampler{Groups: gs}
 	start := time.Now()
 	var wg sync.WaitGroup
