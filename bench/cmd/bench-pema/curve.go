@@ -93,7 +93,8 @@ func (e *env) curve() (*Curve, error) {
 		return nil, err
 	}
 	url := e.url(r.Entry())
-	seed := e.o.seed + 2000 // the other phases' clients use seed+phase and seed+1000
+	// The other phases' clients use seed+phase and seed+1000.
+	seed := e.o.seed + 2000
 	e.runFixed(url, gs, 10*time.Second, seed) // connections and caches warm
 	c := &Curve{}
 	ws, ticks := e.runFixed(url, gs, e.o.curveDur, seed+1)
