@@ -173,6 +173,13 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// The tree's commit now, before the minutes of profiling: scripts/bench
+	// built this binary a moment ago, and a commit made during the run
+	// must not be reported as the code that ran.
+	commit := ""
+	if c, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output(); err == nil {
+		commit = strings.TrimSpace(string(c))
+	}
 	say("building images")
 	b := &images.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { say("%s", s) }}
 	if cfg.Images, err = b.BuildAll(ctx); err != nil {
@@ -203,10 +210,7 @@ func run() error {
 	}
 
 	res := &report.Results{Mode: mode, Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(ctx, cli),
-		Pinning: report.Pinning{ClientCPUs: *clientCPUs, AppCPUs: *appCPUs, EscraCPUs: escraCPUs}}
-	if c, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output(); err == nil {
-		res.Commit = strings.TrimSpace(string(c))
-	}
+		Commit: commit, Pinning: report.Pinning{ClientCPUs: *clientCPUs, AppCPUs: *appCPUs, EscraCPUs: escraCPUs}}
 	res.Notes = append(res.Notes, fmt.Sprintf("Each run lasts %s; Static limits are k × the peak of a profiling run of the same workload and load without limits (CPU: largest 1 s mean; memory: largest 100 ms sample), capped at the app's %g CPUs.", cfg.Duration, cfg.AppCores))
 	if cfg.BurstCycle > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("The Burst load cycles every %s (calm, then a burst, half each; seed 000: 20 s), so every run holds %.1f cycles.", cfg.BurstCycle, cfg.Duration.Seconds()/cfg.BurstCycle.Seconds()))
