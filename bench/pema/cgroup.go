@@ -96,9 +96,17 @@ func (g *Group) UsageNs() (int64, error) {
 // SetQuota sets the limit through Docker (RULE and OPTM act as an
 // operator or a VPA would: not through escra).
 func SetQuota(ctx context.Context, cli *client.Client, id string, cores float64) error {
-	_, err := cli.ContainerUpdate(ctx, id, container.UpdateConfig{Resources: container.Resources{
-		CPUPeriod: 100000, CPUQuota: max(1000, int64(cores*100000))}})
+	_, err := SetQuotaPeriod(ctx, cli, id, cores, 100000)
 	return err
+}
+
+// SetQuotaPeriod sets cores under a CFS period of periodUs and returns
+// the cores set: the kernel's smallest quota is 1 ms per period, so a
+// short period lifts a small limit.
+func SetQuotaPeriod(ctx context.Context, cli *client.Client, id string, cores float64, periodUs int64) (float64, error) {
+	q := max(1000, int64(cores*float64(periodUs)))
+	_, err := cli.ContainerUpdate(ctx, id, container.UpdateConfig{Resources: container.Resources{CPUPeriod: periodUs, CPUQuota: q}})
+	return float64(q) / float64(periodUs), err
 }
 
 // Tick is one sample of every container: quota and usage over the last

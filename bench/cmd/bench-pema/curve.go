@@ -3,15 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"math"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/docker/docker/api/types/container"
 
 	bp "github.com/escra-dev/escra/bench/pema"
 )
@@ -31,7 +26,7 @@ type CurvePoint struct {
 // latency curve PEMA walks", found a cliff). Not part of `make bench-pema`.
 type Curve struct {
 	UsageCores []float64    `json:"usage_cores"` // per service, ample start
-	P90Cores   []float64    `json:"p90_cores"`   // per service, of 1 s samples
+	RuleCores  []float64    `json:"rule_cores"`  // RULE's limit per service from the same samples
 	Points     []CurvePoint `json:"points"`
 }
 
@@ -103,21 +98,20 @@ func (e *env) curve() (*Curve, error) {
 		for _, t := range ticks {
 			v = append(v, t.Usage[i])
 		}
-		sort.Float64s(v)
 		c.UsageCores = append(c.UsageCores, mean(v))
-		c.P90Cores = append(c.P90Cores, v[int(math.Ceil(0.9*float64(len(v))))-1])
+		c.RuleCores = append(c.RuleCores, bp.Rule(v, floorCores))
 	}
-	logf("curve: usage at the ample start %.3f cores (per service %.3f), p95 %s ms", sum(c.UsageCores), c.UsageCores, p95s(ws))
+	logf("curve: usage at the ample start %.3f cores (per service %.3f), RULE's limits %.3f cores, p95 %s ms",
+		sum(c.UsageCores), c.UsageCores, sum(c.RuleCores), p95s(ws))
 	for _, f := range factors {
 		for _, per := range periods {
 			pt := CurvePoint{Factor: f, PeriodUs: per}
 			for i, id := range r.IDs {
-				// The kernel's smallest quota is 1 ms per period.
-				q := max(1000, int64(f*c.UsageCores[i]*float64(per)))
-				if _, err := e.cli.ContainerUpdate(e.ctx, id, container.UpdateConfig{Resources: container.Resources{CPUPeriod: per, CPUQuota: q}}); err != nil {
+				set, err := bp.SetQuotaPeriod(e.ctx, e.cli, id, f*c.UsageCores[i], per)
+				if err != nil {
 					return nil, err
 				}
-				pt.Cores += float64(q) / float64(per)
+				pt.Cores += set
 			}
 			time.Sleep(2 * time.Second) // the queue of the previous point drains
 			seed++
@@ -141,14 +135,8 @@ func (e *env) curve() (*Curve, error) {
 func (e *env) runFixed(url string, gs []*bp.Group, d time.Duration, seed uint64) ([]bp.Window, []bp.Tick) {
 	ctx, cancel := context.WithTimeout(e.ctx, d)
 	defer cancel()
-	cl := &bp.Client{URL: url, Rate: fixedRate(e.o.rps), Seed: seed, Timeout: 3 * time.Second}
-	smp := &bp.Sampler{Groups: gs}
-	start := time.Now()
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); cl.Run(ctx) }()
-	go func() { defer wg.Done(); smp.Run(ctx, start, time.Second) }()
-	wg.Wait()
+	cl, smp, wait := drive(ctx, url, fixedRate(e.o.rps), seed, gs, time.Now())
+	wait()
 	return bp.Windows(cl.Samples(), 5*time.Second, d), smp.Ticks()
 }
 

@@ -492,12 +492,7 @@ func (e *env) measure(name, policy string, r *bp.Running, url string, rate func(
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	start := time.Now()
-	cl := &bp.Client{URL: url, Rate: rate, Seed: e.o.seed + uint64(e.phase), Timeout: 3 * time.Second}
-	smp := &bp.Sampler{Groups: gs}
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); cl.Run(ctx) }()
-	go func() { defer wg.Done(); smp.Run(ctx, start, time.Second) }()
+	cl, smp, wait := drive(ctx, url, rate, e.o.seed+uint64(e.phase), gs, start)
 	for i := range steps {
 		if during != nil {
 			during(i, smp)
@@ -505,7 +500,7 @@ func (e *env) measure(name, policy string, r *bp.Running, url string, rate func(
 		time.Sleep(time.Until(start.Add(time.Duration(i+1) * e.o.interval)))
 	}
 	cancel()
-	wg.Wait()
+	wait()
 	span := time.Duration(steps) * e.o.interval
 	ph := &Phase{Name: name, Policy: policy}
 	for _, w := range bp.Windows(cl.Samples(), e.o.interval, span) {
@@ -532,6 +527,18 @@ func (e *env) measure(name, policy string, r *bp.Running, url string, rate func(
 	logf("%s: cpu %.2f → %.2f cores, usage %.2f, p95 median %.1f ms, SLO %v violated in %.0f%% of %d intervals (load average %s)",
 		name, first(ph.CPU), last(ph.CPU), mean(ph.Usage), median(ph.P95ms), e.slo, violPct(ph.P95ms, ph.SLOms), steps, loadavg())
 	return ph, nil
+}
+
+// drive starts the open-loop client against url and a sampler of gs
+// every second, both until ctx ends; wait returns once both stopped.
+func drive(ctx context.Context, url string, rate func(time.Duration) float64, seed uint64, gs []*bp.Group, start time.Time) (*bp.Client, *bp.Sampler, func()) {
+	cl := &bp.Client{URL: url, Rate: rate, Seed: seed, Timeout: 3 * time.Second}
+	smp := &bp.Sampler{Groups: gs}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); cl.Run(ctx) }()
+	go func() { defer wg.Done(); smp.Run(ctx, start, time.Second) }()
+	return cl, smp, wg.Wait
 }
 
 // fixed runs the app at its ample start, nobody resizing it.
