@@ -513,8 +513,14 @@ func loadProfiles(path string, cells []matrix.Cell) (map[matrix.Cell]matrix.Prof
 		m[matrix.Cell{Workload: p.Workload, Load: p.Load}] = p.Profile
 	}
 	for _, c := range cells {
-		if len(m[c].Peaks) == 0 {
+		p := m[c]
+		if len(p.Peaks) == 0 {
 			return nil, fmt.Errorf("-profiles %s: no profile of %s/%s", path, c.Workload, c.Load)
+		}
+		// The warm-up and the Autopilot sweep read one CPU and one memory
+		// series per replica.
+		if len(p.CPU) != len(p.Peaks) || len(p.Mem) != len(p.Peaks) {
+			return nil, fmt.Errorf("-profiles %s: %s/%s has %d peaks but %d CPU and %d memory series", path, c.Workload, c.Load, len(p.Peaks), len(p.CPU), len(p.Mem))
 		}
 	}
 	return m, nil
