@@ -235,10 +235,23 @@ func TestOOMIsSeen(t *testing.T) {
 	defer cancel()
 	ooms := make(chan string, 4)
 	kills := make(chan string, 4)
-	go sampler.WatchOOM(ctx, cli, func(id string, _ time.Time) { ooms <- id })
-	go sampler.WatchKills(ctx, cli, func(id string, _ time.Time) { kills <- id })
+	// The event streams are the host's: other packages' tests, run in
+	// parallel by go test ./..., OOM-kill their own containers. Only
+	// this test's container is passed on.
+	var ours atomic.Value
+	ours.Store("")
+	mine := func(ch chan string) func(string, time.Time) {
+		return func(id string, _ time.Time) {
+			if id == ours.Load().(string) {
+				ch <- id
+			}
+		}
+	}
+	go sampler.WatchOOM(ctx, cli, mine(ooms))
+	go sampler.WatchKills(ctx, cli, mine(kills))
 	time.Sleep(200 * time.Millisecond) // the event stream is subscribed
 	id := start(t, cli, tag, "-min", "8", "-max", "160", "-period", "4s")
+	ours.Store(id)
 	s, err := sampler.New(ctx, cli, []string{id})
 	if err != nil {
 		t.Fatal(err)
