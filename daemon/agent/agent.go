@@ -113,6 +113,10 @@ type Config struct {
 	// ImageBudget bounds the engine's image store in bytes; least recently
 	// used images no container uses are removed past it (0: no budget).
 	ImageBudget int64
+	// CFSBurst, in [0, 1], keeps every managed container's CFS burst at
+	// this share of its quota (limits.Applier.Burst; escrad --cfs-burst).
+	// 0 leaves bursts alone.
+	CFSBurst float64
 }
 
 // Agent manages one host's labelled containers.
@@ -212,6 +216,9 @@ func Validate(cfg Config) error {
 			return fmt.Errorf("apps: %w", err)
 		}
 	}
+	if !(cfg.CFSBurst >= 0 && cfg.CFSBurst <= 1) {
+		return fmt.Errorf("cfs burst %v outside [0, 1] (the kernel refuses a burst above the quota)", cfg.CFSBurst)
+	}
 	switch cfg.Backend {
 	case BackendKernel, BackendBPF, BackendAuto, BackendCgroupfs, "":
 		return nil
@@ -239,6 +246,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: cfg.Log, app: limits.New(), byID: map[string]*managed{}, byH: map[uint32]*managed{},
 		credit: map[string]*leaseCredit{}, cores: int64(runtime.NumCPU()), img: newImageTracker(),
 		reg: prometheus.NewRegistry(), cgVer: cgroups.HostVersion(), started: make(chan struct{}), ping: make(chan chan struct{})}
+	a.app.Burst = cfg.CFSBurst
 	a.m = newMetrics(a.reg, a)
 	var err error
 	if a.cpu, err = newCPUMgr(cfg.CPUPlacement, hostCPUs(), a.app, cfg.ViewDir, cfg.Log); err != nil {

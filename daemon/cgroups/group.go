@@ -177,6 +177,7 @@ const (
 	OOMControl               // v1 memory.oom_control
 	CPUSetCPUs               // cpuset.cpus
 	MemPeak                  // v1 memory.max_usage_in_bytes; v2 memory.peak (resettable per fd since 6.12)
+	CPUBurst                 // v1 cpu.cfs_burst_us; v2 cpu.max.burst (Linux >= 5.14; must stay <= the quota)
 	nFiles
 )
 
@@ -200,6 +201,8 @@ func (g *Group) name(f File) (dir, file string) {
 			return d, "cpuset.cpus"
 		case MemPeak:
 			return d, "memory.peak"
+		case CPUBurst:
+			return d, "cpu.max.burst"
 		}
 		return "", ""
 	}
@@ -225,6 +228,8 @@ func (g *Group) name(f File) (dir, file string) {
 		return p.CPUSet, "cpuset.cpus"
 	case MemPeak:
 		return p.Memory, "memory.max_usage_in_bytes"
+	case CPUBurst:
+		return p.CPU, "cpu.cfs_burst_us"
 	}
 	return "", ""
 }
@@ -258,7 +263,7 @@ func Open(p Paths) (*Group, error) {
 		}
 		mode := unix.O_RDONLY
 		switch f {
-		case CPUQuota, CPUPeriod, MemLimit, MemswLimit, MemHigh, OOMControl, CPUSetCPUs, MemPeak:
+		case CPUQuota, CPUPeriod, MemLimit, MemswLimit, MemHigh, OOMControl, CPUSetCPUs, MemPeak, CPUBurst:
 			mode = unix.O_RDWR
 		}
 		fd, err := unix.Open(filepath.Join(dir, name), mode|unix.O_CLOEXEC, 0)

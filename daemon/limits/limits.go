@@ -27,6 +27,7 @@ var ErrUnknown = errors.New("limits: unknown container")
 type Current struct {
 	CPUQuotaUs  int64
 	CPUPeriodUs uint32
+	CPUBurstUs  int64 // CFS burst; 0 when none or the kernel has none
 	MemoryBytes int64 // cgroups.Max: unlimited
 	MemswBytes  int64 // v1 memory+swap; cgroups.Max: unlimited or absent
 	CpusetCpus  string
@@ -44,6 +45,10 @@ type Entry struct {
 	// refuses a CpuQuota/CpuPeriod update ("Conflicting options"), so its
 	// view is kept as NanoCPUs instead.
 	DockerNanoCPUs atomic.Bool
+
+	// burst is the CFS burst kept as a share of the quota (Applier.Burst);
+	// 0 leaves whatever burst the group has, clamped to the quota.
+	burst float64
 
 	mu      sync.Mutex
 	gen     uint64 // newest controller generation applied
@@ -115,6 +120,11 @@ func NewEntry(id string, docker bool, g *cgroups.Group) (*Entry, error) {
 		return nil, fmt.Errorf("limits: read cpu limit: %w", err)
 	}
 	e.cur.CPUQuotaUs, e.cur.CPUPeriodUs = q, uint32(p)
+	if g.Has(cgroups.CPUBurst) {
+		if e.cur.CPUBurstUs, err = g.ReadInt(cgroups.CPUBurst); err != nil {
+			return nil, fmt.Errorf("limits: read cpu burst: %w", err)
+		}
+	}
 	if e.cur.MemoryBytes, err = g.ReadInt(cgroups.MemLimit); err != nil {
 		return nil, fmt.Errorf("limits: read memory limit: %w", err)
 	}
@@ -153,6 +163,11 @@ type Applier struct {
 	entries map[uint32]*Entry
 	// Reconcile, when set, is told about every change to a Docker container.
 	Reconcile interface{ Mark(h uint32) }
+	// Burst, in [0, 1], keeps every managed group's CFS burst at this share
+	// of its quota (cpu.cfs_burst_us, Linux >= 5.14): unused runtime carries
+	// over to absorb a period with more arrivals than the quota. 0 leaves
+	// bursts as they are. Set before the first Add.
+	Burst float64
 
 	Writes atomic.Uint64 // successful fast-path updates
 }
@@ -163,6 +178,7 @@ func New() *Applier { return &Applier{entries: map[uint32]*Entry{}} }
 // Add registers h.
 func (a *Applier) Add(h uint32, e *Entry) {
 	a.mu.Lock()
+	e.burst = a.Burst
 	a.entries[h] = e
 	a.mu.Unlock()
 }
@@ -303,10 +319,26 @@ func (e *Entry) write(quota int64, period uint32, mem int64, cpus string) error 
 		if q < 0 {
 			q = cgroups.Max
 		}
+		// The kernel refuses a quota below the burst: a smaller burst goes
+		// first, a larger one after the quota.
+		b := e.burstFor(q)
+		if b < e.cur.CPUBurstUs {
+			if err := e.G.WriteInt(cgroups.CPUBurst, b); err != nil {
+				return fmt.Errorf("cpu burst: %w", err)
+			}
+			e.cur.CPUBurstUs = b
+		}
 		if err := e.G.SetCPULimit(q, period); err != nil {
 			return fmt.Errorf("cpu limit: %w", err)
 		}
 		e.cur.CPUQuotaUs = q
+		if b > e.cur.CPUBurstUs {
+			if err := e.G.WriteInt(cgroups.CPUBurst, b); err != nil {
+				e.version++
+				return fmt.Errorf("cpu burst (the quota is in place): %w", err)
+			}
+			e.cur.CPUBurstUs = b
+		}
 		if period != 0 {
 			e.cur.CPUPeriodUs = period
 		}
@@ -333,6 +365,18 @@ func (e *Entry) write(quota int64, period uint32, mem int64, cpus string) error 
 		e.version++
 	}
 	return nil
+}
+
+// burstFor is the burst to hold with quota q (µs; cgroups.Max:
+// unlimited); e.mu is held.
+func (e *Entry) burstFor(q int64) int64 {
+	if !e.G.Has(cgroups.CPUBurst) || q == cgroups.Max {
+		return e.cur.CPUBurstUs
+	}
+	if e.burst > 0 {
+		return int64(e.burst * float64(q))
+	}
+	return min(e.cur.CPUBurstUs, q)
 }
 
 func (e *Entry) writeMemory(mem int64) error {

@@ -196,3 +196,70 @@ func TestBadValuesRefusedBeforeAnyWrite(t *testing.T) {
 		t.Errorf("empty update: %v", err)
 	}
 }
+
+// The kernel refuses a quota below the group's CFS burst. With a burst
+// share the burst follows every quota, down and up; with none, a burst
+// someone else set is clamped so that a cut still lands.
+func TestBurstFollowsTheQuotaBothWays(t *testing.T) {
+	rel := cgtest.New(t, "burst")
+	g := cgtest.Open(t, rel)
+	if !g.Has(cgroups.CPUBurst) || g.Paths.Version != cgroups.V1 {
+		t.Skip("no cgroup v1 cpu.cfs_burst_us on this host")
+	}
+	burst := func() string { return cgtest.Read(t, "cpu", rel, "cpu.cfs_burst_us") }
+	quota := func() string { return cgtest.Read(t, "cpu", rel, "cpu.cfs_quota_us") }
+
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_period_us", "100000")
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_quota_us", "60000")
+	cgtest.Write(t, "cpu", rel, "cpu.cfs_burst_us", "50000") // not escrad's
+	e, err := NewEntry("x", false, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New()
+	a.Add(1, e)
+	if err := a.Apply(1, 1, &pb.Limits{CpuQuotaUs: 20000}); err != nil {
+		t.Fatalf("cut below a burst set by someone else: %v", err)
+	}
+	if quota() != "20000" || burst() != "20000" {
+		t.Fatalf("quota %s burst %s; want 20000 and the burst clamped to it", quota(), burst())
+	}
+	if err := a.Apply(1, 2, &pb.Limits{CpuQuotaUs: 70000}); err != nil {
+		t.Fatal(err)
+	}
+	if burst() != "20000" {
+		t.Fatalf("burst %s after a raise without a burst share; want it left at 20000", burst())
+	}
+
+	rel2 := cgtest.New(t, "burst2")
+	cgtest.Write(t, "cpu", rel2, "cpu.cfs_quota_us", "50000")
+	e2, err := NewEntry("y", false, cgtest.Open(t, rel2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := New()
+	b.Burst = 0.5
+	b.Add(2, e2)
+	for i, c := range []struct {
+		quota  int64
+		period uint32
+		want   string
+	}{
+		{80000, 0, "40000"},
+		{10000, 0, "5000"},      // the burst goes down first
+		{90000, 0, "45000"},     // and up after the quota
+		{30000, 50000, "15000"}, // a new period with the quota
+		{-1, 0, "15000"},        // unlimited: nothing to carry over
+		{4000, 0, "2000"},
+	} {
+		if err := b.Apply(2, uint64(i+1), &pb.Limits{CpuQuotaUs: c.quota, CpuPeriodUs: c.period}); err != nil {
+			t.Fatalf("quota %d: %v", c.quota, err)
+		}
+		if got := cgtest.Read(t, "cpu", rel2, "cpu.cfs_burst_us"); got != c.want {
+			t.Fatalf("quota %d: burst %s, want %s", c.quota, got, c.want)
+		}
+		if cur, _ := e2.Current(); strconv.FormatInt(cur.CPUBurstUs, 10) != c.want {
+			t.Fatalf("quota %d: believed burst %d, want %s", c.quota, cur.CPUBurstUs, c.want)
+		}
+	}
+}

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Bad --restore-after and --controller values end in one clear error
+// Bad --restore-after, --controller and --cfs-burst values end in one clear error
 // before anything starts.
 func TestBadFlagsRefused(t *testing.T) {
 	for _, c := range []struct {
@@ -17,6 +17,8 @@ func TestBadFlagsRefused(t *testing.T) {
 		{[]string{"--restore-after", "-1s"}, "--restore-after"},
 		{[]string{"--restore-after", "soon"}, "restore-after"},
 		{[]string{"--controller", "127.0.0.1:7470,nohost"}, `--controller "nohost"`},
+		{[]string{"--cfs-burst", "1.5"}, "--cfs-burst"},
+		{[]string{"--cfs-burst", "NaN"}, "--cfs-burst"},
 	} {
 		err := run(c.args, false)
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {

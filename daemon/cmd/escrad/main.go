@@ -109,6 +109,7 @@ func run(args []string, restoreOnly bool) error {
 		lockDir     = fs.String("lock-dir", defaultLockDir, "directory of the per-engine lock files (one escrad per Docker engine)")
 		insecure    = fs.Bool("insecure", false, "plain TCP and unsigned telemetry to the controller: anyone on the path can forge or read it")
 		pullRegs    = fs.String("pull-registries", "", "comma-separated registries (host:port as in image names, e.g. 127.0.0.1:5000) the deployer's creates may pull a missing image from (default: never pull)")
+		cfsBurst    = fs.Float64("cfs-burst", 0, "keep each managed container's CFS burst (cpu.cfs_burst_us, Linux >= 5.14) at this share of its quota, in [0, 1]: runtime left unused carries over to a period with more arrivals, at the price of using up to quota+burst in one period (0: leave bursts alone)")
 		imageBudget = fs.Int64("image-budget", 0, "keep the engine's image store under this many bytes by removing the least recently used images no container uses (0: no budget)")
 	)
 	if err := fs.Parse(args); err != nil {
@@ -184,6 +185,9 @@ func run(args []string, restoreOnly bool) error {
 	if *thrNear < 0 || *thrNear > 1 {
 		return fmt.Errorf("--throttle-near %v out of range: want 0 (off) or (0, 1]", *thrNear)
 	}
+	if !(*cfsBurst >= 0 && *cfsBurst <= 1) {
+		return fmt.Errorf("--cfs-burst %v out of range [0, 1]: the kernel refuses a burst above the quota", *cfsBurst)
+	}
 	if *restoreAft < 0 {
 		return fmt.Errorf("--restore-after %v: want 0 (never) or a positive duration", *restoreAft)
 	}
@@ -214,7 +218,7 @@ func run(args []string, restoreOnly bool) error {
 		if err := checkConfig(checkInput{
 			Insecure: *insecure, TLSCA: *tlsCA, TLSCert: *tlsCert, TLSKey: *tlsKey, TLSServer: *tlsServer, HostID: *hostID,
 			Metrics: *metrics, NoDocker: *noDocker, DockerHost: *dockerHost,
-			Agent: agent.Config{Backend: *backend, Cgroups: fc.Cgroups, Apps: appList(set["apps"], *apps, fc.Apps)},
+			Agent: agent.Config{Backend: *backend, Cgroups: fc.Cgroups, Apps: appList(set["apps"], *apps, fc.Apps), CFSBurst: *cfsBurst},
 		}); err != nil {
 			return err
 		}
@@ -268,6 +272,7 @@ func run(args []string, restoreOnly bool) error {
 		Backend: *backend, KernelSource: genl.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
 		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
 		RestoreAfter: *restoreAft, DockerSync: syncOrOff(*dockerSync), CPUPlacement: *cpuPlace, ViewDir: *viewDir, CPUProfileDir: *cpuProfiles, ImageBudget: *imageBudget,
+		CFSBurst: *cfsBurst,
 	}
 	if *imageBudget < 0 {
 		return fmt.Errorf("--image-budget %d: want bytes >= 0", *imageBudget)
