@@ -163,6 +163,36 @@ func (s *Sampler) Run(ctx context.Context, start time.Time, period time.Duration
 	}
 }
 
+// SetBurst lets the group carry frac × its quota of unused runtime into
+// later periods (cpu.cfs_burst_us on v1, cpu.max.burst on v2; Linux ≥
+// 5.14). The kernel refuses a burst above the quota, so frac is in [0, 1].
+func (g *Group) SetBurst(frac float64) error {
+	if !(frac >= 0 && frac <= 1) {
+		return fmt.Errorf("%s: burst fraction %v outside [0, 1]", g.Name, frac)
+	}
+	q, err := g.QuotaCores()
+	if err != nil {
+		return err
+	}
+	var per int64 = 100000
+	file := filepath.Join(g.p.CPU, "cpu.cfs_burst_us")
+	if g.p.Version == cgroups.V2 {
+		file = filepath.Join(g.p.Unified, "cpu.max.burst")
+		if b, err := os.ReadFile(filepath.Join(g.p.Unified, "cpu.max")); err == nil {
+			if f := strings.Fields(string(b)); len(f) == 2 {
+				per, _ = strconv.ParseInt(f[1], 10, 64)
+			}
+		}
+	} else if p, err := readInt(filepath.Join(g.p.CPU, "cpu.cfs_period_us")); err == nil {
+		per = p
+	}
+	b := int64(frac * q * float64(per))
+	if err := os.WriteFile(file, []byte(strconv.FormatInt(b, 10)), 0); err != nil {
+		return fmt.Errorf("%s: %w", g.Name, err)
+	}
+	return nil
+}
+
 // SetCpuset pins a container to cpus.
 func SetCpuset(ctx context.Context, cli *client.Client, id, cpus string) error {
 	_, err := cli.ContainerUpdate(ctx, id, container.UpdateConfig{Resources: container.Resources{CpusetCpus: cpus}})

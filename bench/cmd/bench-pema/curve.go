@@ -16,6 +16,7 @@ import (
 type CurvePoint struct {
 	Factor   float64   `json:"factor"`
 	PeriodUs int64     `json:"cfs_period_us"`
+	Burst    float64   `json:"burst"` // cfs burst as a fraction of the quota
 	Cores    float64   `json:"cores"` // Σ quota
 	Usage    float64   `json:"usage"` // Σ usage, mean over the point
 	P95ms    []float64 `json:"p95_ms"`
@@ -42,8 +43,8 @@ func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {
 	return out, nil
 }
 
-// curveFlags parses -curve and -curve-periods.
-func curveFlags(o opts) ([]float64, []int64, error) {
+// curveFlags parses -curve, -curve-periods and -curve-burst.
+func curveFlags(o opts) ([]float64, []int64, []float64, error) {
 	factors, err := parseList(o.curveFactors, func(s string) (float64, error) {
 		f, err := strconv.ParseFloat(s, 64)
 		if err == nil && !(f > 0 && f <= 10) {
@@ -52,7 +53,7 @@ func curveFlags(o opts) ([]float64, []int64, error) {
 		return f, err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("-curve: %w", err)
+		return nil, nil, nil, fmt.Errorf("-curve: %w", err)
 	}
 	periods, err := parseList(o.curvePeriods, func(s string) (int64, error) {
 		p, err := strconv.ParseInt(s, 10, 64)
@@ -62,19 +63,29 @@ func curveFlags(o opts) ([]float64, []int64, error) {
 		return p, err
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("-curve-periods: %w", err)
+		return nil, nil, nil, fmt.Errorf("-curve-periods: %w", err)
+	}
+	bursts, err := parseList(o.curveBursts, func(s string) (float64, error) {
+		f, err := strconv.ParseFloat(s, 64)
+		if err == nil && !(f >= 0 && f <= 1) {
+			err = fmt.Errorf("burst %v outside [0, 1]", f)
+		}
+		return f, err
+	})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("-curve-burst: %w", err)
 	}
 	if o.curveDur < 5*time.Second {
-		return nil, nil, fmt.Errorf("-curve-duration %v: want at least 5s", o.curveDur)
+		return nil, nil, nil, fmt.Errorf("-curve-duration %v: want at least 5s", o.curveDur)
 	}
-	return factors, periods, nil
+	return factors, periods, bursts, nil
 }
 
 // curve measures the app's usage at the ample start, then runs it at
 // each factor × that usage (per service) under each CFS period, for
 // o.curveDur per point, the p95 read per 5 s window.
 func (e *env) curve() (*Curve, error) {
-	factors, periods, err := curveFlags(e.o)
+	factors, periods, bursts, err := curveFlags(e.o)
 	if err != nil {
 		return nil, err
 	}
@@ -105,29 +116,48 @@ func (e *env) curve() (*Curve, error) {
 		sum(c.UsageCores), c.UsageCores, sum(c.RuleCores), p95s(ws))
 	for _, f := range factors {
 		for _, per := range periods {
-			pt := CurvePoint{Factor: f, PeriodUs: per}
-			for i, id := range r.IDs {
-				set, err := bp.SetQuotaPeriod(e.ctx, e.cli, id, f*c.UsageCores[i], per)
+			for _, b := range bursts {
+				pt, err := e.curvePoint(c, r, gs, url, f, per, b, &seed)
 				if err != nil {
 					return nil, err
 				}
-				pt.Cores += set
+				c.Points = append(c.Points, pt)
+				writeJSON(filepath.Join(e.o.out, "curve.json"), c)
 			}
-			time.Sleep(2 * time.Second) // the queue of the previous point drains
-			seed++
-			ws, ticks := e.runFixed(url, gs, e.o.curveDur, seed+1)
-			for _, t := range ticks {
-				pt.Usage += sum(t.Usage) / float64(len(ticks))
-			}
-			for _, w := range ws {
-				pt.P95ms = append(pt.P95ms, float64(w.P95)/1e6)
-			}
-			logf("curve: %.2f × usage, period %d µs: %.3f cores, usage %.3f, p95 per 5 s %s ms", f, per, pt.Cores, pt.Usage, p95s(ws))
-			c.Points = append(c.Points, pt)
-			writeJSON(filepath.Join(e.o.out, "curve.json"), c)
 		}
 	}
 	return c, nil
+}
+
+// curvePoint runs the app with every service at f × its usage, CFS period
+// per and burst b × quota.
+func (e *env) curvePoint(c *Curve, r *bp.Running, gs []*bp.Group, url string, f float64, per int64, b float64, seed *uint64) (CurvePoint, error) {
+	pt := CurvePoint{Factor: f, PeriodUs: per, Burst: b}
+	for i, id := range r.IDs {
+		// The burst goes first: the kernel refuses a quota below it.
+		if err := gs[i].SetBurst(0); err != nil {
+			return pt, err
+		}
+		set, err := bp.SetQuotaPeriod(e.ctx, e.cli, id, f*c.UsageCores[i], per)
+		if err != nil {
+			return pt, err
+		}
+		if err := gs[i].SetBurst(b); err != nil {
+			return pt, err
+		}
+		pt.Cores += set
+	}
+	time.Sleep(2 * time.Second) // the queue of the previous point drains
+	*seed++
+	ws, ticks := e.runFixed(url, gs, e.o.curveDur, *seed+1)
+	for _, t := range ticks {
+		pt.Usage += sum(t.Usage) / float64(len(ticks))
+	}
+	for _, w := range ws {
+		pt.P95ms = append(pt.P95ms, float64(w.P95)/1e6)
+	}
+	logf("curve: %.2f × usage, period %d µs, burst %.2f × quota: %.3f cores, usage %.3f, p95 per 5 s %s ms", f, per, b, pt.Cores, pt.Usage, p95s(ws))
+	return pt, nil
 }
 
 // runFixed runs the fixed-rate client for d and returns its 5 s windows

@@ -64,6 +64,7 @@ type opts struct {
 	msCPU        float64
 	curveFactors string
 	curvePeriods string
+	curveBursts  string
 	curveDur     time.Duration
 }
 
@@ -103,6 +104,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only these phases (comma list of optm, pema, rule, escra, daily; needs -slo), or \"curve\" alone: the app's p95 at fixed allocations (curve.json; not part of make bench-pema)")
 	flag.StringVar(&o.curveFactors, "curve", "2,1.5,1.3,1.2,1.1,1.05,1", "-only curve: allocations as factors of each service's usage at the ample start")
 	flag.StringVar(&o.curvePeriods, "curve-periods", "100000,20000", "-only curve: CFS periods in µs, each factor run under each")
+	flag.StringVar(&o.curveBursts, "curve-burst", "0", "-only curve: CFS burst as fractions of the quota (cpu.cfs_burst_us), each factor and period run under each")
 	flag.DurationVar(&o.curveDur, "curve-duration", 20*time.Second, "-only curve: time at each point (at least 5 s)")
 	flag.IntVar(&o.hashesPerMs, "hashes-per-ms", 0, "SHA-256 rounds per ms of this machine's CPU time (0: measured once by this process)")
 	flag.Float64Var(&o.msCPU, "ms-cpu", 0.15, "CPU time, in ms, that one ms of -ms costs in every container (demo-http -hashes-per-ms = hashes-per-ms × this; 0.15 at 200 rps keeps the app near 0.3 core of usage, light enough for the shared app CPU at the daily curve's 1.3× peak)")
@@ -116,7 +118,7 @@ func main() {
 		return
 	}
 	if o.only == "curve" {
-		if _, _, err := curveFlags(o); err != nil {
+		if _, _, _, err := curveFlags(o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench-pema:", err)
 			os.Exit(2)
 		}

@@ -45,21 +45,22 @@ func TestSummarizeWindows(t *testing.T) {
 // -only curve's lists are checked before anything starts: a bad entry is
 // one error naming the flag.
 func TestCurveFlags(t *testing.T) {
-	ok := opts{curveFactors: "1.3, 1.05,1", curvePeriods: "100000,20000", curveDur: 20 * time.Second}
-	f, p, err := curveFlags(ok)
-	if err != nil || len(f) != 3 || f[1] != 1.05 || len(p) != 2 || p[1] != 20000 {
-		t.Fatalf("curveFlags(%+v) = %v, %v, %v", ok, f, p, err)
+	ok := opts{curveFactors: "1.3, 1.05,1", curvePeriods: "100000,20000", curveBursts: "0,0.5", curveDur: 20 * time.Second}
+	f, p, b, err := curveFlags(ok)
+	if err != nil || len(f) != 3 || f[1] != 1.05 || len(p) != 2 || p[1] != 20000 || len(b) != 2 || b[1] != 0.5 {
+		t.Fatalf("curveFlags(%+v) = %v, %v, %v, %v", ok, f, p, b, err)
 	}
 	for _, tc := range []struct {
 		o    opts
 		flag string
 	}{
-		{opts{curveFactors: "1,x", curvePeriods: "100000", curveDur: 20 * time.Second}, "-curve:"},
-		{opts{curveFactors: "0", curvePeriods: "100000", curveDur: 20 * time.Second}, "-curve:"},
-		{opts{curveFactors: "1", curvePeriods: "500", curveDur: 20 * time.Second}, "-curve-periods:"},
-		{opts{curveFactors: "1", curvePeriods: "100000", curveDur: time.Second}, "-curve-duration"},
+		{opts{curveFactors: "1,x", curvePeriods: "100000", curveBursts: "0", curveDur: 20 * time.Second}, "-curve:"},
+		{opts{curveFactors: "0", curvePeriods: "100000", curveBursts: "0", curveDur: 20 * time.Second}, "-curve:"},
+		{opts{curveFactors: "1", curvePeriods: "500", curveBursts: "0", curveDur: 20 * time.Second}, "-curve-periods:"},
+		{opts{curveFactors: "1", curvePeriods: "100000", curveBursts: "1.5", curveDur: 20 * time.Second}, "-curve-burst:"},
+		{opts{curveFactors: "1", curvePeriods: "100000", curveBursts: "0", curveDur: time.Second}, "-curve-duration"},
 	} {
-		if _, _, err := curveFlags(tc.o); err == nil || !strings.HasPrefix(err.Error(), tc.flag) {
+		if _, _, _, err := curveFlags(tc.o); err == nil || !strings.HasPrefix(err.Error(), tc.flag) {
 			t.Errorf("curveFlags(%+v): err %v, want one starting %q", tc.o, err, tc.flag)
 		}
 	}
