@@ -2,7 +2,9 @@ package pema
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -109,6 +111,21 @@ func SetQuotaPeriod(ctx context.Context, cli *client.Client, id string, cores fl
 	return float64(q) / float64(periodUs), err
 }
 
+// SetQuotaBurst sets g's limit through Docker under a CFS period of
+// periodUs with a CFS burst of burst × the quota, and returns the cores
+// set. The kernel refuses a quota below the burst, so the burst is
+// dropped first and set again after.
+func SetQuotaBurst(ctx context.Context, cli *client.Client, g *Group, cores float64, periodUs int64, burst float64) (float64, error) {
+	if err := g.SetBurst(0); err != nil {
+		return 0, err
+	}
+	set, err := SetQuotaPeriod(ctx, cli, g.ID, cores, periodUs)
+	if err != nil || burst == 0 {
+		return set, err
+	}
+	return set, g.SetBurst(burst)
+}
+
 // Tick is one sample of every container: quota and usage over the last
 // sample period, in cores.
 type Tick struct {
@@ -187,6 +204,9 @@ func (g *Group) SetBurst(frac float64) error {
 		per = p
 	}
 	b := int64(frac * q * float64(per))
+	if _, err := os.Stat(file); b == 0 && errors.Is(err, fs.ErrNotExist) {
+		return nil // no burst on this kernel: nothing to clear
+	}
 	if err := os.WriteFile(file, []byte(strconv.FormatInt(b, 10)), 0); err != nil {
 		return fmt.Errorf("%s: %w", g.Name, err)
 	}

@@ -133,16 +133,9 @@ func (e *env) curve() (*Curve, error) {
 // per and burst b × quota.
 func (e *env) curvePoint(c *Curve, r *bp.Running, gs []*bp.Group, url string, f float64, per int64, b float64, seed *uint64) (CurvePoint, error) {
 	pt := CurvePoint{Factor: f, PeriodUs: per, Burst: b}
-	for i, id := range r.IDs {
-		// The burst goes first: the kernel refuses a quota below it.
-		if err := gs[i].SetBurst(0); err != nil {
-			return pt, err
-		}
-		set, err := bp.SetQuotaPeriod(e.ctx, e.cli, id, f*c.UsageCores[i], per)
+	for i, g := range gs {
+		set, err := bp.SetQuotaBurst(e.ctx, e.cli, g, f*c.UsageCores[i], per, b)
 		if err != nil {
-			return pt, err
-		}
-		if err := gs[i].SetBurst(b); err != nil {
 			return pt, err
 		}
 		pt.Cores += set

@@ -66,6 +66,7 @@ type opts struct {
 	curvePeriods string
 	curveBursts  string
 	curveDur     time.Duration
+	burst        float64
 }
 
 func (o opts) want(phase string) bool {
@@ -108,6 +109,7 @@ func main() {
 	flag.DurationVar(&o.curveDur, "curve-duration", 20*time.Second, "-only curve: time at each point (at least 5 s)")
 	flag.IntVar(&o.hashesPerMs, "hashes-per-ms", 0, "SHA-256 rounds per ms of this machine's CPU time (0: measured once by this process)")
 	flag.Float64Var(&o.msCPU, "ms-cpu", 0.15, "CPU time, in ms, that one ms of -ms costs in every container (demo-http -hashes-per-ms = hashes-per-ms × this; 0.15 at 200 rps keeps the app near 0.3 core of usage, light enough for the shared app CPU at the daily curve's 1.3× peak)")
+	flag.Float64Var(&o.burst, "burst", 0, "CFS burst of every policy's containers as a share of the quota, in [0, 1] (escrad --cfs-burst for PEMA and Escra; written beside Docker's quota for RULE and OPTM); 0: none, as seed 002")
 	resum := flag.Bool("summarize-only", false, "recompute summary.json and the plots from -out's phases.json")
 	flag.Parse()
 	if *resum {
@@ -116,6 +118,10 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if !(o.burst >= 0 && o.burst <= 1) {
+		fmt.Fprintln(os.Stderr, "bench-pema: -burst", o.burst, "outside [0, 1]")
+		os.Exit(2)
 	}
 	if o.only == "curve" {
 		if _, _, _, err := curveFlags(o); err != nil {
@@ -228,7 +234,7 @@ func run(o opts) error {
 	}
 	ag, err := agent.New(agent.Config{HostID: "pema-bench", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
 		OOMDeadline: 200 * time.Millisecond, Heartbeat: time.Second, Backend: agent.BackendCgroupfs, Docker: dcli,
-		Apps: apps, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		Apps: apps, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), CFSBurst: o.burst})
 	if err != nil {
 		return err
 	}
@@ -557,6 +563,13 @@ func (e *env) url(hostport string) string {
 	return fmt.Sprintf("http://%s/chain?ms=%d", hostport, e.o.ms)
 }
 
+// setQuota sets g's limit through Docker, as an operator or a VPA would
+// (RULE and OPTM), with the run's CFS burst beside it.
+func (e *env) setQuota(g *bp.Group, cores float64) error {
+	_, err := bp.SetQuotaBurst(e.ctx, e.cli, g, cores, 100000, e.o.burst)
+	return err
+}
+
 // optm is seed 002's OPTM: local search with the SLO checked over two
 // windows per trial, on containers resized through Docker.
 func (e *env) optm() (*Phase, error) {
@@ -565,6 +578,10 @@ func (e *env) optm() (*Phase, error) {
 		return nil, err
 	}
 	defer r.Close()
+	gs, err := bp.Groups(e.ctx, e.cli, r)
+	if err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	cl := &bp.Client{URL: e.url(r.Entry()), Rate: fixedRate(e.o.rps), Seed: e.o.seed + 1000, Timeout: 3 * time.Second}
@@ -590,8 +607,8 @@ func (e *env) optm() (*Phase, error) {
 	// the SLO: "repeated runs", without one noisy window of this shared
 	// machine ending the search (the first run's OPTM stopped at 1.1 cores).
 	holds := func(x []float64) bool {
-		for i, id := range r.IDs {
-			if err := bp.SetQuota(e.ctx, e.cli, id, x[i]); err != nil {
+		for i, g := range gs {
+			if err := e.setQuota(g, x[i]); err != nil {
 				return false
 			}
 		}
@@ -599,8 +616,8 @@ func (e *env) optm() (*Phase, error) {
 		return window(2) <= e.slo
 	}
 	x, used := bp.OPTM(x0, 0.05, 0.0125, floorCores, e.o.optmTrials, holds)
-	for i, id := range r.IDs {
-		bp.SetQuota(e.ctx, e.cli, id, x[i])
+	for i, g := range gs {
+		e.setQuota(g, x[i])
 	}
 	cancel()
 	<-done
@@ -616,6 +633,10 @@ func (e *env) rule(name string, rate func(time.Duration) float64, steps int) (*P
 		return nil, err
 	}
 	defer r.Close()
+	gs, err := bp.Groups(e.ctx, e.cli, r)
+	if err != nil {
+		return nil, err
+	}
 	win := int(3 * e.o.interval / time.Second)
 	ph, err := e.measure(name, "rule", r, e.url(r.Entry()), rate, steps, func(i int, s *bp.Sampler) {
 		if i == 0 {
@@ -625,12 +646,12 @@ func (e *env) rule(name string, rate func(time.Duration) float64, steps int) (*P
 		if len(ticks) > win {
 			ticks = ticks[len(ticks)-win:]
 		}
-		for j, id := range r.IDs {
+		for j, g := range gs {
 			var u []float64
 			for _, tk := range ticks {
 				u = append(u, tk.Usage[j])
 			}
-			bp.SetQuota(e.ctx, e.cli, id, bp.Rule(u, floorCores))
+			e.setQuota(g, bp.Rule(u, floorCores))
 		}
 	})
 	if ph != nil {
@@ -752,7 +773,7 @@ func summarize(e *env, ps []*Phase) map[string]any {
 		return nil
 	}
 	out := map[string]any{"slo_ms": float64(e.slo) / 1e6, "rps": e.o.rps, "interval_s": e.o.interval.Seconds(),
-		"omega_cores": e.o.omega, "services": len(e.svcs), "hashes_per_ms": e.o.hashesPerMs, "ms": e.o.ms, "ms_cpu": e.o.msCPU,
+		"omega_cores": e.o.omega, "cfs_burst": e.o.burst, "services": len(e.svcs), "hashes_per_ms": e.o.hashesPerMs, "ms": e.o.ms, "ms_cpu": e.o.msCPU,
 		"note": "one run on a 2-core machine shared with other engineers' jobs; client pinned to CPU " + e.o.clientCPUs + ", app on cpuset " + e.o.appCPUs}
 	pm, rl, es, op := get("pema"), get("rule"), get("escra"), get("optm")
 	n := fixedSteps(pm) // the intervals before the SLO change
