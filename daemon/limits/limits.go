@@ -319,26 +319,20 @@ func (e *Entry) write(quota int64, period uint32, mem int64, cpus string) error 
 		if q < 0 {
 			q = cgroups.Max
 		}
-		// The kernel refuses a quota below the burst: a smaller burst goes
-		// first, a larger one after the quota.
+		// The kernel refuses a quota below the burst (SetCPULimitBurst
+		// orders the writes).
 		b := e.burstFor(q)
-		if b < e.cur.CPUBurstUs {
-			if err := e.G.WriteInt(cgroups.CPUBurst, b); err != nil {
-				return fmt.Errorf("cpu burst: %w", err)
+		if err := e.G.SetCPULimitBurst(q, period, b, e.cur.CPUBurstUs); err != nil {
+			if q2, p2, rerr := e.G.CPULimit(); rerr == nil {
+				e.cur.CPUQuotaUs, e.cur.CPUPeriodUs = q2, uint32(p2)
 			}
-			e.cur.CPUBurstUs = b
-		}
-		if err := e.G.SetCPULimit(q, period); err != nil {
+			if b2, rerr := e.G.ReadInt(cgroups.CPUBurst); rerr == nil {
+				e.cur.CPUBurstUs = b2
+			}
+			e.version++
 			return fmt.Errorf("cpu limit: %w", err)
 		}
-		e.cur.CPUQuotaUs = q
-		if b > e.cur.CPUBurstUs {
-			if err := e.G.WriteInt(cgroups.CPUBurst, b); err != nil {
-				e.version++
-				return fmt.Errorf("cpu burst (the quota is in place): %w", err)
-			}
-			e.cur.CPUBurstUs = b
-		}
+		e.cur.CPUQuotaUs, e.cur.CPUBurstUs = q, b
 		if period != 0 {
 			e.cur.CPUPeriodUs = period
 		}
