@@ -40,6 +40,10 @@ type Config struct {
 	// ClientCPUs are the CPUs the client runs on (bench-run is started
 	// pinned there); their busy time is reported per run.
 	ClientCPUs []int
+	// Burst, when > 0, runs every policy's containers with a CFS burst of
+	// this share of their quota (cpu.cfs_burst_us); Escra's through
+	// escrad --cfs-burst, which the caller passes.
+	Burst float64
 	// BurstCycle is the Burst shape's cycle (calm, then a burst, half each;
 	// 0: seed 000's 20 s).
 	BurstCycle time.Duration
@@ -473,7 +477,7 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 			idx[id] = i
 		}
 		now := time.Now()
-		runner = &policy.Runner{Applier: policy.CgroupApplier{Groups: s.Group}, New: func(id string) recommender.Recommender {
+		runner = &policy.Runner{Applier: policy.CgroupApplier{Groups: s.Group, Burst: c.Burst}, New: func(id string) recommender.Recommender {
 			i := idx[id]
 			var pk Peak
 			if i < len(peaks) {
@@ -485,6 +489,23 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 			}
 			return r
 		}}
+	}
+	if c.Burst > 0 && !IsEscra(base) {
+		// Docker cannot set a burst: the baselines get it beside the
+		// limits `docker create` set (escrad --cfs-burst does it for Escra).
+		for _, id := range ids {
+			g, ok := s.Group(id)
+			if !ok {
+				return run, fmt.Errorf("%s: no cgroup for the burst", id)
+			}
+			q, _, err := g.CPULimit()
+			if err == nil && q > 0 {
+				err = policy.SetQuota(g, q, c.Burst)
+			}
+			if err != nil {
+				return run, fmt.Errorf("%s: cfs burst: %w", id, err)
+			}
+		}
 	}
 	rec := &sampler.Recorder{Series: containerName(w, 0)}
 	mine := map[string]bool{}

@@ -34,6 +34,9 @@ const MinQuotaUs = 1000
 // cpu.max / memory.max) of the container's cgroup directly.
 type CgroupApplier struct {
 	Groups func(id string) (*cgroups.Group, bool)
+	// Burst keeps each container's CFS burst at this share of every quota
+	// written, as escrad --cfs-burst does for Escra (0: bursts untouched).
+	Burst float64
 }
 
 func (a CgroupApplier) Apply(id string, l recommender.Limits) error {
@@ -44,7 +47,7 @@ func (a CgroupApplier) Apply(id string, l recommender.Limits) error {
 	var errs []error
 	if l.CPU > 0 {
 		q := int64(math.Max(MinQuotaUs, math.Round(l.CPU*CPUPeriodUs)))
-		if err := g.SetCPULimit(q, CPUPeriodUs); err != nil {
+		if err := SetQuota(g, q, a.Burst); err != nil {
 			errs = append(errs, fmt.Errorf("cpu quota %d µs: %w", q, err))
 		}
 	}
@@ -57,6 +60,19 @@ func (a CgroupApplier) Apply(id string, l recommender.Limits) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// SetQuota writes quota q µs per CPUPeriodUs to g, with a CFS burst of
+// burst × q beside it when burst > 0.
+func SetQuota(g *cgroups.Group, q int64, burst float64) error {
+	if burst <= 0 || !g.Has(cgroups.CPUBurst) {
+		return g.SetCPULimit(q, CPUPeriodUs)
+	}
+	cur, err := g.ReadInt(cgroups.CPUBurst)
+	if err != nil {
+		return err
+	}
+	return g.SetCPULimitBurst(q, CPUPeriodUs, int64(burst*float64(q)), cur)
 }
 
 // Runner runs one recommender per container.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -284,5 +285,41 @@ func TestOOMIsSeen(t *testing.T) {
 		in, _ := cli.ContainerInspect(context.Background(), id)
 		b, _ := json.Marshal(in.State)
 		t.Fatalf("no OOM kill seen; state %s", b)
+	}
+}
+
+// SetQuota keeps the baselines' CFS burst at its share of every quota,
+// down and up: the kernel refuses a quota below the burst.
+func TestSetQuotaCarriesTheBurst(t *testing.T) {
+	if cgroups.HostVersion() != cgroups.V1 || os.Geteuid() != 0 {
+		t.Skip("needs root and the v1 cpu hierarchy")
+	}
+	rel := fmt.Sprintf("escra-test-policy-burst-%d", os.Getpid())
+	for _, c := range []string{"cpu", "memory"} {
+		dir := filepath.Join("/sys/fs/cgroup", c, rel)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(dir) })
+	}
+	p, err := cgroups.PathsForCgroup(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cgroups.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if !g.Has(cgroups.CPUBurst) {
+		t.Skip("no cpu.cfs_burst_us on this kernel")
+	}
+	for _, c := range []struct{ q, want int64 }{{60000, 60000}, {10000, 10000}, {30000, 30000}} {
+		if err := SetQuota(g, c.q, 1); err != nil {
+			t.Fatalf("quota %d: %v", c.q, err)
+		}
+		if b, _ := g.ReadInt(cgroups.CPUBurst); b != c.want {
+			t.Fatalf("quota %d: burst %d, want %d", c.q, b, c.want)
+		}
 	}
 }

@@ -19,7 +19,7 @@ func Pool(rs []*Results) (*Results, error) {
 	if len(rs) == 0 {
 		return nil, fmt.Errorf("pool: no results")
 	}
-	out := &Results{Machine: rs[0].Machine, Mode: rs[0].Mode, Pinning: rs[0].Pinning, Overheads: rs[0].Overheads}
+	out := &Results{Machine: rs[0].Machine, Mode: rs[0].Mode, Pinning: rs[0].Pinning, Overheads: rs[0].Overheads, CFSBurst: rs[0].CFSBurst}
 	var commits, dates []string
 	offset := 0
 	for i, r := range rs {
@@ -30,6 +30,8 @@ func Pool(rs []*Results) (*Results, error) {
 			return nil, fmt.Errorf("pool: run %d pinned %+v, run 0 %+v", i, r.Pinning, out.Pinning)
 		case r.Mode != out.Mode:
 			return nil, fmt.Errorf("pool: run %d is a %s run, run 0 a %s run", i, r.Mode, out.Mode)
+		case r.CFSBurst != out.CFSBurst:
+			return nil, fmt.Errorf("pool: run %d ran with a CFS burst of %g × quota, run 0 with %g", i, r.CFSBurst, out.CFSBurst)
 		}
 		top := -1
 		for _, run := range r.Runs {

@@ -29,6 +29,11 @@ func TestPool(t *testing.T) {
 	if p.Commit != "abc1234+def5678" || !strings.Contains(p.Date, " to ") || !strings.Contains(strings.Join(p.Notes, " "), "Pooled from 2 runs") {
 		t.Fatalf("pooled commit %q, date %q, notes %q", p.Commit, p.Date, p.Notes)
 	}
+	b.CFSBurst = 1
+	if _, err := Pool([]*Results{a, b}); err == nil || !strings.Contains(err.Error(), "CFS burst") {
+		t.Fatalf("pooling a run with CFS burst and one without: err %v", err)
+	}
+	b.CFSBurst = 0
 	b.Pinning.ClientCPUs = "0-1"
 	if _, err := Pool([]*Results{a, b}); err == nil || !strings.Contains(err.Error(), "pinned") {
 		t.Fatalf("pooling runs pinned differently: err %v", err)

@@ -30,6 +30,9 @@ type Results struct {
 	Budgets []CellBudget `json:"budgets,omitempty"`
 	// Pinning says which CPUs the client and the app under test ran on.
 	Pinning Pinning `json:"pinning"`
+	// CFSBurst is the CFS burst every policy's containers ran with, as a
+	// share of their quota (bench-run -burst; 0: none).
+	CFSBurst float64 `json:"cfs_burst,omitempty"`
 }
 
 // CellBudget is the CPU provisioned for one (workload, load) by each side.

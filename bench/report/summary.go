@@ -80,6 +80,7 @@ func Summary(r *Results) map[string]any {
 	// The fewest repetitions of any (cell, policy): what the issue's "at
 	// least 3 repetitions" is checked against.
 	s["reps"] = minReps(aggs)
+	s["cfs_burst"] = r.CFSBurst
 	for p, v := range BatchCoresMean(aggs) {
 		s[KeyName(p)+"_batch_cores_mean"] = v
 	}

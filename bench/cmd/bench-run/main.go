@@ -84,6 +84,7 @@ func run() error {
 	ctlCPUs := flag.String("controller-cpus", "", "CPUs of escra-controller (default: -client-cpus, the control node of seed 000 §V, where the baselines' recommenders run too; -app-cpus puts its cost on the app)")
 	burstCycle := flag.Duration("burst-cycle", 0, "cycle of the Burst load, calm then burst, half each (default 6 s quick: three cycles per run; 20 s full, seed 000's)")
 	noBatch := flag.Bool("no-batch", false, "leave out the P+batch policies (the app beside a best-effort batch container)")
+	cfsBurst := flag.Float64("burst", 0, "run every policy's containers with a CFS burst of this share of their quota, in [0, 1] (escrad --cfs-burst for Escra, a cgroup write beside the baselines' limits; 0: none, as seed 000)")
 	profilesFrom := flag.String("profiles", "", "reuse the profiles (and so the budgets) of an earlier run's profiles.json instead of profiling (A/B runs at equal budgets)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -126,6 +127,10 @@ func run() error {
 	if *burstCycle > 0 {
 		cfg.BurstCycle = *burstCycle
 	}
+	if !(*cfsBurst >= 0 && *cfsBurst <= 1) {
+		return fmt.Errorf("-burst %v outside [0, 1]: the kernel refuses a burst above the quota", *cfsBurst)
+	}
+	cfg.Burst = *cfsBurst
 	if cfg.ClientCPUs, err = cpuList(*clientCPUs); err != nil {
 		return fmt.Errorf("-client-cpus: %w", err)
 	}
@@ -226,10 +231,18 @@ func run() error {
 		res.Budgets = append(res.Budgets, report.CellBudget{Workload: cell.Workload, Load: cell.Load, Static15LimitCores: st, EscraBudgetCores: st})
 	}
 
+	res.CFSBurst = cfg.Burst
+	if cfg.Burst > 0 {
+		res.Notes = append(res.Notes, fmt.Sprintf("Every policy's containers ran with a CFS burst of %g × their quota (cpu.cfs_burst_us): Escra's through escrad --cfs-burst, the baselines' written beside their limits.", cfg.Burst))
+	}
 	if cfg.WantsEscra() && !*noEscra {
 		extra := strings.Fields(*ctlFlags)
+		dflags := strings.Fields(*daemonFlags)
+		if cfg.Burst > 0 {
+			dflags = append(dflags, fmt.Sprintf("-cfs-burst=%g", cfg.Burst))
+		}
 		stopEscra, e, err := startEscra(ctx, cfg, profiles, escraOpts{bin: *bin, out: *out, safeMargin: *safeMargin,
-			escradCPUs: *escradCPUs, ctlCPUs: *ctlCPUs, ctlFlags: extra, backend: *backend, daemonFlags: strings.Fields(*daemonFlags)})
+			escradCPUs: *escradCPUs, ctlCPUs: *ctlCPUs, ctlFlags: extra, backend: *backend, daemonFlags: dflags})
 		res.Notes = append(res.Notes, fmt.Sprintf("Escra: one app per cell and Escra policy, its budget exactly Σ static15 limits of that cell; reclaim margin δ = %s (seed 000: 50 MiB for containers of GiBs; these are tens of MiB), other parameters the controller's defaults (docs/allocator.md).", *safeMargin))
 		if len(extra) > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("escra-controller run with the extra flags %q.", *ctlFlags))
