@@ -2,9 +2,7 @@ package pema
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -181,33 +179,32 @@ func (s *Sampler) Run(ctx context.Context, start time.Time, period time.Duration
 }
 
 // SetBurst lets the group carry frac × its quota of unused runtime into
-// later periods (cpu.cfs_burst_us on v1, cpu.max.burst on v2; Linux ≥
-// 5.14). The kernel refuses a burst above the quota, so frac is in [0, 1].
+// later periods (cgroups.CPUBurst, Linux ≥ 5.14). The kernel refuses a
+// burst above the quota, so frac is in [0, 1].
 func (g *Group) SetBurst(frac float64) error {
 	if !(frac >= 0 && frac <= 1) {
 		return fmt.Errorf("%s: burst fraction %v outside [0, 1]", g.Name, frac)
 	}
-	q, err := g.QuotaCores()
+	cg, err := cgroups.Open(g.p)
 	if err != nil {
 		return err
 	}
-	var per int64 = 100000
-	file := filepath.Join(g.p.CPU, "cpu.cfs_burst_us")
-	if g.p.Version == cgroups.V2 {
-		file = filepath.Join(g.p.Unified, "cpu.max.burst")
-		if b, err := os.ReadFile(filepath.Join(g.p.Unified, "cpu.max")); err == nil {
-			if f := strings.Fields(string(b)); len(f) == 2 {
-				per, _ = strconv.ParseInt(f[1], 10, 64)
-			}
+	defer cg.Close()
+	if !cg.Has(cgroups.CPUBurst) {
+		if frac == 0 {
+			return nil // no burst on this kernel: nothing to clear
 		}
-	} else if p, err := readInt(filepath.Join(g.p.CPU, "cpu.cfs_period_us")); err == nil {
-		per = p
+		return fmt.Errorf("%s: no CFS burst on this kernel", g.Name)
 	}
-	b := int64(frac * q * float64(per))
-	if _, err := os.Stat(file); b == 0 && errors.Is(err, fs.ErrNotExist) {
-		return nil // no burst on this kernel: nothing to clear
+	q, _, err := cg.CPULimit()
+	if err != nil {
+		return err
 	}
-	if err := os.WriteFile(file, []byte(strconv.FormatInt(b, 10)), 0); err != nil {
+	b := int64(0)
+	if q > 0 {
+		b = int64(frac * float64(q))
+	}
+	if err := cg.WriteInt(cgroups.CPUBurst, b); err != nil {
 		return fmt.Errorf("%s: %w", g.Name, err)
 	}
 	return nil
