@@ -10,7 +10,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/escra-dev/escra/daemon/agent"
-	"github.com/escra-dev/escra/daemon/limits"
 	"github.com/escra-dev/escra/internal/dockertest"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -33,7 +32,7 @@ func TestCFSBurstFollowsTheControllersQuota(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "cpu.cfs_burst_us")); err != nil {
 		t.Skip("no cgroup v1 cpu.cfs_burst_us on this host")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), limits.DefaultReconcileWindow+20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eDockerSync+20*time.Second)
 	defer cancel()
 	for gen, c := range []struct {
 		q            int64
@@ -55,7 +54,7 @@ func TestCFSBurstFollowsTheControllersQuota(t *testing.T) {
 		}
 	}
 	// Docker's view follows; runc's write of the same quota leaves both.
-	deadline := time.Now().Add(limits.DefaultReconcileWindow + 10*time.Second)
+	deadline := time.Now().Add(e2eDockerSync + 10*time.Second)
 	for {
 		j, err := cli.ContainerInspect(ctx, id)
 		if err != nil {

@@ -17,7 +17,6 @@ import (
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/limits"
 	"github.com/escra-dev/escra/internal/dockertest"
 )
 
@@ -116,7 +115,7 @@ func quotaReachesCgroupThenDocker(t *testing.T, res container.Resources, dockerQ
 	}
 	// Docker's view follows within the reconciler's window: docker inspect
 	// shows what the cgroup holds.
-	deadline = time.Now().Add(limits.DefaultReconcileWindow + 5*time.Second)
+	deadline = time.Now().Add(e2eDockerSync + 5*time.Second)
 	for {
 		j, err := cli.ContainerInspect(context.Background(), id)
 		if err != nil {

@@ -10,7 +10,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/escra-dev/escra/daemon/agent"
-	"github.com/escra-dev/escra/daemon/limits"
 	"github.com/escra-dev/escra/internal/dockertest"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -62,8 +61,8 @@ func TestRestoreDockerLimitsWithoutController(t *testing.T) {
 		}
 	}
 	// Docker's view follows within the reconciler's window.
-	wait(23000, 96<<20, limits.DefaultReconcileWindow+5*time.Second)
+	wait(23000, 96<<20, e2eDockerSync+5*time.Second)
 	p.Close()
-	took := wait(50000, 64<<20, limits.DefaultReconcileWindow+10*time.Second)
+	took := wait(50000, 64<<20, e2eDockerSync+10*time.Second)
 	t.Logf("Docker's limits back in the cgroup and docker inspect %v after the controller went away (restore-after 1 s)", took.Round(time.Millisecond))
 }

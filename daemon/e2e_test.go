@@ -22,7 +22,6 @@ import (
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/internal/peer"
-	"github.com/escra-dev/escra/daemon/limits"
 	"github.com/escra-dev/escra/internal/dockertest"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -33,6 +32,10 @@ func testLog(t *testing.T) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
+
+// e2eDockerSync is the Docker reconcile window of the agents these tests
+// start (escrad --docker-sync; its default is limits.DefaultReconcileWindow).
+const e2eDockerSync = 2 * time.Second
 
 // startAgent runs an escrad agent against engine host ("" = main engine)
 // and the controller at ctl until the test ends.
@@ -52,6 +55,9 @@ func startAgent(t *testing.T, host, ctl string, mod func(*agent.Config)) *agent.
 		// Only this test's containers: other work on the shared engine
 		// is never touched.
 		Apps: []string{appLabel(t)[containers.AppLabel]},
+		// Docker's view within seconds, not escrad's minute: the tests
+		// check that it follows, not how long the default waits.
+		DockerSync: e2eDockerSync,
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -174,7 +180,7 @@ func TestControllerLimitsReachCgroupThenDockerInspect(t *testing.T) {
 		t.Errorf("registered limits %v, want quota 50000 and 64 MiB", reg.Limits)
 	}
 	paths := cgroupOf(t, inspectPid(t, cli, id))
-	ctx, cancel := context.WithTimeout(context.Background(), limits.DefaultReconcileWindow+10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), e2eDockerSync+10*time.Second)
 	defer cancel()
 	ack, err := p.SetLimits(ctx, &pb.LimitUpdate{Handle: reg.Handle, Generation: 5, Limits: &pb.Limits{CpuQuotaUs: 23000, MemoryLimitBytes: 96 << 20}})
 	if err != nil {
@@ -198,7 +204,7 @@ func TestControllerLimitsReachCgroupThenDockerInspect(t *testing.T) {
 		t.Errorf("stale update wrote quota %s", q)
 	}
 	// Docker's view follows within the reconciler's window (asynchronous).
-	deadline := time.Now().Add(limits.DefaultReconcileWindow + 5*time.Second)
+	deadline := time.Now().Add(e2eDockerSync + 5*time.Second)
 	var hc *container.HostConfig
 	for time.Now().Before(deadline) {
 		j, err := cli.ContainerInspect(ctx, id)
@@ -231,7 +237,7 @@ func TestControllerLimitsReachCgroupThenDockerInspect(t *testing.T) {
 	// the controller handed the bytes on); docker inspect can show the new
 	// values before that: ask again until the update settled.
 	var res *pb.ReclaimResult
-	for end := time.Now().Add(limits.DefaultReconcileWindow + 5*time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for end := time.Now().Add(e2eDockerSync + 5*time.Second); ; time.Sleep(100 * time.Millisecond) {
 		var err error
 		if res, err = p.Reclaim(ctx, 16<<20, reg.Handle); err != nil {
 			t.Fatal(err)

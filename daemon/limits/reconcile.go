@@ -44,15 +44,19 @@ type Reconciler struct {
 	Errors  atomic.Uint64
 }
 
-// DefaultReconcileWindow batches Docker's view for five seconds. A quota
-// moves several times a second, and each docker update runs runc
-// (milliseconds of dockerd, containerd and runc CPU): at 250 ms three busy
-// containers meant a dozen runc runs a second and starved escrad's own
-// telemetry on a loaded 2-core host (TestE2EDeployAcrossThreeHosts under
-// two busy loops); at 1 s they still cost the benchmark's chain cell three
-// a second. docker inspect lags the cgroup by at most this much; the
-// cgroup, escractl get and /metrics are current.
-const DefaultReconcileWindow = 5 * time.Second
+// DefaultReconcileWindow batches Docker's view for a minute. Each docker
+// update runs runc, and dockerd, containerd and runc together burn
+// milliseconds of CPU wherever the scheduler puts them, the app's CPUs
+// included. History: at 250 ms three busy containers meant a dozen runc
+// runs a second and starved escrad's own telemetry on a loaded 2-core host
+// (TestE2EDeployAcrossThreeHosts under two busy loops); at 1 s they still
+// cost the benchmark's chain cell three a second; at 5 s one runc run per
+// changed container every 5 s still put redis's p99 40-60 µs behind
+// static15's, and with --docker-sync 0 (or no limit change) the gap was
+// within noise (docs/daemon.md, "Docker's view"). docker inspect lags the
+// cgroup by at most this much; the cgroup, escractl get and /metrics are
+// current, and Run brings Docker up to date once more when escrad stops.
+const DefaultReconcileWindow = time.Minute
 
 // Mark queues h; it never blocks.
 func (r *Reconciler) Mark(h uint32) {
@@ -89,11 +93,13 @@ func (r *Reconciler) Run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			r.flush()
 			return
 		case <-kick:
 		}
 		select { // gather a batch
 		case <-ctx.Done():
+			r.flush()
 			return
 		case <-time.After(win):
 		}
@@ -130,6 +136,32 @@ func (r *Reconciler) Run(ctx context.Context) {
 				}
 			}()
 		}
+	}
+}
+
+// flushTimeout bounds the last reconcile when Run ends.
+const flushTimeout = 10 * time.Second
+
+// flush sends Docker the limits of every container still marked, once,
+// when Run ends: with a window of a minute, an escrad that stops would
+// otherwise leave docker inspect, and a restart of the container while no
+// escrad runs, up to a minute behind the cgroup.
+func (r *Reconciler) flush() {
+	r.mu.Lock()
+	batch := r.dirty
+	r.dirty = nil
+	r.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	for h := range batch {
+		if ctx.Err() != nil {
+			r.Log.Warn("docker's view left behind the cgroup at stop", "containers", len(batch))
+			return
+		}
+		r.one(ctx, h)
 	}
 }
 

@@ -144,3 +144,47 @@ func TestCutUnderDockerUpdateAcknowledgedOnlyAfterItSettled(t *testing.T) {
 		t.Fatal("held after Docker's view settled")
 	}
 }
+
+// With a window of an hour, a change is still in Docker's view after
+// escrad stops: Run sends what it held before it returns.
+func TestStopSendsDockerTheChangesTheWindowHeld(t *testing.T) {
+	rel := cgtest.New(t, "flush")
+	e, err := NewEntry("x", true, cgtest.Open(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New()
+	a.Add(1, e)
+	d := &runcDocker{rel: rel, started: make(chan container.Resources, 4), release: make(chan error, 4)}
+	d.release <- nil
+	r := &Reconciler{A: a, Docker: d, Log: slog.New(slog.DiscardHandler), Window: time.Hour}
+	a.Reconcile = r
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	if err := a.Apply(1, 1, &pb.Limits{CpuQuotaUs: 30000, CpuPeriodUs: 100000}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-d.started:
+		t.Fatalf("docker update (quota %d) sent inside the window", res.CPUQuota)
+	case <-time.After(200 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(flushTimeout + 5*time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	select {
+	case res := <-d.started:
+		if res.CPUQuota != 30000 {
+			t.Fatalf("update at stop carries quota %d, want 30000", res.CPUQuota)
+		}
+	default:
+		t.Fatal("Run returned without sending Docker the held change")
+	}
+	if r.Updates.Load() != 1 {
+		t.Errorf("%d docker updates counted, want 1", r.Updates.Load())
+	}
+}
