@@ -45,17 +45,14 @@ type Reconciler struct {
 }
 
 // DefaultReconcileWindow batches Docker's view for a minute. Each docker
-// update runs runc, and dockerd, containerd and runc together burn
-// milliseconds of CPU wherever the scheduler puts them, the app's CPUs
-// included. History: at 250 ms three busy containers meant a dozen runc
-// runs a second and starved escrad's own telemetry on a loaded 2-core host
-// (TestE2EDeployAcrossThreeHosts under two busy loops); at 1 s they still
-// cost the benchmark's chain cell three a second; at 5 s one runc run per
-// changed container every 5 s still put redis's p99 40-60 µs behind
-// static15's, and with --docker-sync 0 (or no limit change) the gap was
-// within noise (docs/daemon.md, "Docker's view"). docker inspect lags the
-// cgroup by at most this much; the cgroup, escractl get and /metrics are
-// current, and Run brings Docker up to date once more when escrad stops.
+// update runs dockerd, containerd and runc, milliseconds of CPU wherever
+// the scheduler puts them, the app's CPUs included. The window grew with
+// what each step cost (docs/daemon.md, "Docker's view"): at 250 ms and
+// 1 s, runc runs starved escrad's telemetry and the bench's chain; at 5 s,
+// redis-only A/Bs had Escra's p99 a median 32 µs above static15's, 12 µs
+// with the reconciler off. docker inspect lags the cgroup by at most this
+// much; the cgroup, escractl get and /metrics are current, and Run
+// brings Docker up to date once more when escrad stops.
 const DefaultReconcileWindow = time.Minute
 
 // Mark queues h; it never blocks.
