@@ -409,30 +409,6 @@ func (g *Group) CPULimit() (quotaUs int64, periodUs uint64, err error) {
 // SetCPULimit writes quota and period (period 0: keep). On v1 the period is
 // written first when shrinking it would make quota/period invalid is not a
 // concern: the kernel validates each file on its own.
-// SetCPULimitBurst sets the quota with a CFS burst of burstUs beside it,
-// curBurstUs being the burst in place. The kernel refuses a quota below
-// the burst, so a smaller burst is written first and a larger one after
-// the quota. A group without the burst file gets the quota alone.
-func (g *Group) SetCPULimitBurst(quotaUs int64, periodUs uint32, burstUs, curBurstUs int64) error {
-	if !g.Has(CPUBurst) {
-		return g.SetCPULimit(quotaUs, periodUs)
-	}
-	if burstUs < curBurstUs {
-		if err := g.WriteInt(CPUBurst, burstUs); err != nil {
-			return fmt.Errorf("cpu burst: %w", err)
-		}
-	}
-	if err := g.SetCPULimit(quotaUs, periodUs); err != nil {
-		return err
-	}
-	if burstUs > curBurstUs {
-		if err := g.WriteInt(CPUBurst, burstUs); err != nil {
-			return fmt.Errorf("cpu burst (the quota is in place): %w", err)
-		}
-	}
-	return nil
-}
-
 func (g *Group) SetCPULimit(quotaUs int64, periodUs uint32) error {
 	if w := g.lib.Load(); w != nil {
 		return w.setCPU(quotaUs, periodUs, func() (uint64, error) { _, p, err := g.CPULimit(); return p, err })
@@ -457,4 +433,28 @@ func (g *Group) SetCPULimit(quotaUs int64, periodUs uint32) error {
 		}
 	}
 	return g.WriteInt(CPUQuota, quotaUs)
+}
+
+// SetCPULimitBurst sets the quota with a CFS burst of burstUs beside it,
+// curBurstUs being the burst in place. The kernel refuses a quota below
+// the burst, so a smaller burst is written first and a larger one after
+// the quota. A group without the burst file gets the quota alone.
+func (g *Group) SetCPULimitBurst(quotaUs int64, periodUs uint32, burstUs, curBurstUs int64) error {
+	if !g.Has(CPUBurst) {
+		return g.SetCPULimit(quotaUs, periodUs)
+	}
+	if burstUs < curBurstUs {
+		if err := g.WriteInt(CPUBurst, burstUs); err != nil {
+			return fmt.Errorf("cpu burst: %w", err)
+		}
+	}
+	if err := g.SetCPULimit(quotaUs, periodUs); err != nil {
+		return err
+	}
+	if burstUs > curBurstUs {
+		if err := g.WriteInt(CPUBurst, burstUs); err != nil {
+			return fmt.Errorf("cpu burst (the quota is in place): %w", err)
+		}
+	}
+	return nil
 }

@@ -153,12 +153,14 @@ func (r *Reconciler) flush() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
+	sent := 0
 	for h := range batch {
 		if ctx.Err() != nil {
-			r.Log.Warn("docker's view left behind the cgroup at stop", "containers", len(batch))
+			r.Log.Warn("docker's view left behind the cgroup at stop", "containers", len(batch)-sent)
 			return
 		}
 		r.one(ctx, h)
+		sent++
 	}
 }
 
