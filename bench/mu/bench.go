@@ -284,6 +284,17 @@ type fnRun struct {
 	seed  int64
 }
 
+// NodeSelectFor is where a policy's replicas go: Mu's own Alignment for
+// Mu (seed 003 §3.5.2), the Kubernetes default scores (least allocated +
+// balanced) for the Knative baselines, whose pods the default scheduler
+// places.
+func NodeSelectFor(autoscaler string) string {
+	if autoscaler == mu.ASMu || autoscaler == mu.ASMuNoPred {
+		return gateway.DefaultNodeSelect
+	}
+	return "default"
+}
+
 // runPolicy runs the functions' traces at once through one gateway with
 // the given autoscaler and returns per-function outcomes and series.
 // The last result is Eq 7 on the real allocation (CPU cores per function),
@@ -299,6 +310,9 @@ func runPolicy(ctx context.Context, c *cluster, fns []fnRun, basePort int, logf 
 	var fair [2]float64
 	g, err := gateway.New(specs, sc, quietLog())
 	if err != nil {
+		return nil, nil, fair, err
+	}
+	if err := g.SetNodeSelect(NodeSelectFor(fns[0].fn.Autoscaler)); err != nil {
 		return nil, nil, fair, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

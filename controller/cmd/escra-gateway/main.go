@@ -81,6 +81,7 @@ func run(args []string) error {
 	prefix := fs.String("prefix", "mu-", "container name prefix of the replicas")
 	basePort := fs.Int("base-port", 20000, "first 127.0.0.1 port of the replicas (two per replica)")
 	proxyPath := fs.String("queue-proxy", "/escra-queue-proxy", "path of the queue proxy inside the function images")
+	nodeSelect := fs.String("node-select", gateway.DefaultNodeSelect, "where new replicas go (seed 003 Algorithm 3): alignment, worstfit, bestfit, default (Kubernetes' least allocated + balanced), or controller (the controller's deployer)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -100,6 +101,9 @@ func run(args []string) error {
 	g, err := gateway.New(fns, sc, log)
 	if err != nil {
 		return err
+	}
+	if err := g.SetNodeSelect(*nodeSelect); err != nil {
+		return fmt.Errorf("-node-select: %w", err)
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

@@ -81,7 +81,9 @@ type Scaler interface {
 	Ceiling(ctx context.Context, f *Function) (int, error)
 	// Nodes is the cluster as placement sees it, for DRF across functions.
 	Nodes(ctx context.Context) ([]*placement.Node, error)
-	Add(ctx context.Context, f *Function) (Replica, error)
+	// Add creates one replica on host, the node Mu's placement chose for
+	// it; "" leaves the choice to the controller's deployer.
+	Add(ctx context.Context, f *Function, host string) (Replica, error)
 	Remove(ctx context.Context, f *Function, id string) error
 }
 
@@ -128,6 +130,10 @@ type Gateway struct {
 	ReadyTimeout time.Duration
 	epoch        time.Duration
 	wg           sync.WaitGroup
+	// nodeSelect is the node heuristic of Algorithm 3 that places each
+	// granted replica ("alignment", seed 003's default, "worstfit",
+	// "bestfit" or "default"); nil: the controller's deployer places them.
+	nodeSelect *placement.Profile
 
 	// Eq 7 on the real allocation, CPU: each epoch, replicas ready ×
 	// their cores (R_f) against the max-min split of the cluster's cores
@@ -137,13 +143,46 @@ type Gateway struct {
 	uSum, iSum, fairN float64
 }
 
+// DefaultNodeSelect is seed 003's node selection (§3.5.2: Alignment with
+// DRF ordering was its best in Fig. 7).
+const DefaultNodeSelect = "alignment"
+
+// NodeSelectController is the -node-select value that leaves each
+// replica's host to the controller's deployer (app spread, image layers,
+// least loaded: docs/depsched.md) and keeps DRF only for the counts.
+const NodeSelectController = "controller"
+
+func mustMuProfile(alg string) *placement.Profile {
+	p, err := placement.MuProfile(alg)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// SetNodeSelect chooses where granted replicas go: one of Mu's node
+// heuristics ("alignment", "worstfit", "bestfit"), the Kubernetes default
+// scores ("default"), or "controller" for the controller's deployer.
+func (g *Gateway) SetNodeSelect(alg string) error {
+	if alg == NodeSelectController {
+		g.nodeSelect = nil
+		return nil
+	}
+	p, err := placement.MuProfile(alg)
+	if err != nil {
+		return fmt.Errorf("node selection: %w (or %s)", err, NodeSelectController)
+	}
+	g.nodeSelect = p
+	return nil
+}
+
 // New returns a gateway for the functions.
 func New(fs []Function, s Scaler, log *slog.Logger) (*Gateway, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	g := &Gateway{scaler: s, log: log, fns: map[string]*fn{}, now: time.Now,
-		HoldTimeout: 60 * time.Second, ReadyTimeout: 60 * time.Second, epoch: mu.Epoch,
+		HoldTimeout: 60 * time.Second, ReadyTimeout: 60 * time.Second, epoch: mu.Epoch, nodeSelect: mustMuProfile(DefaultNodeSelect),
 		tr: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}}
 	for i := range fs {
 		f := fs[i]
@@ -362,15 +401,22 @@ func (g *Gateway) kick(st *fn) {
 	st.mu.Unlock()
 	if need {
 		g.wg.Add(1)
-		go g.addOne(st)
+		go g.addOne(st, "")
 	}
 }
 
-func (g *Gateway) addOne(st *fn) {
+func (g *Gateway) addOne(st *fn, host string) {
 	defer g.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), g.ReadyTimeout+60*time.Second)
 	defer cancel()
-	rep, err := g.scaler.Add(ctx, &st.spec)
+	rep, err := g.scaler.Add(ctx, &st.spec, host)
+	if err != nil && host != "" && ctx.Err() == nil {
+		// The controller's view moved since the epoch's snapshot (the
+		// host filled up or left): a replica elsewhere beats none.
+		g.log.Warn("gateway: chosen host refused the replica, letting the controller place it", "function", st.spec.Name, "host", host, "err", err)
+		host = ""
+		rep, err = g.scaler.Add(ctx, &st.spec, host)
+	}
 	if err == nil {
 		err = waitReady(ctx, g.tr, rep.Addr, g.ReadyTimeout)
 		if err != nil {
@@ -381,7 +427,7 @@ func (g *Gateway) addOne(st *fn) {
 	defer st.mu.Unlock()
 	st.pending--
 	if err != nil {
-		g.log.Warn("gateway: replica not added", "function", st.spec.Name, "err", err)
+		g.log.Warn("gateway: replica not added", "function", st.spec.Name, "host", host, "err", err)
 		return
 	}
 	st.ready[rep.ID] = rep
@@ -473,10 +519,10 @@ func (g *Gateway) Tick(ctx context.Context) {
 		d = max(d, st.spec.MinReplicas)
 		want[name] = d
 	}
-	granted := g.grant(ctx, want)
+	granted, hosts := g.grant(ctx, want)
 	for _, name := range g.order {
 		st := g.fns[name]
-		g.reconcile(st, want[name], granted[name])
+		g.reconcile(st, want[name], granted[name], hosts[name])
 	}
 	g.fairness(ctx, want)
 }
@@ -528,8 +574,10 @@ func (g *Gateway) Fairness() (uNow, iNow, uAvg, iAvg float64) {
 }
 
 // grant caps each function by its app budget and, when the cluster cannot
-// hold every function's growth, shares the room by DRF (Algorithm 3).
-func (g *Gateway) grant(ctx context.Context, want map[string]int) map[string]int {
+// hold every function's growth, shares the room by DRF (Algorithm 3). The
+// hosts are the nodes Algorithm 3's node selection chose for each granted
+// new replica, in order (none when the controller's deployer places).
+func (g *Gateway) grant(ctx context.Context, want map[string]int) (map[string]int, map[string][]string) {
 	out := map[string]int{}
 	var ds []*placement.Demand
 	for _, name := range g.order {
@@ -552,14 +600,27 @@ func (g *Gateway) grant(ctx context.Context, want map[string]int) map[string]int
 		}
 	}
 	if len(ds) == 0 {
-		return out
+		return out, nil
 	}
 	nodes, err := g.scaler.Nodes(ctx)
 	if err != nil || len(nodes) == 0 {
-		return out
+		return out, nil
 	}
-	prof, _ := placement.MuProfile("alignment")
-	placement.PlaceDRF(prof, ds, nodes)
+	// Which function gets the room is DRF's either way; where each
+	// replica goes is the node heuristic's only if one is set.
+	prof := g.nodeSelect
+	if prof == nil {
+		prof = mustMuProfile(DefaultNodeSelect)
+	}
+	var hosts map[string][]string
+	for _, p := range placement.PlaceDRF(prof, ds, nodes) {
+		if g.nodeSelect != nil {
+			if hosts == nil {
+				hosts = map[string][]string{}
+			}
+			hosts[p.App] = append(hosts[p.App], p.Node.Name)
+		}
+	}
 	for _, d := range ds {
 		st := g.fns[d.App]
 		st.mu.Lock()
@@ -567,10 +628,10 @@ func (g *Gateway) grant(ctx context.Context, want map[string]int) map[string]int
 		st.mu.Unlock()
 		out[d.App] = cur + d.Placed
 	}
-	return out
+	return out, hosts
 }
 
-func (g *Gateway) reconcile(st *fn, want, granted int) {
+func (g *Gateway) reconcile(st *fn, want, granted int, hosts []string) {
 	st.mu.Lock()
 	cur := len(st.ready) + st.pending
 	st.desired = want
@@ -593,9 +654,13 @@ func (g *Gateway) reconcile(st *fn, want, granted int) {
 	st.pending += max(add, 0)
 	st.removing += len(drop)
 	st.mu.Unlock()
-	for range max(add, 0) {
+	for i := range max(add, 0) {
+		host := ""
+		if i < len(hosts) {
+			host = hosts[i]
+		}
 		g.wg.Add(1)
-		go g.addOne(st)
+		go g.addOne(st, host)
 	}
 	for _, id := range drop {
 		g.wg.Add(1)

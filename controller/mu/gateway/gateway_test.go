@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,8 @@ type procScaler struct {
 	adds    int
 	removes int
 	nodes   []*placement.Node
+	hosts   []string // the host of each Add, in order
+	refuse  string   // a host whose Adds fail
 }
 
 func (p *procScaler) Ceiling(context.Context, *Function) (int, error) {
@@ -38,7 +41,14 @@ func (p *procScaler) Ceiling(context.Context, *Function) (int, error) {
 }
 func (p *procScaler) Nodes(context.Context) ([]*placement.Node, error) { return p.nodes, nil }
 
-func (p *procScaler) Add(_ context.Context, f *Function) (Replica, error) {
+func (p *procScaler) Add(_ context.Context, f *Function, host string) (Replica, error) {
+	p.mu.Lock()
+	p.hosts = append(p.hosts, host)
+	refused := host != "" && host == p.refuse
+	p.mu.Unlock()
+	if refused {
+		return Replica{}, fmt.Errorf("host %s has no room", host)
+	}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(p.work)
 		fmt.Fprintln(w, "done", r.URL.Path)
@@ -256,5 +266,60 @@ func TestFairnessOfRealAllocation(t *testing.T) {
 	u, i, ua, ia := g.Fairness()
 	if math.Abs(u-0.5) > 1e-9 || math.Abs(i-1.5) > 1e-9 || ua != u || ia != i {
 		t.Fatalf("U %.3f I %.3f (avg %.3f %.3f), want 0.5 and 1.5", u, i, ua, ia)
+	}
+}
+
+// Granted replicas are created on the nodes Algorithm 3's node selection
+// picks: worst fit on the emptier node, best fit on the fuller one; with
+// "controller" the deployer chooses (no host); a host that refuses gets
+// the replica placed by the controller instead of losing it.
+func TestGrantedReplicasGoWhereNodeSelectionSays(t *testing.T) {
+	nodes := func() []*placement.Node {
+		return []*placement.Node{
+			{Name: "roomy", CPUCap: 4, CPUFree: 4, MemCap: 8 << 30, MemFree: 8 << 30, AppCount: map[string]int{}},
+			{Name: "busy", CPUCap: 4, CPUFree: 1.5, MemCap: 8 << 30, MemFree: 8 << 30, AppCount: map[string]int{}},
+		}
+	}
+	for _, tc := range []struct {
+		sel, refuse string
+		want        []string
+	}{
+		{"worstfit", "", []string{"roomy", "roomy", "roomy"}},
+		{"bestfit", "", []string{"busy", "busy", "busy"}},
+		{NodeSelectController, "", []string{"", "", ""}},
+		{"bestfit", "busy", []string{"", "", "", "busy", "busy", "busy"}},
+	} {
+		t.Run(tc.sel+"/"+tc.refuse, func(t *testing.T) {
+			sc := &procScaler{ceiling: 4, nodes: nodes(), refuse: tc.refuse}
+			defer sc.closeAll()
+			g, err := New([]Function{testFn(mu.ASMu)}, sc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.SetNodeSelect(tc.sel); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int{"hello": 3}
+			granted, hosts := g.grant(context.Background(), want)
+			if granted["hello"] != 3 {
+				t.Fatalf("granted %d replicas, want 3", granted["hello"])
+			}
+			g.reconcile(g.fns["hello"], 3, granted["hello"], hosts["hello"])
+			g.wg.Wait()
+			sc.mu.Lock()
+			got := slices.Clone(sc.hosts)
+			sc.mu.Unlock()
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("adds went to %q, want %q", got, tc.want)
+			}
+			if r := g.Statuses()[0].Ready; r != 3 {
+				t.Fatalf("%d replicas ready, want 3", r)
+			}
+		})
+	}
+	g, _ := New([]Function{testFn(mu.ASMu)}, &procScaler{}, nil)
+	if err := g.SetNodeSelect("firstfit"); err == nil {
+		t.Fatal("an unknown node selection was accepted")
 	}
 }

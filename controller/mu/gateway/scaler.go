@@ -90,8 +90,10 @@ func (s *ControllerScaler) ports() (int, int, string) {
 }
 
 // Add creates one replica: the queue proxy as the entrypoint with the
-// function's server as its child, listening on the next port pair.
-func (s *ControllerScaler) Add(ctx context.Context, f *Function) (Replica, error) {
+// function's server as its child, listening on the next port pair, pinned
+// to host when one is given (the controller refuses a host that is not
+// connected or has no room, and the gateway counts that as a failed add).
+func (s *ControllerScaler) Add(ctx context.Context, f *Function, host string) (Replica, error) {
 	qp, fp, n := s.ports()
 	name := s.Prefix + f.Name + "-" + n
 	fport := strconv.Itoa(fp)
@@ -101,7 +103,7 @@ func (s *ControllerScaler) Add(ctx context.Context, f *Function) (Replica, error
 		cmd = append(cmd, strings.ReplaceAll(a, "{port}", fport))
 	}
 	_, err := s.Client.ScaleOut(ctx, f.Name, []adminclient.DeployContainer{{
-		Name: name, Image: f.Image, Command: cmd, Network: "host", CPUCores: f.CPUCores, MemoryBytes: f.MemoryBytes}})
+		Name: name, Image: f.Image, Command: cmd, Network: "host", CPUCores: f.CPUCores, MemoryBytes: f.MemoryBytes, Host: host}})
 	if err != nil {
 		return Replica{}, err
 	}
@@ -126,7 +128,7 @@ func (s *StaticScaler) Ceiling(context.Context, *Function) (int, error) { return
 
 func (s *StaticScaler) Nodes(context.Context) ([]*placement.Node, error) { return nil, nil }
 
-func (s *StaticScaler) Add(context.Context, *Function) (Replica, error) {
+func (s *StaticScaler) Add(context.Context, *Function, string) (Replica, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.given >= len(s.Replicas) {
