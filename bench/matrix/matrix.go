@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,7 +31,15 @@ type Config struct {
 	Policies  []string // static15 static10 static075 autopilot vpa10 vpa60 escra
 	Duration  time.Duration
 	Reps      int
-	Seed      int64
+	// Seed fixes the request schedules: every policy of a repetition
+	// sees the same requests, and so does every run.
+	Seed int64
+	// OrderSeed fixes the order the policies of a cell run in. It is a
+	// different seed from Seed so that runs can differ in order while
+	// they keep the same requests: with one order seed for every run, the
+	// same policy ran right after the same neighbour in every run, and
+	// pooling runs averaged over nothing (docs/benchmarks.md).
+	OrderSeed int64
 	BasePort  int
 	// AppCPUs is the cpuset of the containers under test and the batch
 	// container ("" = not pinned); AppCores the number of CPUs in it: the
@@ -361,9 +370,9 @@ func fmtPeaks(ps []Peak) string {
 }
 
 // Run runs the matrix: every selected cell × policy × repetition.
-// Policies run in a random order per repetition and cell (seeded, so a
-// run can be repeated), so no policy always runs first on a cold machine
-// or right after a particular neighbour.
+// Policies run in a random order per repetition and cell (PolicyOrder,
+// seeded by OrderSeed, so a run can be repeated), so no policy always runs
+// first on a cold machine or right after a particular neighbour.
 func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Run, []string) {
 	var runs []report.Run
 	var notes []string
@@ -377,9 +386,7 @@ func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Ru
 	n := 0
 	for rep := 0; rep < max(1, c.Reps); rep++ {
 		for ci, cell := range c.Cells() {
-			order := c.cellPolicies(cell)
-			rng := rand.New(rand.NewSource(c.Seed*1_000_003 + int64(rep)*1009 + int64(ci)))
-			rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+			order := PolicyOrder(c.cellPolicies(cell), c.OrderSeed, rep, ci)
 			for pos, p := range order {
 				n++
 				if IsEscra(p) && c.Escra == nil {
@@ -407,6 +414,15 @@ func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Ru
 		notes = append(notes, "Escra runs skipped: escrad and escra-controller were not running")
 	}
 	return runs, notes
+}
+
+// PolicyOrder is the order a cell's policies run in at a repetition: a
+// shuffle seeded by the order seed, the repetition and the cell's index.
+func PolicyOrder(policies []string, orderSeed int64, rep, cell int) []string {
+	order := slices.Clone(policies)
+	rng := rand.New(rand.NewSource(orderSeed*1_000_003 + int64(rep)*1009 + int64(cell)))
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	return order
 }
 
 // RunCount is how many runs Run makes.

@@ -33,6 +33,9 @@ type Results struct {
 	// CFSBurst is the CFS burst every policy's containers ran with, as a
 	// share of their quota (bench-run -burst; 0: none).
 	CFSBurst float64 `json:"cfs_burst,omitempty"`
+	// OrderSeed is the seed of the policies' order (bench-run
+	// -order-seed): the same value replays the same order.
+	OrderSeed int64 `json:"order_seed,omitempty"`
 }
 
 // CellBudget is the CPU provisioned for one (workload, load) by each side.

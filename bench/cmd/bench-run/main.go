@@ -85,6 +85,7 @@ func run() error {
 	burstCycle := flag.Duration("burst-cycle", 0, "cycle of the Burst load, calm then burst, half each (default 6 s quick: three cycles per run; 20 s full, seed 000's)")
 	noBatch := flag.Bool("no-batch", false, "leave out the P+batch policies (the app beside a best-effort batch container)")
 	cfsBurst := flag.Float64("burst", 0, "run every policy's containers with a CFS burst of this share of their quota, in [0, 1] (escrad --cfs-burst for Escra, a cgroup write beside the baselines' limits; 0: none, as seed 000)")
+	orderSeed := flag.Int64("order-seed", 0, "seed of the policies' order per repetition and cell (0: a new one each run, from the clock, recorded in results.json as order_seed; give it back to replay an order). The requests stay the same in every run")
 	profilesFrom := flag.String("profiles", "", "reuse the profiles (and so the budgets) of an earlier run's profiles.json instead of profiling (A/B runs at equal budgets)")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -126,6 +127,10 @@ func run() error {
 	}
 	if *burstCycle > 0 {
 		cfg.BurstCycle = *burstCycle
+	}
+	cfg.OrderSeed = *orderSeed
+	for cfg.OrderSeed == 0 {
+		cfg.OrderSeed = time.Now().UnixNano() % 1_000_000_007
 	}
 	if !(*cfsBurst >= 0 && *cfsBurst <= 1) {
 		return fmt.Errorf("-burst %v outside [0, 1]: the kernel refuses a burst above the quota", *cfsBurst)
@@ -185,6 +190,7 @@ func run() error {
 	if c, err := exec.Command("git", "-C", root, "describe", "--always", "--dirty").Output(); err == nil {
 		commit = strings.TrimSpace(string(c))
 	}
+	say("policy order seed %d (-order-seed %d replays this run's order)", cfg.OrderSeed, cfg.OrderSeed)
 	say("building images")
 	b := &images.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { say("%s", s) }}
 	if cfg.Images, err = b.BuildAll(ctx); err != nil {
@@ -215,13 +221,13 @@ func run() error {
 	}
 
 	res := &report.Results{Mode: mode, Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(ctx, cli),
-		Commit: commit, Pinning: report.Pinning{ClientCPUs: *clientCPUs, AppCPUs: *appCPUs, EscraCPUs: escraCPUs}}
+		Commit: commit, Pinning: report.Pinning{ClientCPUs: *clientCPUs, AppCPUs: *appCPUs, EscraCPUs: escraCPUs}, OrderSeed: cfg.OrderSeed}
 	res.Notes = append(res.Notes, fmt.Sprintf("Each run lasts %s; Static limits are k × the peak of a profiling run of the same workload and load without limits (CPU: largest 1 s mean; memory: largest 100 ms sample), capped at the app's %g CPUs.", cfg.Duration, cfg.AppCores))
 	if cfg.BurstCycle > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("The Burst load cycles every %s (calm, then a burst, half each; seed 000: 20 s), so every run holds %.1f cycles.", cfg.BurstCycle, cfg.Duration.Seconds()/cfg.BurstCycle.Seconds()))
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("Pinning: the client (bench-run with vegeta, the sampler and the baseline recommenders; wrk and redis-benchmark) on CPUs %q; the containers under test and the batch container on CPUs %q; escrad and escra-controller on %q.", *clientCPUs, *appCPUs, escraCPUs))
-	res.Notes = append(res.Notes, "Policies run in a random order (seeded) per repetition and cell; Autopilot and VPA start warm: their recommenders are fed the profiling run of the same load as history (not measured) and their first recommendation applies at the first sample.")
+	res.Notes = append(res.Notes, fmt.Sprintf("Policies run in a random order per repetition and cell (order seed %d, new each run unless -order-seed is given; the requests are the same in every run); Autopilot", cfg.OrderSeed)+" and VPA start warm: their recommenders are fed the profiling run of the same load as history (not measured) and their first recommendation applies at the first sample.")
 	if slices.ContainsFunc(cfg.Policies, func(p string) bool { _, b := matrix.SplitBatch(p); return b }) {
 		res.Notes = append(res.Notes, "A policy named P+batch runs P with a best-effort batch container (a CPU spinner, cpu.shares 2, cpu.idle 1) beside the app on the app CPUs; its quota is the app CPUs minus Σ the app's container limits, moved every 100 ms: its CPU is what the capacity the policy leaves unreserved buys, and its row's latency what sharing the CPUs with it costs the app. Every other policy runs the app alone, as seed 000 measured it.")
 	}
