@@ -152,17 +152,16 @@ const DefaultNodeSelect = "alignment"
 // least loaded: docs/depsched.md) and keeps DRF only for the counts.
 const NodeSelectController = "controller"
 
-func mustMuProfile(alg string) *placement.Profile {
-	p, err := placement.MuProfile(alg)
-	if err != nil {
-		panic(err)
-	}
+// defaultNodeProfile is DefaultNodeSelect's profile (a known name: no error).
+func defaultNodeProfile() *placement.Profile {
+	p, _ := placement.MuProfile(DefaultNodeSelect)
 	return p
 }
 
 // SetNodeSelect chooses where granted replicas go: one of Mu's node
 // heuristics ("alignment", "worstfit", "bestfit"), the Kubernetes default
 // scores ("default"), or "controller" for the controller's deployer.
+// Call it before Run.
 func (g *Gateway) SetNodeSelect(alg string) error {
 	if alg == NodeSelectController {
 		g.nodeSelect = nil
@@ -182,7 +181,7 @@ func New(fs []Function, s Scaler, log *slog.Logger) (*Gateway, error) {
 		log = slog.Default()
 	}
 	g := &Gateway{scaler: s, log: log, fns: map[string]*fn{}, now: time.Now,
-		HoldTimeout: 60 * time.Second, ReadyTimeout: 60 * time.Second, epoch: mu.Epoch, nodeSelect: mustMuProfile(DefaultNodeSelect),
+		HoldTimeout: 60 * time.Second, ReadyTimeout: 60 * time.Second, epoch: mu.Epoch, nodeSelect: defaultNodeProfile(),
 		tr: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}}
 	for i := range fs {
 		f := fs[i]
@@ -610,7 +609,7 @@ func (g *Gateway) grant(ctx context.Context, want map[string]int) (map[string]in
 	// replica goes is the node heuristic's only if one is set.
 	prof := g.nodeSelect
 	if prof == nil {
-		prof = mustMuProfile(DefaultNodeSelect)
+		prof = defaultNodeProfile()
 	}
 	var hosts map[string][]string
 	for _, p := range placement.PlaceDRF(prof, ds, nodes) {
