@@ -400,8 +400,34 @@ func (g *Gateway) kick(st *fn) {
 	st.mu.Unlock()
 	if need {
 		g.wg.Add(1)
-		go g.addOne(st, "")
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			host := g.firstHost(ctx, st)
+			cancel()
+			g.addOne(st, host)
+		}()
 	}
+}
+
+// firstHost is where a function's first replica goes, chosen outside the
+// epoch for a held request: the node selection's pick for one pod (no DRF:
+// nothing to share yet), or "" for the controller's deployer when no node
+// selection is set or the cluster view is unavailable.
+func (g *Gateway) firstHost(ctx context.Context, st *fn) string {
+	if g.nodeSelect == nil {
+		return ""
+	}
+	nodes, err := g.scaler.Nodes(ctx)
+	if err != nil || len(nodes) == 0 {
+		return ""
+	}
+	r := &placement.Request{Name: st.spec.Name + "-0", App: st.spec.Name, Image: st.spec.Image,
+		CPU: st.spec.CPUCores, Memory: st.spec.MemoryBytes}
+	res, err := g.nodeSelect.Schedule(r, nodes)
+	if err != nil {
+		return ""
+	}
+	return res.Node.Name
 }
 
 func (g *Gateway) addOne(st *fn, host string) {

@@ -272,7 +272,8 @@ func TestFairnessOfRealAllocation(t *testing.T) {
 // Granted replicas are created on the nodes Algorithm 3's node selection
 // picks: worst fit on the emptier node, best fit on the fuller one; with
 // "controller" the deployer chooses (no host); a host that refuses gets
-// the replica placed by the controller instead of losing it.
+// the replica placed by the controller instead of losing it; the first
+// replica of a function at zero is placed by the node selection too.
 func TestGrantedReplicasGoWhereNodeSelectionSays(t *testing.T) {
 	nodes := func() []*placement.Node {
 		return []*placement.Node{
@@ -318,7 +319,19 @@ func TestGrantedReplicasGoWhereNodeSelectionSays(t *testing.T) {
 			}
 		})
 	}
-	g, _ := New([]Function{testFn(mu.ASMu)}, &procScaler{}, nil)
+	// Scale from zero: the first replica, made for a held request outside
+	// the epoch, goes where the node selection says too.
+	sc := &procScaler{ceiling: 4, nodes: nodes()}
+	defer sc.closeAll()
+	g, _ := New([]Function{testFn(mu.ASMu)}, sc, nil)
+	if err := g.SetNodeSelect("bestfit"); err != nil {
+		t.Fatal(err)
+	}
+	g.kick(g.fns["hello"])
+	g.wg.Wait()
+	if !slices.Equal(sc.hosts, []string{"busy"}) {
+		t.Fatalf("the first replica went to %q, want [busy]", sc.hosts)
+	}
 	if err := g.SetNodeSelect("firstfit"); err == nil {
 		t.Fatal("an unknown node selection was accepted")
 	}
