@@ -421,13 +421,12 @@ func (g *Gateway) firstHost(ctx context.Context, st *fn) string {
 	if err != nil || len(nodes) == 0 {
 		return ""
 	}
-	r := &placement.Request{Name: st.spec.Name + "-0", App: st.spec.Name, Image: st.spec.Image,
-		CPU: st.spec.CPUCores, Memory: st.spec.MemoryBytes}
-	res, err := g.nodeSelect.Schedule(r, nodes)
-	if err != nil {
+	placed := placement.PlaceDRF(g.nodeSelect, []*placement.Demand{{App: st.spec.Name, Image: st.spec.Image,
+		CPU: st.spec.CPUCores, Memory: st.spec.MemoryBytes, Pods: 1}}, nodes)
+	if len(placed) == 0 {
 		return ""
 	}
-	return res.Node.Name
+	return placed[0].Node.Name
 }
 
 func (g *Gateway) addOne(st *fn, host string) {
@@ -637,12 +636,11 @@ func (g *Gateway) grant(ctx context.Context, want map[string]int) (map[string]in
 	if prof == nil {
 		prof = defaultNodeProfile()
 	}
+	placed := placement.PlaceDRF(prof, ds, nodes)
 	var hosts map[string][]string
-	for _, p := range placement.PlaceDRF(prof, ds, nodes) {
-		if g.nodeSelect != nil {
-			if hosts == nil {
-				hosts = map[string][]string{}
-			}
+	if g.nodeSelect != nil {
+		hosts = map[string][]string{}
+		for _, p := range placed {
 			hosts[p.App] = append(hosts[p.App], p.Node.Name)
 		}
 	}
