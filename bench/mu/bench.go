@@ -572,8 +572,9 @@ func runLB(ctx context.Context, cfg Config, dc *client.Client, img string, sum m
 	for _, pol := range pols {
 		// Function concurrency 2 is the bound of the fast replicas; the
 		// slow ones' lower capacity must be learnt from their metrics.
+		// No admission: every balancer gets every request.
 		f := gateway.Function{Name: "lb", CPUCores: 0.1, MemoryBytes: 64 << 20, Concurrency: 2, SLO: 5 * time.Second,
-			Autoscaler: mu.ASMuNoPred, LB: pol, MinReplicas: len(reps), MaxReplicas: len(reps)}
+			Autoscaler: mu.ASMuNoPred, Admission: gateway.AdmitOff, LB: pol, MinReplicas: len(reps), MaxReplicas: len(reps)}
 		g, err := gateway.New([]gateway.Function{f}, &gateway.StaticScaler{Replicas: reps}, quietLog())
 		if err != nil {
 			return err

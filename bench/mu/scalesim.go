@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/mu"
+	"github.com/escra-dev/escra/controller/mu/gateway"
 )
 
 // ScaleSim is a clock-free replay of Table 3's loop: Poisson arrivals
@@ -29,6 +30,7 @@ type ScaleSim struct {
 	Seed        int64
 	Estimator   mu.EstimatorConfig // the queue proxies' Algorithm 1 constants
 	KPAStable   time.Duration      // the RPS baseline's stable window (0: Knative's 60 s)
+	Admission   string             // gateway.Function.Admission ("" = the gateway's default)
 }
 
 // SimEpoch is one epoch of a ScaleSim run.
@@ -125,6 +127,8 @@ func (s ScaleSim) Run() (SimResult, error) {
 		et                    float64
 		within, total         int
 		nextSample            = 1.0
+		want                  int // the autoscaler's last N_des, before the ceiling
+		admission             = (&gateway.Function{Autoscaler: s.Autoscaler, Admission: s.Admission}).AdmissionMode()
 		slo                   = s.SLO.Seconds()
 	)
 	track := func(now float64) {
@@ -138,6 +142,15 @@ func (s ScaleSim) Run() (SimResult, error) {
 		heap.Push(h, &simEv{at: now + s.ExecSec, kind: 1, pod: p, req: r})
 	}
 	dispatch = func(r *simReq, now float64) {
+		if adm := admission; pool.Len() > 0 && adm != gateway.AdmitOff {
+			// The gateway's reject: the best estimated response exceeds the SLO.
+			if best, ok := pool.BestResponse(); (adm == gateway.AdmitSLO || want > s.Ceiling) && ok && best > slo {
+				res.Rejected++
+				total++
+				inflight--
+				return
+			}
+		}
 		b := pool.Pick()
 		if b == nil {
 			held = append(held, r)
@@ -229,6 +242,7 @@ func (s ScaleSim) Run() (SimResult, error) {
 				Queued: float64(q + len(held)), CapE: pool.Capacity(), ExecSec: et}
 			arrivals, area = 0, 0
 			d := as.Desired(o)
+			want = d
 			rec := SimEpoch{At: e.at, Obs: o, Desired: d}
 			if m, ok := as.(*mu.MuAutoscaler); ok {
 				rec.NIR, rec.NQ = m.Terms()

@@ -26,6 +26,9 @@ const (
 	replicaMem     = 64 << 20
 )
 
+// t3MuNoAdmission is Table 3's Mu run with admission off.
+const t3MuNoAdmission = "mu_noadm"
+
 func t3Trace(cfg Config) []float64 {
 	// Table 3's median-error function: mean 339 req/s at 100 req/s per
 	// pod (3.4 pods); ours: mean 60 at 20 req/s per pod (3 pods).
@@ -42,7 +45,10 @@ func t5Traces(cfg Config) ([]float64, []float64) {
 
 func runTables(ctx context.Context, cfg Config, socks []string, img string, sum map[string]float64, logf func(string)) error {
 	pid := os.Getpid()
-	t3Pol := []string{mu.ASRPS, mu.ASConcurrency, mu.ASMuNoPred, mu.ASMu}
+	// Table 3 compares the autoscalers, each run once; Mu runs with its
+	// admission (the gateway's default) and again without it (mu_noadm),
+	// as the paper's Table 3, which has no 503 column.
+	t3Pol := []string{mu.ASRPS, mu.ASConcurrency, mu.ASMuNoPred, mu.ASMu, t3MuNoAdmission}
 	t5Pol := []string{mu.ASRPS, mu.ASConcurrency, mu.ASMu}
 	var apps []string
 	app := func(table, pol, w string) string {
@@ -74,8 +80,12 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 			if err := c.srv.DefineApp(appSpec(name, 16)); err != nil {
 				return err
 			}
+			as, adm := p, ""
+			if p == t3MuNoAdmission {
+				as, adm = mu.ASMu, gateway.AdmitOff
+			}
 			f := gateway.Function{Name: name, Image: img, CPUCores: replicaCPU, MemoryBytes: replicaMem, Concurrency: t3CC, MaxQueue: 100,
-				SLO: time.Second, Autoscaler: p, KPATarget: kpaTarget(p, t3CC, t3HoldMs), LB: mu.LBP2C, Grace: 16,
+				SLO: time.Second, Autoscaler: as, Admission: adm, KPATarget: kpaTarget(as, t3CC, t3HoldMs), LB: mu.LBP2C, Grace: 16,
 				Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}
 			logf(fmt.Sprintf(" %s", p))
 			out, ser, _, err := runPolicy(ctx, c, []fnRun{{fn: f, path: fmt.Sprintf("/mem?mib=2&hold=%d", t3HoldMs), rates: rates, seed: cfg.Seed}}, port, logf)

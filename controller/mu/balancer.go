@@ -231,6 +231,26 @@ func (p *Pool) Done(b *Backend, m *PodMetrics) {
 	}
 }
 
+// BestResponse is the least estimated response time over the pods,
+// min_i (Q_i+1)/Cap_i (Eq 5's R_i), in seconds: how long a request sent
+// now would take at best. ok is false when a pod has no estimate yet (it
+// may take the load) or the pool is empty.
+func (p *Pool) BestResponse() (sec float64, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.bs) == 0 {
+		return 0, false
+	}
+	sec = math.Inf(1)
+	for _, b := range p.bs {
+		if b.cap <= 0 {
+			return 0, false
+		}
+		sec = min(sec, float64(max(b.pigQ, b.inflight)+1)/b.cap)
+	}
+	return sec, true
+}
+
 // Capacity is Cap_e for the autoscaler: the mean estimated capacity of the
 // pods that have one (0 when none has).
 func (p *Pool) Capacity() float64 {

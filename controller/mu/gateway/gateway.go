@@ -40,8 +40,13 @@ type Function struct {
 	KPATarget   float64       `json:"kpa_target"` // per-pod target for rps/concurrency
 	LB          string        `json:"lb"`         // mu.LBPolicies
 	Grace       int           `json:"grace"`      // Mu's grace epochs (Table 4: 16)
-	MinReplicas int           `json:"min_replicas"`
-	MaxReplicas int           `json:"max_replicas"` // 0: the app budget decides
+	// Admission is when requests that would miss the SLO get 503 (§4.1):
+	// "slo" whenever the best estimated response exceeds the SLO, "capped"
+	// only while the function is capped below N_des, "off" never. Empty:
+	// "slo" for the Mu autoscalers, "off" for the Knative baselines.
+	Admission   string `json:"admission"`
+	MinReplicas int    `json:"min_replicas"`
+	MaxReplicas int    `json:"max_replicas"` // 0: the app budget decides
 	// Command is the function server's command line after the queue
 	// proxy's "--"; {port} is replaced by its port.
 	Command []string `json:"command"`
@@ -64,8 +69,31 @@ func (f *Function) Validate() error {
 		return fmt.Errorf("function %s: lb %q (want one of %v)", f.Name, f.LB, mu.LBPolicies)
 	case (f.Autoscaler == mu.ASRPS || f.Autoscaler == mu.ASConcurrency) && f.KPATarget <= 0:
 		return fmt.Errorf("function %s: kpa_target must be positive for %s", f.Name, f.Autoscaler)
+	case f.Admission != "" && !slices.Contains(AdmissionModes, f.Admission):
+		return fmt.Errorf("function %s: admission %q (want one of %v)", f.Name, f.Admission, AdmissionModes)
 	}
 	return nil
+}
+
+// Admission modes (Function.Admission).
+const (
+	AdmitSLO    = "slo"
+	AdmitCapped = "capped"
+	AdmitOff    = "off"
+)
+
+// AdmissionModes lists the values Function.Admission takes.
+var AdmissionModes = []string{AdmitSLO, AdmitCapped, AdmitOff}
+
+// AdmissionMode is the function's admission with the default applied.
+func (f *Function) AdmissionMode() string {
+	switch {
+	case f.Admission != "":
+		return f.Admission
+	case f.Autoscaler == mu.ASMu || f.Autoscaler == mu.ASMuNoPred:
+		return AdmitSLO
+	}
+	return AdmitOff
 }
 
 // Replica is one running replica: its queue proxy's address.
@@ -365,28 +393,26 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	return s.ResponseWriter.Write(b)
 }
 
-// reject is Mu's admission (§4.1): only for the Mu autoscalers, only when
-// the function is capped below N_des, a request whose best estimated
-// response time (Eq 5) already exceeds the SLO is refused.
+// reject is Mu's admission (§4.1): a request whose best estimated
+// response time, min_i (Q_i+1)/Cap_i (Eq 5), already exceeds the SLO is
+// refused rather than queued behind requests that will miss it too. The
+// paper's 503s come "when resources are not yet provisioned" during
+// bursts, not only at the budget, so by default it applies whenever the
+// queues are that long; "capped" keeps it to a function capped below N_des.
 func (g *Gateway) reject(st *fn) bool {
-	if st.spec.Autoscaler != mu.ASMu && st.spec.Autoscaler != mu.ASMuNoPred {
+	switch st.spec.AdmissionMode() {
+	case AdmitOff:
 		return false
-	}
-	st.mu.Lock()
-	capped := st.capped
-	st.mu.Unlock()
-	if !capped {
-		return false
-	}
-	best := math.Inf(1)
-	for _, b := range st.pool.Stats() {
-		c := b.Capacity
-		if c <= 0 {
-			return false // a pod without an estimate yet: let it take the load
+	case AdmitCapped:
+		st.mu.Lock()
+		capped := st.capped
+		st.mu.Unlock()
+		if !capped {
+			return false
 		}
-		best = min(best, float64(max(b.Queue, b.Inflight)+1)/c)
 	}
-	return best > st.spec.SLO.Seconds()
+	best, ok := st.pool.BestResponse()
+	return ok && best > st.spec.SLO.Seconds()
 }
 
 // kick starts a scale-up to at least one replica at once (first request).

@@ -197,9 +197,11 @@ func TestEpochScalingWithinCeiling(t *testing.T) {
 	<-done
 }
 
-// A function capped below what it needs answers 503 to requests that
-// would miss the SLO; an uncapped baseline (rps) queues them instead.
-func TestAdmissionWhenCapped(t *testing.T) {
+// Mu answers 503 to a request that would miss the SLO behind the queues
+// it sees, whether or not the budget caps the function (§4.1: the 503s
+// come during bursts before new pods are up); "capped" keeps the older,
+// narrower reading; the Knative baselines queue instead.
+func TestAdmission(t *testing.T) {
 	sc := &procScaler{ceiling: 1, work: 0}
 	defer sc.closeAll()
 	g, err := New([]Function{testFn(mu.ASMu)}, sc, nil)
@@ -209,23 +211,42 @@ func TestAdmissionWhenCapped(t *testing.T) {
 	st := g.fns["hello"]
 	g.kick(st)
 	g.wg.Wait()
-	st.mu.Lock()
-	st.capped = true
-	st.mu.Unlock()
 	b := st.pool.Pick()
+	if g.reject(st) {
+		t.Fatal("rejected before the replica had a capacity estimate")
+	}
 	// The replica reports 2 req/s capacity, 10 queued: (10+1)/2 s > 1 s.
 	st.pool.Done(b, &mu.PodMetrics{Queue: 10, Departure: 2, Confidence: 1})
 	if !g.reject(st) {
-		t.Fatal("capped function with an 5.5 s estimated response did not reject")
+		t.Fatal("a 5.5 s estimated response for a 1 s SLO was admitted, with the function not capped")
 	}
 	st.pool.Done(b, &mu.PodMetrics{Queue: 0, Departure: 2.5, Confidence: 1})
 	if g.reject(st) {
 		t.Fatal("rejected with an empty queue")
 	}
-	st.spec.Autoscaler = mu.ASRPS
-	st.pool.Done(b, &mu.PodMetrics{Queue: 50, Departure: 3, Confidence: 1})
+	st.pool.Done(b, &mu.PodMetrics{Queue: 10, Departure: 3, Confidence: 1})
+	st.spec.Admission = AdmitCapped
 	if g.reject(st) {
-		t.Fatal("the rps baseline rejected: only Mu has admission")
+		t.Fatal(`admission "capped" rejected while the function was not capped`)
+	}
+	st.mu.Lock()
+	st.capped = true
+	st.mu.Unlock()
+	if !g.reject(st) {
+		t.Fatal(`admission "capped" admitted a late request while capped`)
+	}
+	st.spec.Admission = AdmitOff
+	if g.reject(st) {
+		t.Fatal(`admission "off" rejected`)
+	}
+	st.spec.Admission, st.spec.Autoscaler = "", mu.ASRPS
+	if g.reject(st) {
+		t.Fatal("the rps baseline rejected: by default only Mu has admission")
+	}
+	f := testFn(mu.ASMu)
+	f.Admission = "sometimes"
+	if err := f.Validate(); err == nil || !strings.Contains(err.Error(), "admission") {
+		t.Fatalf("admission %q accepted: %v", f.Admission, err)
 	}
 }
 
