@@ -116,6 +116,11 @@ func run(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// Replicas a crashed gateway left behind are taken over before the
+	// first request, so no new replica takes one of their ports.
+	if err := g.Adopt(ctx); err != nil {
+		log.Warn("gateway: not every function's earlier replicas could be looked up", "err", err)
+	}
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
 	asrv := &http.Server{Handler: g.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)

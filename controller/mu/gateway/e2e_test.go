@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,17 +108,22 @@ func TestGatewayScalesRealReplicasThroughController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(g)
+	var serving atomic.Pointer[gateway.Gateway] // the gateway the front calls
+	serving.Store(g)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { serving.Load().ServeHTTP(w, r) }))
 	defer front.Close()
 	gctx, gcancel := context.WithCancel(context.Background())
 	gdone := make(chan struct{})
 	go func() { g.Run(gctx); close(gdone) }()
+	crash := func() { // the gateway stops without removing its replicas
+		gcancel()
+		<-gdone
+	}
 	stopped := false
 	stop := func() {
 		if !stopped {
 			stopped = true
-			gcancel()
-			<-gdone
+			crash()
 			if err := g.Shutdown(context.Background()); err != nil {
 				t.Errorf("gateway shutdown: %v", err)
 			}
@@ -201,6 +207,44 @@ func TestGatewayScalesRealReplicasThroughController(t *testing.T) {
 	}
 	if st.CapacityRPS <= 0 {
 		t.Fatalf("no capacity estimate from the piggybacked metrics: %+v", st)
+	}
+
+	// The gateway crashes; a new one with the same settings takes over the
+	// running replicas: it serves at once, and creates no container.
+	crash()
+	onEngine := func() int {
+		list, err := cli.ContainerList(context.Background(), container.ListOptions{
+			Filters: filters.NewArgs(filters.Arg("label", containers.AppLabel+"="+app))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+	before := onEngine()
+	sc2 := &gateway.ControllerScaler{Client: cl, Prefix: sc.Prefix, BasePort: sc.BasePort, ProxyPath: sc.ProxyPath}
+	g2, err := gateway.New([]gateway.Function{f}, sc2, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g = g2 // stop() shuts the new one down
+	g2ctx, g2cancel := context.WithCancel(context.Background())
+	defer g2cancel()
+	gcancel, gdone = g2cancel, make(chan struct{})
+	if err := g2.Adopt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	go func() { g2.Run(g2ctx); close(gdone) }()
+	if st := g2.Statuses()[0]; st.Ready != before {
+		t.Fatalf("the restarted gateway adopted %d replicas, %d were running: %+v", st.Ready, before, st)
+	}
+	serving.Store(g2)
+	resp, err = http.Get(front.URL + "/fn/" + app + "/cpu?ms=5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if n := onEngine(); resp.StatusCode != 200 || n != before {
+		t.Fatalf("after the restart: status %d, %d replicas on the engine (were %d)", resp.StatusCode, n, before)
 	}
 	stop()
 	// Shutdown removed every replica through the controller.

@@ -156,6 +156,9 @@ type Gateway struct {
 	HoldTimeout time.Duration
 	// ReadyTimeout bounds how long a new replica may take to answer.
 	ReadyTimeout time.Duration
+	// AdoptTimeout bounds how long Adopt waits for a leftover replica's
+	// health check.
+	AdoptTimeout time.Duration
 	epoch        time.Duration
 	wg           sync.WaitGroup
 	// nodeSelect is the node heuristic of Algorithm 3 that places each
@@ -209,7 +212,7 @@ func New(fs []Function, s Scaler, log *slog.Logger) (*Gateway, error) {
 		log = slog.Default()
 	}
 	g := &Gateway{scaler: s, log: log, fns: map[string]*fn{}, now: time.Now,
-		HoldTimeout: 60 * time.Second, ReadyTimeout: 60 * time.Second, epoch: mu.Epoch, nodeSelect: defaultNodeProfile(),
+		HoldTimeout: 60 * time.Second, ReadyTimeout: 60 * time.Second, AdoptTimeout: 3 * time.Second, epoch: mu.Epoch, nodeSelect: defaultNodeProfile(),
 		tr: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}}
 	for i := range fs {
 		f := fs[i]
@@ -517,6 +520,50 @@ func (g *Gateway) removeOne(st *fn, id string) {
 	if err != nil {
 		g.log.Warn("gateway: replica not removed", "function", st.spec.Name, "replica", id, "err", err)
 	}
+}
+
+// Adopt takes over the replicas a previous gateway left running, when the
+// scaler can list them (Adopter): each that answers its health check
+// within AdoptTimeout joins the pool at once, the others are removed.
+// Call it before serving, so that no new replica takes a leftover's port.
+// The autoscaler then sizes the function from its load as usual.
+func (g *Gateway) Adopt(ctx context.Context) error {
+	ad, ok := g.scaler.(Adopter)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	var wg sync.WaitGroup
+	for _, name := range g.order {
+		st := g.fns[name]
+		reps, err := ad.Existing(ctx, &st.spec)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("function %s: listing its replicas: %w", name, err))
+			continue
+		}
+		for _, rep := range reps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if rep.Addr != "" && waitReady(ctx, g.tr, rep.Addr, g.AdoptTimeout) == nil {
+					st.mu.Lock()
+					st.ready[rep.ID] = rep
+					st.pool.Add(rep.ID, rep.Addr)
+					close(st.wake)
+					st.wake = make(chan struct{})
+					st.mu.Unlock()
+					g.log.Info("gateway: adopted a running replica", "function", name, "replica", rep.ID, "addr", rep.Addr)
+					return
+				}
+				g.log.Warn("gateway: removing a replica left by an earlier gateway that does not answer", "function", name, "replica", rep.ID)
+				if err := g.scaler.Remove(ctx, &st.spec, rep.ID); err != nil {
+					g.log.Warn("gateway: leftover replica not removed", "function", name, "replica", rep.ID, "err", err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Run scales every epoch until ctx ends, then waits for scale operations

@@ -30,8 +30,15 @@ type procScaler struct {
 	adds    int
 	removes int
 	nodes   []*placement.Node
-	hosts   []string // the host of each Add, in order
-	refuse  string   // a host whose Adds fail
+	hosts   []string  // the host of each Add, in order
+	refuse  string    // a host whose Adds fail
+	left    []Replica // what Existing reports: replicas of an earlier gateway
+}
+
+func (p *procScaler) Existing(context.Context, *Function) ([]Replica, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.left), nil
 }
 
 func (p *procScaler) Ceiling(context.Context, *Function) (int, error) {
@@ -355,5 +362,52 @@ func TestGrantedReplicasGoWhereNodeSelectionSays(t *testing.T) {
 	}
 	if err := g.SetNodeSelect("firstfit"); err == nil {
 		t.Fatal("an unknown node selection was accepted")
+	}
+}
+
+// A gateway restarted after a crash serves with the replicas its
+// predecessor left running (no cold start, no new container) and removes
+// the leftovers that do not answer.
+func TestAdoptTakesOverLiveReplicasAndRemovesDeadOnes(t *testing.T) {
+	sc := &procScaler{ceiling: 4}
+	defer sc.closeAll()
+	f := testFn(mu.ASMu)
+	var live []Replica
+	for range 2 {
+		r, err := sc.Add(context.Background(), &f, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, r)
+	}
+	sc.left = append(live, Replica{ID: "dead", Addr: "127.0.0.1:1"}, Replica{ID: "older-format"})
+	g, err := New([]Function{f}, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.AdoptTimeout = 300 * time.Millisecond
+	if err := g.Adopt(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Statuses()[0]; st.Ready != 2 {
+		t.Fatalf("adopted %d replicas, want the 2 live ones: %+v", st.Ready, st)
+	}
+	front := httptest.NewServer(g)
+	defer front.Close()
+	for range 4 {
+		resp, err := http.Get(front.URL + "/fn/hello/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request after adoption: %d", resp.StatusCode)
+		}
+	}
+	sc.mu.Lock()
+	adds, removes, running := sc.adds, sc.removes, len(sc.srvs)
+	sc.mu.Unlock()
+	if adds != 2 || removes != 2 || running != 2 {
+		t.Fatalf("%d adds (want the 2 before the restart), %d removes (want the dead and the unaddressed one), %d live replicas (want 2)", adds, removes, running)
 	}
 }

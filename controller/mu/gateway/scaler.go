@@ -12,6 +12,14 @@ import (
 	"github.com/escra-dev/escra/controller/placement"
 )
 
+// Adopter is a Scaler that lists the replicas a previous gateway left
+// running (it crashed or was killed before removing them), so that a
+// restarted gateway serves with them rather than colliding with their
+// names and ports. A Replica with no Addr is a leftover to remove.
+type Adopter interface {
+	Existing(ctx context.Context, f *Function) ([]Replica, error)
+}
+
 // ControllerScaler adds and removes replicas through the Escra controller
 // (POST/DELETE /v1/apps/{fn}/containers → deployer placement → escrad →
 // Docker), so each replica carries escra.app=<function> and joins the
@@ -20,7 +28,8 @@ import (
 // Replicas run with host networking on 127.0.0.1 ports from BasePort up.
 type ControllerScaler struct {
 	Client *adminclient.Client
-	// Prefix names the containers (<Prefix><function>-<n>).
+	// Prefix names the containers <Prefix><function>-<queue proxy port>,
+	// which is how a restarted gateway finds their address (Existing).
 	Prefix   string
 	BasePort int
 	// ProxyPath is the queue proxy inside the image.
@@ -28,7 +37,7 @@ type ControllerScaler struct {
 
 	mu   sync.Mutex
 	next int
-	seq  int
+	used map[int]bool // queue proxy ports of adopted replicas
 }
 
 // Ceiling is ⌊budget / per-replica bootstrap⌋ on CPU and memory.
@@ -80,13 +89,51 @@ func (s *ControllerScaler) Nodes(ctx context.Context) ([]*placement.Node, error)
 	return out, nil
 }
 
-func (s *ControllerScaler) ports() (int, int, string) {
+func (s *ControllerScaler) ports() (int, int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.BasePort + 2*s.next
-	s.next++
-	s.seq++
-	return p, p + 1, strconv.Itoa(s.seq)
+	for {
+		p := s.BasePort + 2*s.next
+		s.next++
+		if !s.used[p] {
+			return p, p + 1
+		}
+	}
+}
+
+// Existing lists the function's replicas on the controller by their names
+// (<Prefix><function>-<port>); their ports are not handed out again. A
+// name with our prefix whose suffix is not a port of ours (an older
+// gateway's <n>) comes back without an address, to be removed.
+func (s *ControllerScaler) Existing(ctx context.Context, f *Function) ([]Replica, error) {
+	cs, err := s.Client.Containers(ctx, f.Name)
+	if err != nil {
+		return nil, err
+	}
+	pre := s.Prefix + f.Name + "-"
+	var out []Replica
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range cs {
+		suf, ok := strings.CutPrefix(c.Name, pre)
+		if !ok {
+			continue // not a replica of this gateway's: leave it alone
+		}
+		p, err := strconv.Atoi(suf)
+		if err != nil {
+			continue
+		}
+		if p < s.BasePort || p > 65534 || (p-s.BasePort)%2 != 0 {
+			out = append(out, Replica{ID: c.Name})
+			continue
+		}
+		if s.used == nil {
+			s.used = map[int]bool{}
+		}
+		s.used[p] = true
+		out = append(out, Replica{ID: c.Name, Addr: "127.0.0.1:" + suf})
+	}
+	return out, nil
 }
 
 // Add creates one replica: the queue proxy as the entrypoint with the
@@ -94,8 +141,8 @@ func (s *ControllerScaler) ports() (int, int, string) {
 // to host when one is given (the controller refuses a host that is not
 // connected or has no room, and the gateway counts that as a failed add).
 func (s *ControllerScaler) Add(ctx context.Context, f *Function, host string) (Replica, error) {
-	qp, fp, n := s.ports()
-	name := s.Prefix + f.Name + "-" + n
+	qp, fp := s.ports()
+	name := s.Prefix + f.Name + "-" + strconv.Itoa(qp)
 	fport := strconv.Itoa(fp)
 	cmd := []string{s.ProxyPath, "-listen", "127.0.0.1:" + strconv.Itoa(qp), "-upstream", "http://127.0.0.1:" + fport,
 		"-concurrency", strconv.Itoa(f.Concurrency), "-max-queue", strconv.Itoa(max(f.MaxQueue, 1)), "--"}
