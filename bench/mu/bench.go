@@ -116,10 +116,11 @@ type Outcome struct {
 	ReqAvg       float64 // replicas the autoscaler asked for
 	ReqMax       int
 	Lat          []float64 // sorted ms of non-503 answers, for CDFs
+	reqs         []rec     // every request, in the order sent
 }
 
 func summarise(rs []rec, slo time.Duration) Outcome {
-	o := Outcome{Requests: len(rs)}
+	o := Outcome{Requests: len(rs), reqs: rs}
 	var within, r503, errs int
 	var sum float64
 	for _, r := range rs {

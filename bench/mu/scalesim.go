@@ -142,17 +142,7 @@ func (s ScaleSim) Run() (SimResult, error) {
 		heap.Push(h, &simEv{at: now + s.ExecSec, kind: 1, pod: p, req: r})
 	}
 	dispatch = func(r *simReq, now float64) {
-		if adm := admission; pool.Len() > 0 && adm != gateway.AdmitOff {
-			// The gateway's reject: the best estimated response exceeds the SLO.
-			if best, ok := pool.BestResponse(); (adm == gateway.AdmitSLO || want > s.Ceiling) && ok && best > slo {
-				res.Rejected++
-				total++
-				inflight--
-				return
-			}
-		}
-		b := pool.Pick()
-		if b == nil {
+		if pool.Len() == 0 {
 			held = append(held, r)
 			if pending == 0 {
 				// The gateway's kick: a first replica at once.
@@ -162,6 +152,25 @@ func (s ScaleSim) Run() (SimResult, error) {
 				heap.Push(h, &simEv{at: now + s.Startup.Seconds(), kind: 2, pod: p})
 			}
 			return
+		}
+		var b *mu.Backend
+		if !pool.Known() {
+			// The gateway's activate: a free concurrency slot or wait.
+			if b = pool.PickFree(); b == nil {
+				held = append(held, r)
+				return
+			}
+		} else {
+			// The gateway's reject: the best estimated response exceeds
+			// what is left of the SLO.
+			best, ok := pool.BestResponse()
+			if ok && admission != gateway.AdmitOff && (admission == gateway.AdmitSLO || want > s.Ceiling) && best > slo-(now-r.sent) {
+				res.Rejected++
+				total++
+				inflight--
+				return
+			}
+			b = pool.Pick()
 		}
 		p := ready[b.ID]
 		r.b = b
@@ -217,6 +226,11 @@ func (s ScaleSim) Run() (SimResult, error) {
 				n := p.waiting[0]
 				p.waiting = p.waiting[1:]
 				start(p, n, e.at)
+			}
+			hs := held
+			held = nil
+			for _, r := range hs {
+				dispatch(r, e.at)
 			}
 		case 2:
 			pending--

@@ -1,6 +1,7 @@
 package mu
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math"
@@ -100,6 +101,7 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 				p, o.WithinSLOPct, o.P99Ms, o.Pct503, o.PodsAvg, o.PodsMax, o.ReqAvg, o.ReqMax))
 			plots[p] = ser[name]
 			writeRows(cfg.Out, "t3_"+p+"_seconds.csv", ser[name])
+			writeRequests(cfg.Out, "t3_"+p+"_requests.csv", o.reqs)
 			cdfs[p] = o.Lat
 		}
 		ideal := make([]int, len(rates))
@@ -158,6 +160,7 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 				o := out[r.fn.Name]
 				key := fmt.Sprintf("t5_%s_w%d", p, wi+1)
 				put(sum, key, o)
+				writeRequests(cfg.Out, key+"_requests.csv", o.reqs)
 				logf(fmt.Sprintf("  %-11s W%d within SLO %5.1f%%  mean %5.0f ms  p99 %6.0f ms  503 %4.1f%%  pods avg %.2f max %d  (asked avg %.2f max %d)",
 					p, wi+1, o.WithinSLOPct, o.MeanMs, o.P99Ms, o.Pct503, o.PodsAvg, o.PodsMax, o.ReqAvg, o.ReqMax))
 				if wi == 0 {
@@ -215,6 +218,23 @@ func writeTrace(dir, name string, rates []float64) {
 	}
 	defer f.Close()
 	load.WriteRateCSV(f, rates)
+}
+
+// writeRequests records every request as the client saw it: when it was
+// sent (ms from the start of the trace), how long it took, and its status
+// (0: no answer), to tell which moments of a run the misses come from.
+func writeRequests(dir, name string, rs []rec) {
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	fmt.Fprintln(w, "sent_ms,latency_ms,status")
+	for _, r := range rs {
+		fmt.Fprintf(w, "%.1f,%.1f,%d\n", float64(r.At)/1e6, float64(r.Lat)/1e6, r.Code)
+	}
+	w.Flush()
 }
 
 // writeRows records what the autoscaler saw and asked each second, so a

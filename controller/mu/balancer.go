@@ -60,6 +60,7 @@ type Pool struct {
 	next        int
 	rng         *rand.Rand
 	maxCap      float64 // largest Cap seen on any pod of this function
+	lastET      float64 // the last piggybacked execution time, s
 }
 
 // NewPool returns an empty pool with one of LBPolicies.
@@ -157,6 +158,51 @@ func (p *Pool) Pick() *Backend {
 	return b
 }
 
+// capOf is the capacity Eq 5 uses for b: its own estimate, else the
+// largest seen on the function (§3.4.1: a new pod is presumed as fast),
+// else Little's law on the last execution time reported, concurrency/ET,
+// else 0 (nothing is known). The caller holds p.mu.
+func (p *Pool) capOf(b *Backend) float64 {
+	switch {
+	case b.cap > 0:
+		return b.cap
+	case p.maxCap > 0:
+		return p.maxCap
+	case p.Concurrency > 0 && p.lastET > 0:
+		return float64(p.Concurrency) / p.lastET
+	}
+	return 0
+}
+
+// Known says whether any replica of the function has reported how fast it
+// serves (a capacity estimate or an execution time).
+func (p *Pool) Known() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.maxCap > 0 || p.lastET > 0
+}
+
+// PickFree is what Knative's activator does before anything is known of a
+// function's speed: the replica with the fewest requests in flight among
+// those below their concurrency, counted in flight; nil when every
+// replica is full (or Concurrency is unset), so the caller holds the
+// request instead of committing it to one replica's queue.
+func (p *Pool) PickFree() *Backend {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var b *Backend
+	for _, c := range p.bs {
+		if c.inflight < p.Concurrency && (b == nil || c.inflight < b.inflight) {
+			b = c
+		}
+	}
+	if b != nil {
+		b.inflight++
+		b.sent++
+	}
+	return b
+}
+
 // pickMu is Eq 5: the pod with the least R_i = (Q_i+1)/Cap_i. Q_i is the
 // larger of the piggybacked queue (which sees other gateways' load) and
 // this gateway's requests in flight (which sees its own dispatches before
@@ -170,10 +216,7 @@ func (p *Pool) pickMu() *Backend {
 	bestR := math.Inf(1)
 	for k := range n {
 		c := p.bs[(start+k)%n]
-		capi := c.cap
-		if capi <= 0 {
-			capi = p.maxCap
-		}
+		capi := p.capOf(c)
 		if capi <= 0 {
 			capi = 1 // nothing measured yet: all pods equal, least loaded wins
 		}
@@ -195,6 +238,9 @@ func (p *Pool) Done(b *Backend, m *PodMetrics) {
 	}
 	if m == nil {
 		return
+	}
+	if m.ExecSec > 0 {
+		p.lastET = m.ExecSec
 	}
 	b.pigQ = max(m.Queue, 0)
 	// §3.4.1: update the capacity only when the new sample is at least as
@@ -233,22 +279,21 @@ func (p *Pool) Done(b *Backend, m *PodMetrics) {
 
 // BestResponse is the least estimated response time over the pods,
 // min_i (Q_i+1)/Cap_i (Eq 5's R_i), in seconds: how long a request sent
-// now would take at best. ok is false when a pod has no estimate yet (it
-// may take the load) or the pool is empty.
+// now would take at best. A pod without its own estimate counts at the
+// capacity capOf presumes; ok is false when nothing is known yet or the
+// pool is empty.
 func (p *Pool) BestResponse() (sec float64, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.bs) == 0 {
-		return 0, false
-	}
 	sec = math.Inf(1)
 	for _, b := range p.bs {
-		if b.cap <= 0 {
+		c := p.capOf(b)
+		if c <= 0 {
 			return 0, false
 		}
-		sec = min(sec, float64(max(b.pigQ, b.inflight)+1)/b.cap)
+		sec = min(sec, float64(max(b.pigQ, b.inflight)+1)/c)
 	}
-	return sec, true
+	return sec, len(p.bs) > 0
 }
 
 // Capacity is Cap_e for the autoscaler: the mean estimated capacity of the

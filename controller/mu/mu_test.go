@@ -497,3 +497,40 @@ func TestEq7(t *testing.T) {
 		t.Fatalf("U %.3f, want 2.667", u)
 	}
 }
+
+// Before a function's replicas have reported anything, PickFree fills each
+// to its concurrency and then refuses (the gateway holds the request), and
+// BestResponse has nothing to say. The first execution time reported gives
+// every pod Little's-law capacity, concurrency/ET, until Algorithm 1's
+// departure rate arrives.
+func TestPickFreeAndLittlesLawPrior(t *testing.T) {
+	pool, _ := NewPool(LBMu, 1)
+	pool.Concurrency = 2
+	pool.Add("a", "a")
+	pool.Add("b", "b")
+	var got []*Backend
+	for range 4 {
+		b := pool.PickFree()
+		if b == nil {
+			t.Fatalf("PickFree refused with %d of 4 slots taken", len(got))
+		}
+		got = append(got, b)
+	}
+	if b := pool.PickFree(); b != nil {
+		t.Fatalf("PickFree sent a fifth request to %s, past both pods' concurrency", b.ID)
+	}
+	if pool.Known() {
+		t.Fatal("known before any answer")
+	}
+	if _, ok := pool.BestResponse(); ok {
+		t.Fatal("BestResponse estimated with nothing reported")
+	}
+	pool.Done(got[0], &PodMetrics{ExecSec: 0.5}) // no departure rate yet
+	if !pool.Known() {
+		t.Fatal("an execution time was reported, still unknown")
+	}
+	// a: 1 in flight, b: 2; Cap = 2/0.5 = 4 req/s each → (1+1)/4.
+	if sec, ok := pool.BestResponse(); !ok || sec != 0.5 {
+		t.Fatalf("BestResponse = %v, %v; want 0.5 s from Little's law", sec, ok)
+	}
+}

@@ -138,6 +138,7 @@ type fn struct {
 	nIR, nQ  int // Mu's last Eq 1 and Eq 2 terms
 	etEWMA   float64
 	wake     chan struct{} // closed when a replica becomes ready
+	slot     chan struct{} // closed when a replica answers or becomes ready
 	// counters
 	served, rejected, failed uint64
 	lastObs                  mu.Observation
@@ -231,7 +232,7 @@ func New(fs []Function, s Scaler, log *slog.Logger) (*Gateway, error) {
 		if err != nil {
 			return nil, err
 		}
-		st := &fn{spec: f, pool: pool, as: as, ready: map[string]Replica{}, wake: make(chan struct{}), lastT: g.now(), ceiling: math.MaxInt32}
+		st := &fn{spec: f, pool: pool, as: as, ready: map[string]Replica{}, wake: make(chan struct{}), slot: make(chan struct{}), lastT: g.now(), ceiling: math.MaxInt32}
 		st.proxy = g.reverseProxy(st)
 		g.fns[f.Name] = st
 		g.order = append(g.order, f.Name)
@@ -256,6 +257,7 @@ func (g *Gateway) reverseProxy(st *fn) *httputil.ReverseProxy {
 				resp.Header.Del(h)
 			}
 			st.pool.Done(b, m)
+			st.freed()
 			if m != nil && m.ExecSec > 0 {
 				st.mu.Lock()
 				if st.etEWMA == 0 {
@@ -269,6 +271,7 @@ func (g *Gateway) reverseProxy(st *fn) *httputil.ReverseProxy {
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			st.pool.Done(r.Context().Value(pickKey{}).(*mu.Backend), nil)
+			st.freed()
 			st.mu.Lock()
 			st.failed++
 			st.mu.Unlock()
@@ -323,9 +326,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "gateway: no function for this host or path (use /fn/NAME/...)", http.StatusNotFound)
 		return
 	}
+	arrived := g.now()
 	st.mu.Lock()
 	st.arrivals++
-	st.track(g.now(), +1)
+	st.track(arrived, +1)
 	st.mu.Unlock()
 	defer func() {
 		st.mu.Lock()
@@ -351,14 +355,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st.held--
 		st.mu.Unlock()
 	}
-	if g.reject(st) {
+	b := g.activate(st, r, arrived)
+	if b == nil && g.reject(st, g.now().Sub(arrived)) {
 		st.mu.Lock()
 		st.rejected++
 		st.mu.Unlock()
 		http.Error(w, "gateway: over capacity, request would miss the SLO", http.StatusServiceUnavailable)
 		return
 	}
-	b := st.pool.Pick()
+	if b == nil {
+		b = st.pool.Pick()
+	}
 	if b == nil {
 		st.mu.Lock()
 		st.rejected++
@@ -402,7 +409,7 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 // paper's 503s come "when resources are not yet provisioned" during
 // bursts, not only at the budget, so by default it applies whenever the
 // queues are that long; "capped" keeps it to a function capped below N_des.
-func (g *Gateway) reject(st *fn) bool {
+func (g *Gateway) reject(st *fn, waited time.Duration) bool {
 	switch st.spec.AdmissionMode() {
 	case AdmitOff:
 		return false
@@ -415,7 +422,50 @@ func (g *Gateway) reject(st *fn) bool {
 		}
 	}
 	best, ok := st.pool.BestResponse()
-	return ok && best > st.spec.SLO.Seconds()
+	return ok && best > (st.spec.SLO-waited).Seconds()
+}
+
+// activate is the gateway's cold path, as Knative's activator: until a
+// replica of the function has answered once, nothing is known of its
+// speed, so a request goes only to a replica with a free concurrency slot
+// and otherwise waits here (for a slot, a new replica or a first answer),
+// rather than joining one replica's queue while later replicas stand
+// idle. It returns the replica it sent the request to, or nil once the
+// function's speed is known (the caller then applies admission and the
+// load balancer) or the hold timed out.
+func (g *Gateway) activate(st *fn, r *http.Request, arrived time.Time) *mu.Backend {
+	if st.spec.Concurrency < 1 {
+		return nil
+	}
+	var t *time.Timer
+	for !st.pool.Known() {
+		st.mu.Lock()
+		slot := st.slot
+		st.mu.Unlock()
+		if b := st.pool.PickFree(); b != nil {
+			return b
+		}
+		if t == nil {
+			t = time.NewTimer(max(g.HoldTimeout-g.now().Sub(arrived), 0))
+			defer t.Stop()
+		}
+		select {
+		case <-slot:
+		case <-t.C:
+			return nil
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+	return nil
+}
+
+// freed wakes requests waiting in activate.
+func (st *fn) freed() {
+	st.mu.Lock()
+	close(st.slot)
+	st.slot = make(chan struct{})
+	st.mu.Unlock()
 }
 
 // kick starts a scale-up to at least one replica at once (first request).
@@ -487,6 +537,8 @@ func (g *Gateway) addOne(st *fn, host string) {
 	st.pool.Add(rep.ID, rep.Addr)
 	close(st.wake)
 	st.wake = make(chan struct{})
+	close(st.slot)
+	st.slot = make(chan struct{})
 	g.log.Info("gateway: replica ready", "function", st.spec.Name, "replica", rep.ID, "addr", rep.Addr)
 }
 
@@ -551,6 +603,8 @@ func (g *Gateway) Adopt(ctx context.Context) error {
 					st.pool.Add(rep.ID, rep.Addr)
 					close(st.wake)
 					st.wake = make(chan struct{})
+					close(st.slot)
+					st.slot = make(chan struct{})
 					st.mu.Unlock()
 					g.log.Info("gateway: adopted a running replica", "function", name, "replica", rep.ID, "addr", rep.Addr)
 					return

@@ -219,35 +219,40 @@ func TestAdmission(t *testing.T) {
 	g.kick(st)
 	g.wg.Wait()
 	b := st.pool.Pick()
-	if g.reject(st) {
+	if g.reject(st, 0) {
 		t.Fatal("rejected before the replica had a capacity estimate")
 	}
 	// The replica reports 2 req/s capacity, 10 queued: (10+1)/2 s > 1 s.
 	st.pool.Done(b, &mu.PodMetrics{Queue: 10, Departure: 2, Confidence: 1})
-	if !g.reject(st) {
+	if !g.reject(st, 0) {
 		t.Fatal("a 5.5 s estimated response for a 1 s SLO was admitted, with the function not capped")
 	}
 	st.pool.Done(b, &mu.PodMetrics{Queue: 0, Departure: 2.5, Confidence: 1})
-	if g.reject(st) {
+	if g.reject(st, 0) {
 		t.Fatal("rejected with an empty queue")
+	}
+	// The same queue, for a request that already waited 700 ms of its 1 s
+	// SLO at the gateway: (0+1)/2.5 = 400 ms more is too late.
+	if !g.reject(st, 700*time.Millisecond) {
+		t.Fatal("admitted a request whose wait at the gateway leaves less than its estimated response")
 	}
 	st.pool.Done(b, &mu.PodMetrics{Queue: 10, Departure: 3, Confidence: 1})
 	st.spec.Admission = AdmitCapped
-	if g.reject(st) {
+	if g.reject(st, 0) {
 		t.Fatal(`admission "capped" rejected while the function was not capped`)
 	}
 	st.mu.Lock()
 	st.capped = true
 	st.mu.Unlock()
-	if !g.reject(st) {
+	if !g.reject(st, 0) {
 		t.Fatal(`admission "capped" admitted a late request while capped`)
 	}
 	st.spec.Admission = AdmitOff
-	if g.reject(st) {
+	if g.reject(st, 0) {
 		t.Fatal(`admission "off" rejected`)
 	}
 	st.spec.Admission, st.spec.Autoscaler = "", mu.ASRPS
-	if g.reject(st) {
+	if g.reject(st, 0) {
 		t.Fatal("the rps baseline rejected: by default only Mu has admission")
 	}
 	f := testFn(mu.ASMu)
@@ -409,5 +414,76 @@ func TestAdoptTakesOverLiveReplicasAndRemovesDeadOnes(t *testing.T) {
 	sc.mu.Unlock()
 	if adds != 2 || removes != 2 || running != 2 {
 		t.Fatalf("%d adds (want the 2 before the restart), %d removes (want the dead and the unaddressed one), %d live replicas (want 2)", adds, removes, running)
+	}
+}
+
+// Before any replica has answered, the gateway knows nothing of the
+// function's speed: like Knative's activator it sends a replica at most
+// its concurrency and holds the rest, instead of queueing them all at the
+// first replica while later ones stand idle (Table 5's cold start put
+// requests 13 s deep in one queue).
+func TestColdStartHoldsRequestsBeyondConcurrency(t *testing.T) {
+	sc := &procScaler{ceiling: 4, work: 3 * time.Second}
+	defer sc.closeAll()
+	f := testFn(mu.ASRPS) // no admission: every request is eventually sent
+	g, err := New([]Function{f}, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := g.fns["hello"]
+	g.kick(st)
+	g.wg.Wait()
+	front := httptest.NewServer(g)
+	defer front.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 6 {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, front.URL+"/fn/hello/x", nil)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		st.mu.Lock()
+		in := st.inflight
+		st.mu.Unlock()
+		if in == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 6 requests reached the gateway", in)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // let any wrongly sent request be counted
+	sent := 0
+	for _, b := range st.pool.Stats() {
+		sent += b.Inflight
+	}
+	if st.pool.Known() {
+		t.Skip("the replica answered within the check (3 s of work): the machine stalled; nothing to judge")
+	}
+	if sent != f.Concurrency {
+		t.Fatalf("%d requests sent to the one replica before it answered, want its concurrency %d (the rest held at the gateway)", sent, f.Concurrency)
+	}
+	// A second replica takes held requests at once.
+	st.mu.Lock()
+	st.pending++
+	st.mu.Unlock()
+	g.wg.Add(1)
+	g.addOne(st, "")
+	deadline = time.Now().Add(2 * time.Second)
+	for sent < 2*f.Concurrency && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+		sent = 0
+		for _, b := range st.pool.Stats() {
+			sent += b.Inflight
+		}
+	}
+	if sent != 2*f.Concurrency {
+		t.Fatalf("with a second replica, %d requests in flight, want %d", sent, 2*f.Concurrency)
 	}
 }
