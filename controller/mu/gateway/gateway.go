@@ -533,13 +533,19 @@ func (g *Gateway) addOne(st *fn, host string) {
 		g.log.Warn("gateway: replica not added", "function", st.spec.Name, "host", host, "err", err)
 		return
 	}
+	st.join(rep)
+	g.log.Info("gateway: replica ready", "function", st.spec.Name, "replica", rep.ID, "addr", rep.Addr)
+}
+
+// join puts a ready replica in the pool and wakes the requests waiting
+// for one (scale from zero, activate). The caller holds st.mu.
+func (st *fn) join(rep Replica) {
 	st.ready[rep.ID] = rep
 	st.pool.Add(rep.ID, rep.Addr)
 	close(st.wake)
 	st.wake = make(chan struct{})
 	close(st.slot)
 	st.slot = make(chan struct{})
-	g.log.Info("gateway: replica ready", "function", st.spec.Name, "replica", rep.ID, "addr", rep.Addr)
 }
 
 func waitReady(ctx context.Context, tr http.RoundTripper, addr string, d time.Duration) error {
@@ -599,12 +605,7 @@ func (g *Gateway) Adopt(ctx context.Context) error {
 				defer wg.Done()
 				if rep.Addr != "" && waitReady(ctx, g.tr, rep.Addr, g.AdoptTimeout) == nil {
 					st.mu.Lock()
-					st.ready[rep.ID] = rep
-					st.pool.Add(rep.ID, rep.Addr)
-					close(st.wake)
-					st.wake = make(chan struct{})
-					close(st.slot)
-					st.slot = make(chan struct{})
+					st.join(rep)
 					st.mu.Unlock()
 					g.log.Info("gateway: adopted a running replica", "function", name, "replica", rep.ID, "addr", rep.Addr)
 					return
