@@ -164,7 +164,8 @@ func (s ScaleSim) Run() (SimResult, error) {
 			// The gateway's reject: the best estimated response exceeds
 			// what is left of the SLO.
 			best, ok := pool.BestResponse()
-			if ok && admission != gateway.AdmitOff && (admission == gateway.AdmitSLO || want > s.Ceiling) && best > slo-(now-r.sent) {
+			left := time.Duration((slo - (now - r.sent)) * float64(time.Second))
+			if gateway.Refuses(admission, want > s.Ceiling, best, ok, left) {
 				res.Rejected++
 				total++
 				inflight--

@@ -410,19 +410,27 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 // bursts, not only at the budget, so by default it applies whenever the
 // queues are that long; "capped" keeps it to a function capped below N_des.
 func (g *Gateway) reject(st *fn, waited time.Duration) bool {
-	switch st.spec.AdmissionMode() {
+	st.mu.Lock()
+	capped := st.capped
+	st.mu.Unlock()
+	best, ok := st.pool.BestResponse()
+	return Refuses(st.spec.AdmissionMode(), capped, best, ok, st.spec.SLO-waited)
+}
+
+// Refuses is the admission rule itself, shared with the benchmark's
+// replay: under mode (capped: whether the budget holds the function below
+// N_des), a request is refused when the best estimated response, best s
+// (ok: an estimate exists), exceeds what is left of its SLO.
+func Refuses(mode string, capped bool, best float64, ok bool, left time.Duration) bool {
+	switch mode {
 	case AdmitOff:
 		return false
 	case AdmitCapped:
-		st.mu.Lock()
-		capped := st.capped
-		st.mu.Unlock()
 		if !capped {
 			return false
 		}
 	}
-	best, ok := st.pool.BestResponse()
-	return ok && best > (st.spec.SLO-waited).Seconds()
+	return ok && best > left.Seconds()
 }
 
 // activate is the gateway's cold path, as Knative's activator: until a
