@@ -159,6 +159,7 @@ func TestLeaseRaisesQuotaOnTheHost(t *testing.T) {
 	clear(leaseTook)
 	clear(ctlTook)
 	mu.Unlock()
+	ctlBefore := ev.count(ctlID)
 
 	for _, id := range []string{burstID, ctlID} {
 		ex, err := cli.ContainerExecCreate(context.Background(), id, container.ExecOptions{Cmd: []string{"/bin/spin", "-threads", "2", "-for", "4s"}})
@@ -170,17 +171,22 @@ func TestLeaseRaisesQuotaOnTheHost(t *testing.T) {
 		}
 	}
 	deadline = time.Now().Add(6 * time.Second)
-	got := func() (int, int) { mu.Lock(); defer mu.Unlock(); return len(leaseTook[hb]), len(ctlTook[hc]) }
+	got := func() int { mu.Lock(); defer mu.Unlock(); return len(leaseTook[hb]) }
+	// The app without leases is raised by the controller: on the throttle
+	// event, or, when a busy host delayed the watcher's poll past the
+	// period's end, on the period record ("throttled"). Which one came
+	// first is timing; that no lease raised it is not.
+	ctlRaised := func() bool { return ev.hasSince(ctlID, ctlBefore, "throttle-event", "throttled") }
 	for {
-		nl, nc := got()
-		if nl > 0 && nc > 0 && ev.has(burstID, "lease") {
+		nl := got()
+		if nl > 0 && ev.has(burstID, "lease") && ctlRaised() {
 			break
 		}
 		if time.Now().After(deadline) {
 			ev.mu.Lock()
 			defer ev.mu.Unlock()
-			t.Fatalf("within 6 s of the burst: %d lease raises, %d controller raises; reasons %v / %v",
-				nl, nc, ev.per[burstID], ev.per[ctlID])
+			t.Fatalf("within 6 s of the burst: %d lease raises, controller raised the app without leases: %v; reasons %v / %v",
+				nl, ctlRaised(), ev.per[burstID], ev.per[ctlID])
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -197,15 +203,22 @@ func TestLeaseRaisesQuotaOnTheHost(t *testing.T) {
 	mu.Lock()
 	lt := append([]time.Duration(nil), leaseTook[hb]...)
 	ct := append([]time.Duration(nil), ctlTook[hc]...)
+	stray := len(leaseTook[hc])
 	mu.Unlock()
+	if stray > 0 {
+		t.Errorf("%d lease raises of the app that holds no lease", stray)
+	}
 	sort.Slice(lt, func(i, j int) bool { return lt[i] < lt[j] })
 	sort.Slice(ct, func(i, j int) bool { return ct[i] < ct[j] })
 	// Event seen to quota written, on the host: far below a round trip.
 	if p50 := lt[len(lt)/2]; p50 >= 5*time.Millisecond {
 		t.Errorf("lease raise p50 %v; want < 5 ms", p50)
 	}
-	t.Logf("lease raise (event seen → quota written): n=%d p50 %v max %v; controller path: n=%d p50 %v max %v; %d Σ samples",
-		len(lt), lt[len(lt)/2], lt[len(lt)-1], len(ct), ct[len(ct)/2], ct[len(ct)-1], samples.Load())
+	t.Logf("lease raise (event seen → quota written): n=%d p50 %v max %v; %d Σ samples",
+		len(lt), lt[len(lt)/2], lt[len(lt)-1], samples.Load())
+	if len(ct) > 0 {
+		t.Logf("controller path (event seen → quota written): n=%d p50 %v max %v", len(ct), ct[len(ct)/2], ct[len(ct)-1])
+	}
 }
 
 func readFileQuiet(path string) string {

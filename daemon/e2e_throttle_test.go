@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -42,6 +43,26 @@ func (r *reasons) has(id, reason string) bool {
 	defer r.mu.Unlock()
 	for _, x := range r.per[id] {
 		if x == reason {
+			return true
+		}
+	}
+	return false
+}
+
+// count is how many decisions id has had so far.
+func (r *reasons) count(id string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.per[id])
+}
+
+// hasSince reports whether one of id's decisions after the first n had
+// one of the reasons.
+func (r *reasons) hasSince(id string, n int, reasons ...string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, x := range r.per[id][min(n, len(r.per[id])):] {
+		if slices.Contains(reasons, x) {
 			return true
 		}
 	}
