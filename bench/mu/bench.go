@@ -44,6 +44,13 @@ type Config struct {
 	Hosts     int // extra engines from scripts/hosts.sh (0: the main engine only)
 	Parts     []string
 	Seed      int64
+	// Reps is how many times Tables 3 and 5 run each policy (≥ 1); each
+	// repetition runs the policies in its own shuffled order and with its
+	// own arrivals, the same for every policy of that repetition.
+	Reps int
+	// OrderSeed seeds the shuffles (bench-mu prints and stores it; give
+	// it back to replay a run's order).
+	OrderSeed int64
 	Log       func(string)
 }
 
@@ -115,7 +122,7 @@ type Outcome struct {
 	PodsMax      int
 	ReqAvg       float64 // replicas the autoscaler asked for
 	ReqMax       int
-	Lat          []float64 // sorted ms of non-503 answers, for CDFs
+	Lat          []float64 `json:"-"` // sorted ms of non-503 answers, for CDFs
 	reqs         []rec     // every request, in the order sent
 }
 

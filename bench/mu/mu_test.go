@@ -34,3 +34,63 @@ func TestSummarise(t *testing.T) {
 		t.Fatalf("%+v", o)
 	}
 }
+
+// Each repetition has its own order, every policy once, and a seed
+// replays it.
+func TestRepOrderShufflesEachRepetition(t *testing.T) {
+	pols := []string{"rps", "concurrency", "mu_nopred", "mu", "mu_noadm"}
+	firsts := map[string]bool{}
+	for r := 1; r <= 20; r++ {
+		o := repOrder(pols, 7, r)
+		if len(o) != len(pols) {
+			t.Fatalf("rep %d: %v", r, o)
+		}
+		seen := map[string]bool{}
+		for _, p := range o {
+			seen[p] = true
+		}
+		if len(seen) != len(pols) {
+			t.Fatalf("rep %d: %v is not a permutation of %v", r, o, pols)
+		}
+		again := repOrder(pols, 7, r)
+		for i := range o {
+			if o[i] != again[i] {
+				t.Fatalf("rep %d: seed 7 gave %v then %v", r, o, again)
+			}
+		}
+		firsts[o[0]] = true
+	}
+	if len(firsts) < 3 {
+		t.Fatalf("20 repetitions started with only %v", firsts)
+	}
+	if pols[0] != "rps" {
+		t.Fatal("repOrder shuffled its argument")
+	}
+}
+
+// Repetitions are summarised by their mean with a t interval, the worst
+// peak, and a paired comparison.
+func TestPutRepsAndPaired(t *testing.T) {
+	a := []Outcome{{WithinSLOPct: 98, PodsAvg: 6, PodsMax: 11, P99Ms: 900}, {WithinSLOPct: 99, PodsAvg: 6, PodsMax: 12, P99Ms: 1000}, {WithinSLOPct: 97, PodsAvg: 6, PodsMax: 10, P99Ms: 1100}}
+	b := []Outcome{{WithinSLOPct: 97, PodsAvg: 12, PodsMax: 16}, {WithinSLOPct: 99.5, PodsAvg: 12, PodsMax: 16}, {WithinSLOPct: 95, PodsAvg: 12, PodsMax: 15}}
+	sum := map[string]float64{}
+	putReps(sum, "mu", a)
+	// mean 98, sd 1, t(2) = 4.303: half-width 4.303/√3.
+	if sum["mu_within_slo_pct"] != 98 || math.Abs(sum["mu_within_slo_pct_ci95"]-4.303/math.Sqrt(3)) > 1e-9 {
+		t.Fatalf("within %v ± %v", sum["mu_within_slo_pct"], sum["mu_within_slo_pct_ci95"])
+	}
+	if sum["mu_pods_max"] != 12 || sum["mu_pods_max_mean"] != 11 || sum["mu_p99_ms"] != 1000 || sum["mu_pods_avg_ci95"] != 0 {
+		t.Fatalf("%v", sum)
+	}
+	putPaired(sum, "mu_vs_concurrency", a, b)
+	// Differences +1, −0.5, +2: mean 0.8333, won 2 of 3, pods ratio ½.
+	if math.Abs(sum["mu_vs_concurrency_within_slo_pp"]-2.5/3) > 1e-9 || sum["mu_vs_concurrency_within_slo_reps_won"] != 2 ||
+		math.Abs(sum["mu_vs_concurrency_pods_avg_ratio"]-0.5) > 1e-9 || sum["mu_vs_concurrency_within_slo_pp_ci95"] <= 0 {
+		t.Fatalf("%v", sum)
+	}
+	one := map[string]float64{}
+	putReps(one, "rps", b[:1])
+	if _, ok := one["rps_within_slo_pct_ci95"]; ok || one["rps_within_slo_pct"] != 97 {
+		t.Fatalf("one repetition: %v", one)
+	}
+}

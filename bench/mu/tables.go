@@ -3,14 +3,18 @@ package mu
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/escra-dev/escra/bench/load"
+	"github.com/escra-dev/escra/bench/report"
 	"github.com/escra-dev/escra/controller/mu"
 	"github.com/escra-dev/escra/controller/mu/gateway"
 	"github.com/escra-dev/escra/controller/server"
@@ -44,22 +48,43 @@ func t5Traces(cfg Config) ([]float64, []float64) {
 	return w1, w2
 }
 
+// repOrder is the policies' order in repetition r (from 1): shuffled by
+// the run's order seed, so no policy always runs first, last or after the
+// same one on a machine whose state drifts.
+func repOrder(pols []string, seed int64, r int) []string {
+	o := append([]string(nil), pols...)
+	rng := rand.New(rand.NewSource(seed*1000003 + int64(r)))
+	rng.Shuffle(len(o), func(i, j int) { o[i], o[j] = o[j], o[i] })
+	return o
+}
+
+// repName is a per-repetition file name: rep 1 keeps the plain name.
+func repName(base string, r int) string {
+	if r == 1 {
+		return base
+	}
+	return fmt.Sprintf("%s_r%d", base, r)
+}
+
 func runTables(ctx context.Context, cfg Config, socks []string, img string, sum map[string]float64, logf func(string)) error {
 	pid := os.Getpid()
-	// Table 3 compares the autoscalers, each run once; Mu runs with its
-	// admission (the gateway's default) and again without it (mu_noadm),
-	// as the paper's Table 3, which has no 503 column.
+	reps := max(cfg.Reps, 1)
+	// Table 3 compares the autoscalers; Mu runs with its admission (the
+	// gateway's default) and again without it (mu_noadm), as the
+	// paper's Table 3, which has no 503 column.
 	t3Pol := []string{mu.ASRPS, mu.ASConcurrency, mu.ASMuNoPred, mu.ASMu, t3MuNoAdmission}
 	t5Pol := []string{mu.ASRPS, mu.ASConcurrency, mu.ASMu}
 	var apps []string
-	app := func(table, pol, w string) string {
-		return fmt.Sprintf("mu-%s-%s%s-%d", table, strings.ReplaceAll(pol, "_", ""), w, pid)
+	app := func(table, pol, w string, r int) string {
+		return fmt.Sprintf("mu-%s-%s%s-r%d-%d", table, strings.ReplaceAll(pol, "_", ""), w, r, pid)
 	}
-	for _, p := range t3Pol {
-		apps = append(apps, app("t3", p, ""))
-	}
-	for _, p := range t5Pol {
-		apps = append(apps, app("t5", p, "-w1"), app("t5", p, "-w2"))
+	for r := 1; r <= reps; r++ {
+		for _, p := range t3Pol {
+			apps = append(apps, app("t3", p, "", r))
+		}
+		for _, p := range t5Pol {
+			apps = append(apps, app("t5", p, "-w1", r), app("t5", p, "-w2", r))
+		}
 	}
 	defer removeLeftovers(socks, apps)
 	c, err := startCluster(ctx, socks, apps)
@@ -67,48 +92,70 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 		return err
 	}
 	defer c.stop()
+	sum["reps"] = float64(reps)
+	sum["order_seed"] = float64(cfg.OrderSeed)
+	var perRep []repRecord
 	port := 24000
-	plots := map[string]*series{}
 	if cfg.has("t3") {
 		rates := t3Trace(cfg)
 		m, lo, hi := Stats(rates)
 		writeTrace(cfg.Out, "t3_trace.csv", rates)
-		logf(fmt.Sprintf("Table 3: one function, synthetic Azure-like trace (mean %.0f, %.0f–%.0f req/s, %d s), CC %d, ET %d ms, SLO 1 s, budget %d replicas",
-			m, lo, hi, cfg.T3Seconds, t3CC, t3HoldMs, 16))
+		logf(fmt.Sprintf("Table 3: one function, synthetic Azure-like trace (mean %.0f, %.0f–%.0f req/s, %d s), CC %d, ET %d ms, SLO 1 s, budget %d replicas, %d repetition(s)",
+			m, lo, hi, cfg.T3Seconds, t3CC, t3HoldMs, 16, reps))
+		plots := map[string]*series{}
 		cdfs := map[string][]float64{}
+		outs := map[string][]Outcome{}
+		for r := 1; r <= reps; r++ {
+			ord := repOrder(t3Pol, cfg.OrderSeed, r)
+			logf(fmt.Sprintf(" repetition %d of %d: %s", r, reps, strings.Join(ord, ", ")))
+			for pos, p := range ord {
+				name := app("t3", p, "", r)
+				if err := c.srv.DefineApp(appSpec(name, 16)); err != nil {
+					return err
+				}
+				as, adm := p, ""
+				if p == t3MuNoAdmission {
+					as, adm = mu.ASMu, gateway.AdmitOff
+				}
+				f := gateway.Function{Name: name, Image: img, CPUCores: replicaCPU, MemoryBytes: replicaMem, Concurrency: t3CC, MaxQueue: 100,
+					SLO: time.Second, Autoscaler: as, Admission: adm, KPATarget: kpaTarget(as, t3CC, t3HoldMs), LB: mu.LBP2C, Grace: 16,
+					Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}
+				logf(fmt.Sprintf(" %s", p))
+				// The arrivals are the repetition's: every policy of a
+				// repetition gets the same requests at the same offsets.
+				out, ser, _, err := runPolicy(ctx, c, []fnRun{{fn: f, path: fmt.Sprintf("/mem?mib=2&hold=%d", t3HoldMs), rates: rates, seed: cfg.Seed + 1000*int64(r-1)}}, port, logf)
+				port += 200
+				c.srv.RemoveApp(context.Background(), name)
+				if err != nil {
+					return err
+				}
+				o := out[name]
+				outs[p] = append(outs[p], o)
+				perRep = append(perRep, repRecord{Table: "t3", Key: p, Rep: r, Position: pos + 1, Outcome: o})
+				logf(fmt.Sprintf("  %-11s within SLO %5.1f%%  p99 %6.0f ms  503 %4.1f%%  pods avg %.2f max %d  (asked avg %.2f max %d)",
+					p, o.WithinSLOPct, o.P99Ms, o.Pct503, o.PodsAvg, o.PodsMax, o.ReqAvg, o.ReqMax))
+				if r == 1 {
+					plots[p] = ser[name]
+				}
+				writeRows(cfg.Out, repName("t3_"+p, r)+"_seconds.csv", ser[name])
+				writeRequests(cfg.Out, repName("t3_"+p, r)+"_requests.csv", o.reqs)
+				cdfs[p] = append(cdfs[p], o.Lat...)
+			}
+		}
 		for _, p := range t3Pol {
-			name := app("t3", p, "")
-			if err := c.srv.DefineApp(appSpec(name, 16)); err != nil {
-				return err
-			}
-			as, adm := p, ""
-			if p == t3MuNoAdmission {
-				as, adm = mu.ASMu, gateway.AdmitOff
-			}
-			f := gateway.Function{Name: name, Image: img, CPUCores: replicaCPU, MemoryBytes: replicaMem, Concurrency: t3CC, MaxQueue: 100,
-				SLO: time.Second, Autoscaler: as, Admission: adm, KPATarget: kpaTarget(as, t3CC, t3HoldMs), LB: mu.LBP2C, Grace: 16,
-				Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}
-			logf(fmt.Sprintf(" %s", p))
-			out, ser, _, err := runPolicy(ctx, c, []fnRun{{fn: f, path: fmt.Sprintf("/mem?mib=2&hold=%d", t3HoldMs), rates: rates, seed: cfg.Seed}}, port, logf)
-			port += 200
-			c.srv.RemoveApp(context.Background(), name)
-			if err != nil {
-				return err
-			}
-			o := out[name]
-			put(sum, p, o)
-			logf(fmt.Sprintf("  %-11s within SLO %5.1f%%  p99 %6.0f ms  503 %4.1f%%  pods avg %.2f max %d  (asked avg %.2f max %d)",
-				p, o.WithinSLOPct, o.P99Ms, o.Pct503, o.PodsAvg, o.PodsMax, o.ReqAvg, o.ReqMax))
-			plots[p] = ser[name]
-			writeRows(cfg.Out, "t3_"+p+"_seconds.csv", ser[name])
-			writeRequests(cfg.Out, "t3_"+p+"_requests.csv", o.reqs)
-			cdfs[p] = o.Lat
+			putReps(sum, p, outs[p])
+		}
+		for _, b := range []string{mu.ASRPS, mu.ASConcurrency} {
+			putPaired(sum, "mu_vs_"+b, outs[mu.ASMu], outs[b])
+		}
+		for p := range cdfs {
+			sort.Float64s(cdfs[p])
 		}
 		ideal := make([]int, len(rates))
 		for i, r := range rates {
 			ideal[i] = int(math.Ceil(r / (float64(t3CC) * 1000 / t3HoldMs)))
 		}
-		if err := plotPods(filepath.Join(cfg.Out, "fig3_pods.png"), "Table 3: replicas vs ideal (synthetic trace)", plots, t3Pol, ideal); err != nil {
+		if err := plotPods(filepath.Join(cfg.Out, "fig3_pods.png"), "Table 3: replicas vs ideal (synthetic trace, repetition 1)", plots, t3Pol, ideal); err != nil {
 			logf("  plot: " + err.Error())
 		}
 		if err := plotCDF(filepath.Join(cfg.Out, "t3_cdf.png"), "Table 3: response time CDF", cdfs, t3Pol); err != nil {
@@ -121,53 +168,76 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 		writeTrace(cfg.Out, "t5_w2_trace.csv", w2)
 		m1, lo1, hi1 := Stats(w1)
 		m2, lo2, hi2 := Stats(w2)
-		logf(fmt.Sprintf("Table 5: two functions, synthetic Azure-like W1 (mean %.0f, %.0f–%.0f) and W2 (mean %.0f, %.0f–%.0f req/s), %d s, CC %d, ET %d ms, SLO 5 s, budget 6 replicas each",
-			m1, lo1, hi1, m2, lo2, hi2, cfg.T5Seconds, t5CC, t5HoldMs))
+		logf(fmt.Sprintf("Table 5: two functions, synthetic Azure-like W1 (mean %.0f, %.0f–%.0f) and W2 (mean %.0f, %.0f–%.0f req/s), %d s, CC %d, ET %d ms, SLO 5 s, budget 6 replicas each, %d repetition(s)",
+			m1, lo1, hi1, m2, lo2, hi2, cfg.T5Seconds, t5CC, t5HoldMs, reps))
 		cdf1, cdf2 := map[string][]float64{}, map[string][]float64{}
-		for _, p := range t5Pol {
-			var runs []fnRun
-			lb := mu.LBP2C
-			if p == mu.ASMu {
-				lb = mu.LBMu
-			}
-			for wi, w := range []string{"-w1", "-w2"} {
-				name := app("t5", p, w)
-				if err := c.srv.DefineApp(appSpec(name, 6)); err != nil {
+		outs := map[string][]Outcome{}
+		fairs := map[string][][2]float64{}
+		for r := 1; r <= reps; r++ {
+			ord := repOrder(t5Pol, cfg.OrderSeed+1, r)
+			logf(fmt.Sprintf(" repetition %d of %d: %s", r, reps, strings.Join(ord, ", ")))
+			for pos, p := range ord {
+				var runs []fnRun
+				lb := mu.LBP2C
+				if p == mu.ASMu {
+					lb = mu.LBMu
+				}
+				for wi, w := range []string{"-w1", "-w2"} {
+					name := app("t5", p, w, r)
+					if err := c.srv.DefineApp(appSpec(name, 6)); err != nil {
+						return err
+					}
+					rates := w1
+					if wi == 1 {
+						rates = w2
+					}
+					runs = append(runs, fnRun{fn: gateway.Function{Name: name, Image: img, CPUCores: replicaCPU, MemoryBytes: replicaMem,
+						Concurrency: t5CC, MaxQueue: 100, SLO: 5 * time.Second, Autoscaler: p, KPATarget: kpaTarget(p, t5CC, t5HoldMs), LB: lb, Grace: 16,
+						Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}, path: fmt.Sprintf("/mem?mib=2&hold=%d", t5HoldMs), rates: rates,
+						seed: cfg.Seed + int64(wi) + 1000*int64(r-1)})
+				}
+				logf(fmt.Sprintf(" %s", p))
+				out, _, fair, err := runPolicy(ctx, c, runs, port, logf)
+				port += 200
+				for _, x := range runs {
+					c.srv.RemoveApp(context.Background(), x.fn.Name)
+				}
+				if err != nil {
 					return err
 				}
-				rates := w1
-				if wi == 1 {
-					rates = w2
+				fairs[p] = append(fairs[p], fair)
+				logf(fmt.Sprintf("  %-11s Eq 7 on the real allocation: U_cpu %.3f, I_cpu %.3f cores per function", p, fair[0], fair[1]))
+				for wi, x := range runs {
+					o := out[x.fn.Name]
+					key := fmt.Sprintf("t5_%s_w%d", p, wi+1)
+					outs[key] = append(outs[key], o)
+					perRep = append(perRep, repRecord{Table: "t5", Key: key, Rep: r, Position: pos + 1, Outcome: o})
+					writeRequests(cfg.Out, repName(key, r)+"_requests.csv", o.reqs)
+					logf(fmt.Sprintf("  %-11s W%d within SLO %5.1f%%  mean %5.0f ms  p99 %6.0f ms  503 %4.1f%%  pods avg %.2f max %d  (asked avg %.2f max %d)",
+						p, wi+1, o.WithinSLOPct, o.MeanMs, o.P99Ms, o.Pct503, o.PodsAvg, o.PodsMax, o.ReqAvg, o.ReqMax))
+					if wi == 0 {
+						cdf1[p] = append(cdf1[p], o.Lat...)
+					} else {
+						cdf2[p] = append(cdf2[p], o.Lat...)
+					}
 				}
-				runs = append(runs, fnRun{fn: gateway.Function{Name: name, Image: img, CPUCores: replicaCPU, MemoryBytes: replicaMem,
-					Concurrency: t5CC, MaxQueue: 100, SLO: 5 * time.Second, Autoscaler: p, KPATarget: kpaTarget(p, t5CC, t5HoldMs), LB: lb, Grace: 16,
-					Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}, path: fmt.Sprintf("/mem?mib=2&hold=%d", t5HoldMs), rates: rates, seed: cfg.Seed + int64(wi)})
 			}
-			logf(fmt.Sprintf(" %s", p))
-			out, _, fair, err := runPolicy(ctx, c, runs, port, logf)
-			port += 200
-			for _, r := range runs {
-				c.srv.RemoveApp(context.Background(), r.fn.Name)
-			}
-			if err != nil {
-				return err
-			}
+		}
+		for _, p := range t5Pol {
 			// Eq 7 on the real allocation of the two functions.
-			sum["t5_"+p+"_unfairness_cpu_cores"] = fair[0]
-			sum["t5_"+p+"_inefficiency_cpu_cores"] = fair[1]
-			logf(fmt.Sprintf("  %-11s Eq 7 on the real allocation: U_cpu %.3f, I_cpu %.3f cores per function", p, fair[0], fair[1]))
-			for wi, r := range runs {
-				o := out[r.fn.Name]
-				key := fmt.Sprintf("t5_%s_w%d", p, wi+1)
-				put(sum, key, o)
-				writeRequests(cfg.Out, key+"_requests.csv", o.reqs)
-				logf(fmt.Sprintf("  %-11s W%d within SLO %5.1f%%  mean %5.0f ms  p99 %6.0f ms  503 %4.1f%%  pods avg %.2f max %d  (asked avg %.2f max %d)",
-					p, wi+1, o.WithinSLOPct, o.MeanMs, o.P99Ms, o.Pct503, o.PodsAvg, o.PodsMax, o.ReqAvg, o.ReqMax))
-				if wi == 0 {
-					cdf1[p] = o.Lat
-				} else {
-					cdf2[p] = o.Lat
-				}
+			var u, in []float64
+			for _, f := range fairs[p] {
+				u, in = append(u, f[0]), append(in, f[1])
+			}
+			sum["t5_"+p+"_unfairness_cpu_cores"] = report.MeanCI(u).Mean
+			sum["t5_"+p+"_inefficiency_cpu_cores"] = report.MeanCI(in).Mean
+			for wi := 1; wi <= 2; wi++ {
+				putReps(sum, fmt.Sprintf("t5_%s_w%d", p, wi), outs[fmt.Sprintf("t5_%s_w%d", p, wi)])
+			}
+		}
+		for _, m := range []map[string][]float64{cdf1, cdf2} {
+			for p := range m {
+				sort.Float64s(m[p])
 			}
 		}
 		if err := plotCDF(filepath.Join(cfg.Out, "fig8_w1_cdf.png"), "Table 5 W1: response time CDF", cdf1, t5Pol); err != nil {
@@ -177,7 +247,92 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 			logf("  plot: " + err.Error())
 		}
 	}
-	return nil
+	return writeReps(cfg.Out, perRep)
+}
+
+// repRecord is one policy run of one repetition, as reps.json keeps it.
+type repRecord struct {
+	Table    string `json:"table"`
+	Key      string `json:"key"`
+	Rep      int    `json:"rep"`
+	Position int    `json:"position"` // in the repetition's shuffled order
+	Outcome
+}
+
+func writeReps(dir string, rs []repRecord) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	b, err := json.MarshalIndent(rs, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "reps.json"), append(b, '\n'), 0o644)
+}
+
+// putReps writes key's figures over the repetitions: each the mean of the
+// per-run figure, with `_ci95`, the half-width of its 95 % t interval,
+// beside the ones the floors read; `_pods_max` is the highest peak of any
+// repetition.
+func putReps(sum map[string]float64, key string, runs []Outcome) {
+	if len(runs) == 0 {
+		return
+	}
+	col := func(f func(Outcome) float64) report.Stat {
+		xs := make([]float64, len(runs))
+		for i, o := range runs {
+			xs[i] = f(o)
+		}
+		return report.MeanCI(xs)
+	}
+	mean := Outcome{Requests: int(col(func(o Outcome) float64 { return float64(o.Requests) }).Mean)}
+	within := col(func(o Outcome) float64 { return o.WithinSLOPct })
+	p99 := col(func(o Outcome) float64 { return o.P99Ms })
+	pods := col(func(o Outcome) float64 { return o.PodsAvg })
+	mean.WithinSLOPct, mean.P99Ms, mean.PodsAvg = within.Mean, p99.Mean, pods.Mean
+	mean.P50Ms = col(func(o Outcome) float64 { return o.P50Ms }).Mean
+	mean.MeanMs = col(func(o Outcome) float64 { return o.MeanMs }).Mean
+	mean.Pct503 = col(func(o Outcome) float64 { return o.Pct503 }).Mean
+	mean.ErrPct = col(func(o Outcome) float64 { return o.ErrPct }).Mean
+	mean.ReqAvg = col(func(o Outcome) float64 { return o.ReqAvg }).Mean
+	for _, o := range runs {
+		mean.PodsMax = max(mean.PodsMax, o.PodsMax)
+		mean.ReqMax = max(mean.ReqMax, o.ReqMax)
+	}
+	put(sum, key, mean)
+	if len(runs) > 1 {
+		sum[key+"_within_slo_pct_ci95"] = within.CI95
+		sum[key+"_p99_ms_ci95"] = p99.CI95
+		sum[key+"_pods_avg_ci95"] = pods.CI95
+		sum[key+"_pods_max_mean"] = col(func(o Outcome) float64 { return float64(o.PodsMax) }).Mean
+	}
+}
+
+// putPaired compares a with b repetition by repetition (the same arrivals
+// in both): the mean difference in within-SLO points with its 95 % t
+// interval, how many repetitions a was at least as good, and the
+// geometric mean of the ratio of their average replicas.
+func putPaired(sum map[string]float64, key string, a, b []Outcome) {
+	n := min(len(a), len(b))
+	if n == 0 {
+		return
+	}
+	d := make([]float64, n)
+	logRatio, wins := 0.0, 0
+	for i := range n {
+		d[i] = a[i].WithinSLOPct - b[i].WithinSLOPct
+		if d[i] >= 0 {
+			wins++
+		}
+		if a[i].PodsAvg > 0 && b[i].PodsAvg > 0 {
+			logRatio += math.Log(a[i].PodsAvg / b[i].PodsAvg)
+		}
+	}
+	st := report.MeanCI(d)
+	sum[key+"_within_slo_pp"] = st.Mean
+	sum[key+"_within_slo_pp_ci95"] = st.CI95
+	sum[key+"_within_slo_reps_won"] = float64(wins)
+	sum[key+"_pods_avg_ratio"] = math.Exp(logRatio / float64(n))
 }
 
 // kpaTarget is Knative's per-pod target: for rps the replica's capacity
