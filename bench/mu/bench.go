@@ -48,6 +48,11 @@ type Config struct {
 	// repetition runs the policies in its own shuffled order and with its
 	// own arrivals, the same for every policy of that repetition.
 	Reps int
+	// WarmSeconds: every policy run starts warm, with InitialScale
+	// replicas and this long at the trace's opening rate before the
+	// trace, neither measured (0: from zero, measured from the first
+	// request).
+	WarmSeconds int
 	// OrderSeed seeds the shuffles (bench-mu prints and stores it; give
 	// it back to replay a run's order).
 	OrderSeed int64
@@ -199,6 +204,37 @@ func sample(ctx context.Context, g *gateway.Gateway, names []string) map[string]
 	}
 }
 
+// measured drops the requests sent in the first warm seconds and puts
+// the others' send times on the trace's clock.
+func measured(rs []rec, warm int) []rec {
+	w := time.Duration(warm) * time.Second
+	out := rs[:0]
+	for _, r := range rs {
+		if r.At >= w {
+			r.At -= w
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// trim drops the first warm seconds' samples and numbers the rows from
+// the trace's start.
+func (s *series) trim(warm int) {
+	if warm <= 0 || s == nil {
+		return
+	}
+	n := min(warm, len(s.Ready))
+	s.Ready, s.Desired, s.Rate = s.Ready[n:], s.Desired[n:], s.Rate[n:]
+	rows := s.Rows[min(n, len(s.Rows)):]
+	for i, r := range rows {
+		if _, rest, ok := strings.Cut(r, ","); ok {
+			rows[i] = fmt.Sprintf("%d,%s", i+1, rest)
+		}
+	}
+	s.Rows = rows
+}
+
 func podStats(xs []int) (avg float64, mx int) {
 	if len(xs) == 0 {
 		return 0, 0
@@ -307,7 +343,7 @@ func NodeSelectFor(autoscaler string) string {
 // the given autoscaler and returns per-function outcomes and series.
 // The last result is Eq 7 on the real allocation (CPU cores per function),
 // averaged over the epochs.
-func runPolicy(ctx context.Context, c *cluster, fns []fnRun, basePort int, logf func(string)) (map[string]Outcome, map[string]*series, [2]float64, error) {
+func runPolicy(ctx context.Context, c *cluster, fns []fnRun, basePort, warm int, logf func(string)) (map[string]Outcome, map[string]*series, [2]float64, error) {
 	var specs []gateway.Function
 	var names []string
 	for _, f := range fns {
@@ -322,6 +358,14 @@ func runPolicy(ctx context.Context, c *cluster, fns []fnRun, basePort int, logf 
 	}
 	if err := g.SetNodeSelect(NodeSelectFor(fns[0].fn.Autoscaler)); err != nil {
 		return nil, nil, fair, err
+	}
+	// Warm start: the initial replicas are ready before the first request
+	// and before the first epoch, so no autoscaler sees a cold start.
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = g.Prescale(pctx)
+	pcancel()
+	if err != nil {
+		logf("  initial scale: " + err.Error())
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -344,9 +388,10 @@ func runPolicy(ctx context.Context, c *cluster, fns []fnRun, basePort int, logf 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			shape := load.RateCSV{Label: f.fn.Name, Rates: f.rates, Seed: f.seed}
-			sched := shape.Schedule(time.Duration(len(f.rates)) * time.Second)
-			recs[i] = drive(ctx, hc, "http://"+ln.Addr().String()+"/fn/"+f.fn.Name+f.path, sched)
+			rates := append(WarmUp(f.rates, warm), f.rates...)
+			shape := load.RateCSV{Label: f.fn.Name, Rates: rates, Seed: f.seed}
+			sched := shape.Schedule(time.Duration(len(rates)) * time.Second)
+			recs[i] = measured(drive(ctx, hc, "http://"+ln.Addr().String()+"/fn/"+f.fn.Name+f.path, sched), warm)
 		}()
 	}
 	prog := time.NewTicker(15 * time.Second)
@@ -380,6 +425,7 @@ loop:
 	for i, f := range fns {
 		o := summarise(recs[i], f.fn.SLO)
 		s := ser[f.fn.Name]
+		s.trim(warm)
 		o.PodsAvg, o.PodsMax = podStats(s.Ready)
 		o.ReqAvg, o.ReqMax = podStats(s.Desired)
 		out[f.fn.Name] = o

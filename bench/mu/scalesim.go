@@ -31,6 +31,11 @@ type ScaleSim struct {
 	Estimator   mu.EstimatorConfig // the queue proxies' Algorithm 1 constants
 	KPAStable   time.Duration      // the RPS baseline's stable window (0: Knative's 60 s)
 	Admission   string             // gateway.Function.Admission ("" = the gateway's default)
+	// Warm starts every policy warm, as the benchmark does: InitialReplicas
+	// ready at time 0 and WarmSeconds at the trace's opening rate first,
+	// neither measured.
+	InitialReplicas int
+	WarmSeconds     int
 }
 
 // SimEpoch is one epoch of a ScaleSim run.
@@ -103,8 +108,10 @@ func (s ScaleSim) Run() (SimResult, error) {
 	}
 	rng := rand.New(rand.NewSource(s.Seed))
 	h := &simEvs{}
-	dur := float64(len(s.Rates))
-	for sec, r := range s.Rates {
+	warm := float64(s.WarmSeconds)
+	rates := append(WarmUp(s.Rates, s.WarmSeconds), s.Rates...)
+	dur := float64(len(rates))
+	for sec, r := range rates {
 		if r <= 0 {
 			continue
 		}
@@ -131,6 +138,13 @@ func (s ScaleSim) Run() (SimResult, error) {
 		admission             = (&gateway.Function{Autoscaler: s.Autoscaler, Admission: s.Admission}).AdmissionMode()
 		slo                   = s.SLO.Seconds()
 	)
+	for range s.InitialReplicas {
+		nextID++
+		p := &simReplica{id: "r" + itoa(nextID), est: mu.NewEstimator(s.Estimator, clock(0))}
+		pool.Add(p.id, p.id)
+		ready[p.id] = p
+		all = append(all, p)
+	}
 	track := func(now float64) {
 		area += float64(inflight) * (now - lastT)
 		lastT = now
@@ -166,8 +180,10 @@ func (s ScaleSim) Run() (SimResult, error) {
 			best, ok := pool.BestResponse()
 			left := time.Duration((slo - (now - r.sent)) * float64(time.Second))
 			if gateway.Refuses(admission, want > s.Ceiling, best, ok, left) {
-				res.Rejected++
-				total++
+				if r.sent >= warm {
+					res.Rejected++
+					total++
+				}
 				inflight--
 				return
 			}
@@ -182,8 +198,10 @@ func (s ScaleSim) Run() (SimResult, error) {
 		}
 		if len(p.waiting) >= s.MaxQueue {
 			pool.Done(b, nil)
-			res.Rejected++
-			total++
+			if r.sent >= warm {
+				res.Rejected++
+				total++
+			}
 			inflight--
 			return
 		}
@@ -193,9 +211,11 @@ func (s ScaleSim) Run() (SimResult, error) {
 	for h.Len() > 0 {
 		e := heap.Pop(h).(*simEv)
 		for nextSample <= e.at && nextSample <= dur {
-			n := len(ready)
-			res.PodsAvg += float64(n)
-			res.PodsMax = max(res.PodsMax, n)
+			if nextSample > warm {
+				n := len(ready)
+				res.PodsAvg += float64(n)
+				res.PodsMax = max(res.PodsMax, n)
+			}
 			nextSample++
 		}
 		track(e.at)
@@ -217,10 +237,12 @@ func (s ScaleSim) Run() (SimResult, error) {
 				et = 0.9*et + 0.1*m.ExecSec
 			}
 			inflight--
-			total++
-			res.Served++
-			if e.at-r.sent <= slo {
-				within++
+			if r.sent >= warm {
+				total++
+				res.Served++
+				if e.at-r.sent <= slo {
+					within++
+				}
 			}
 			p.running--
 			if len(p.waiting) > 0 {
@@ -282,7 +304,7 @@ func (s ScaleSim) Run() (SimResult, error) {
 			res.Epochs = append(res.Epochs, rec)
 		}
 	}
-	if n := min(nextSample-1, dur); n > 0 {
+	if n := min(nextSample-1, dur) - warm; n > 0 {
 		res.PodsAvg /= n
 	}
 	if total > 0 {

@@ -9,9 +9,14 @@ import (
 	"github.com/escra-dev/escra/controller/mu/gateway"
 )
 
+// t3Sim is Table 3's replay as bench-mu runs it by default: warm, with
+// the opening rate's replicas and 20 s at that rate unmeasured.
 func t3Sim(pol string, startup time.Duration, seed int64) ScaleSim {
-	return ScaleSim{Rates: t3Trace(Config{T3Seconds: 120, Seed: 3}), Autoscaler: pol, LB: mu.LBP2C, Concurrency: t3CC,
-		ExecSec: float64(t3HoldMs) / 1000, MaxQueue: 100, SLO: time.Second, Grace: 16, Ceiling: 16, Startup: startup, Seed: seed}
+	cfg := Config{T3Seconds: 120, Seed: 3, WarmSeconds: 20}
+	rates := t3Trace(cfg)
+	return ScaleSim{Rates: rates, Autoscaler: pol, LB: mu.LBP2C, Concurrency: t3CC,
+		ExecSec: float64(t3HoldMs) / 1000, MaxQueue: 100, SLO: time.Second, Grace: 16, Ceiling: 16, Startup: startup, Seed: seed,
+		InitialReplicas: initialScale(cfg, rates, t3CC, t3HoldMs), WarmSeconds: cfg.WarmSeconds}
 }
 
 // The replay of Table 3's loop: the Knative RPS baseline provisions what

@@ -93,6 +93,7 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 	}
 	defer c.stop()
 	sum["reps"] = float64(reps)
+	sum["warm_s"] = float64(cfg.WarmSeconds)
 	sum["order_seed"] = float64(cfg.OrderSeed)
 	var perRep []repRecord
 	port := 24000
@@ -100,8 +101,8 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 		rates := t3Trace(cfg)
 		m, lo, hi := Stats(rates)
 		writeTrace(cfg.Out, "t3_trace.csv", rates)
-		logf(fmt.Sprintf("Table 3: one function, synthetic Azure-like trace (mean %.0f, %.0f–%.0f req/s, %d s), CC %d, ET %d ms, SLO 1 s, budget %d replicas, %d repetition(s)",
-			m, lo, hi, cfg.T3Seconds, t3CC, t3HoldMs, 16, reps))
+		logf(fmt.Sprintf("Table 3: one function, synthetic Azure-like trace (mean %.0f, %.0f–%.0f req/s, %d s), CC %d, ET %d ms, SLO 1 s, budget %d replicas, %d repetition(s), warm start: %d replicas, %d s unmeasured",
+			m, lo, hi, cfg.T3Seconds, t3CC, t3HoldMs, 16, reps, initialScale(cfg, rates, t3CC, t3HoldMs), cfg.WarmSeconds))
 		plots := map[string]*series{}
 		cdfs := map[string][]float64{}
 		outs := map[string][]Outcome{}
@@ -119,11 +120,11 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 				}
 				f := gateway.Function{Name: name, Image: img, CPUCores: replicaCPU, MemoryBytes: replicaMem, Concurrency: t3CC, MaxQueue: 100,
 					SLO: time.Second, Autoscaler: as, Admission: adm, KPATarget: kpaTarget(as, t3CC, t3HoldMs), LB: mu.LBP2C, Grace: 16,
-					Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}
+					InitialScale: initialScale(cfg, rates, t3CC, t3HoldMs), Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}
 				logf(fmt.Sprintf(" %s", p))
 				// The arrivals are the repetition's: every policy of a
 				// repetition gets the same requests at the same offsets.
-				out, ser, _, err := runPolicy(ctx, c, []fnRun{{fn: f, path: fmt.Sprintf("/mem?mib=2&hold=%d", t3HoldMs), rates: rates, seed: cfg.Seed + 1000*int64(r-1)}}, port, logf)
+				out, ser, _, err := runPolicy(ctx, c, []fnRun{{fn: f, path: fmt.Sprintf("/mem?mib=2&hold=%d", t3HoldMs), rates: rates, seed: cfg.Seed + 1000*int64(r-1)}}, port, cfg.WarmSeconds, logf)
 				port += 200
 				c.srv.RemoveApp(context.Background(), name)
 				if err != nil {
@@ -168,8 +169,8 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 		writeTrace(cfg.Out, "t5_w2_trace.csv", w2)
 		m1, lo1, hi1 := Stats(w1)
 		m2, lo2, hi2 := Stats(w2)
-		logf(fmt.Sprintf("Table 5: two functions, synthetic Azure-like W1 (mean %.0f, %.0f–%.0f) and W2 (mean %.0f, %.0f–%.0f req/s), %d s, CC %d, ET %d ms, SLO 5 s, budget 6 replicas each, %d repetition(s)",
-			m1, lo1, hi1, m2, lo2, hi2, cfg.T5Seconds, t5CC, t5HoldMs, reps))
+		logf(fmt.Sprintf("Table 5: two functions, synthetic Azure-like W1 (mean %.0f, %.0f–%.0f) and W2 (mean %.0f, %.0f–%.0f req/s), %d s, CC %d, ET %d ms, SLO 5 s, budget 6 replicas each, %d repetition(s), warm start: %d and %d replicas, %d s unmeasured",
+			m1, lo1, hi1, m2, lo2, hi2, cfg.T5Seconds, t5CC, t5HoldMs, reps, initialScale(cfg, w1, t5CC, t5HoldMs), initialScale(cfg, w2, t5CC, t5HoldMs), cfg.WarmSeconds))
 		cdf1, cdf2 := map[string][]float64{}, map[string][]float64{}
 		outs := map[string][]Outcome{}
 		fairs := map[string][][2]float64{}
@@ -193,11 +194,11 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 					}
 					runs = append(runs, fnRun{fn: gateway.Function{Name: name, Image: img, CPUCores: replicaCPU, MemoryBytes: replicaMem,
 						Concurrency: t5CC, MaxQueue: 100, SLO: 5 * time.Second, Autoscaler: p, KPATarget: kpaTarget(p, t5CC, t5HoldMs), LB: lb, Grace: 16,
-						Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}, path: fmt.Sprintf("/mem?mib=2&hold=%d", t5HoldMs), rates: rates,
+						InitialScale: initialScale(cfg, rates, t5CC, t5HoldMs), Command: []string{"/demo-http", "-listen", "127.0.0.1:{port}"}}, path: fmt.Sprintf("/mem?mib=2&hold=%d", t5HoldMs), rates: rates,
 						seed: cfg.Seed + int64(wi) + 1000*int64(r-1)})
 				}
 				logf(fmt.Sprintf(" %s", p))
-				out, _, fair, err := runPolicy(ctx, c, runs, port, logf)
+				out, _, fair, err := runPolicy(ctx, c, runs, port, cfg.WarmSeconds, logf)
 				port += 200
 				for _, x := range runs {
 					c.srv.RemoveApp(context.Background(), x.fn.Name)
@@ -333,6 +334,15 @@ func putPaired(sum map[string]float64, key string, a, b []Outcome) {
 	sum[key+"_within_slo_pp_ci95"] = st.CI95
 	sum[key+"_within_slo_reps_won"] = float64(wins)
 	sum[key+"_pods_avg_ratio"] = math.Exp(logRatio / float64(n))
+}
+
+// initialScale is what every policy starts a trace with when runs start
+// warm: the replicas the opening rate needs at a replica's capacity.
+func initialScale(cfg Config, rates []float64, cc, holdMs int) int {
+	if cfg.WarmSeconds <= 0 {
+		return 0
+	}
+	return InitialReplicas(rates, float64(cc)*1000/float64(holdMs))
 }
 
 // kpaTarget is Knative's per-pod target: for rps the replica's capacity

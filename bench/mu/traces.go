@@ -71,3 +71,30 @@ func Stats(r []float64) (mean, lo, hi float64) {
 	}
 	return mean / float64(len(r)), lo, hi
 }
+
+// WarmUp is the segment a policy runs before a trace, unmeasured, so
+// that every autoscaler meets the trace warm (its windows, estimators and
+// predictor fed, no scale-from-zero overshoot held over into the trace):
+// n seconds at the mean rate of the trace's first 10 s.
+func WarmUp(rates []float64, n int) []float64 {
+	if n <= 0 || len(rates) == 0 {
+		return nil
+	}
+	m, _, _ := Stats(rates[:min(10, len(rates))])
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = m
+	}
+	return out
+}
+
+// InitialReplicas is how many replicas every policy starts a trace with
+// (Knative's initial-scale): what the opening rate needs at a replica's
+// capacity, at least one.
+func InitialReplicas(rates []float64, perReplica float64) int {
+	if len(rates) == 0 || perReplica <= 0 {
+		return 1
+	}
+	m, _, _ := Stats(rates[:min(10, len(rates))])
+	return max(1, int(math.Ceil(m/perReplica-1e-9)))
+}

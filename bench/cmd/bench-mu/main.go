@@ -6,7 +6,9 @@
 // Environment: MU_T3_SECONDS (120), MU_T5_SECONDS (120), MU_LB_SECONDS
 // (40), MU_SIM_CASES (500), MU_HOSTS (2 extra engines via
 // scripts/hosts.sh; 0: the main engine only), MU_PARTS (sim,lb,t3,t5),
-// MU_REPS (1: repetitions of Tables 3 and 5, each in its own shuffled
+// MU_WARM_SECONDS (20: each policy run starts with the replicas the
+// trace's opening rate needs and runs this long at that rate, unmeasured;
+// 0: from zero), MU_REPS (1: repetitions of Tables 3 and 5, each in its own shuffled
 // policy order; 3 take about 32 minutes for Table 3 alone), MU_ORDER_SEED
 // (default: new each run, printed and kept in summary.json as order_seed).
 package main
@@ -45,7 +47,7 @@ func main() {
 	cfg := mu.Config{Out: *out, RepoRoot: dockertest.RepoRoot(),
 		T3Seconds: envInt("MU_T3_SECONDS", 120), T5Seconds: envInt("MU_T5_SECONDS", 120),
 		LBSeconds: envInt("MU_LB_SECONDS", 40), SimCases: envInt("MU_SIM_CASES", 500),
-		Hosts: envInt("MU_HOSTS", 2), Seed: 3, Reps: max(1, envInt("MU_REPS", 1)),
+		Hosts: envInt("MU_HOSTS", 2), Seed: 3, Reps: max(1, envInt("MU_REPS", 1)), WarmSeconds: envInt("MU_WARM_SECONDS", 20),
 		OrderSeed: int64(envInt("MU_ORDER_SEED", int(time.Now().UnixNano()%1_000_000_000))),
 		Log:       func(s string) { fmt.Printf("%s %s\n", time.Now().Format("15:04:05"), s) }}
 	if p := os.Getenv("MU_PARTS"); p != "" {

@@ -121,6 +121,13 @@ func run(args []string) error {
 	if err := g.Adopt(ctx); err != nil {
 		log.Warn("gateway: not every function's earlier replicas could be looked up", "err", err)
 	}
+	// A function with initial_scale meets its first requests warm (as
+	// Knative holds a revision's readiness until its initial scale).
+	pctx, pcancel := context.WithTimeout(ctx, 2*time.Minute)
+	if err := g.Prescale(pctx); err != nil {
+		log.Warn("gateway: initial scale not reached, serving anyway", "err", err)
+	}
+	pcancel()
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
 	asrv := &http.Server{Handler: g.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)

@@ -46,7 +46,11 @@ type Function struct {
 	// "slo" for the Mu autoscalers, "off" for the Knative baselines.
 	Admission   string `json:"admission"`
 	MinReplicas int    `json:"min_replicas"`
-	MaxReplicas int    `json:"max_replicas"` // 0: the app budget decides
+	// InitialScale is how many replicas the function starts with, before
+	// its first request (Knative's initial-scale; 0: from zero, at the
+	// first request). Gateway.Prescale starts them.
+	InitialScale int `json:"initial_scale"`
+	MaxReplicas  int `json:"max_replicas"` // 0: the app budget decides
 	// Command is the function server's command line after the queue
 	// proxy's "--"; {port} is replaced by its port.
 	Command []string `json:"command"`
@@ -69,6 +73,8 @@ func (f *Function) Validate() error {
 		return fmt.Errorf("function %s: lb %q (want one of %v)", f.Name, f.LB, mu.LBPolicies)
 	case (f.Autoscaler == mu.ASRPS || f.Autoscaler == mu.ASConcurrency) && f.KPATarget <= 0:
 		return fmt.Errorf("function %s: kpa_target must be positive for %s", f.Name, f.Autoscaler)
+	case f.InitialScale < 0 || f.MaxReplicas > 0 && f.InitialScale > f.MaxReplicas:
+		return fmt.Errorf("function %s: initial_scale %d (want 0..max_replicas)", f.Name, f.InitialScale)
 	case f.Admission != "" && !slices.Contains(AdmissionModes, f.Admission):
 		return fmt.Errorf("function %s: admission %q (want one of %v)", f.Name, f.Admission, AdmissionModes)
 	}
@@ -627,6 +633,68 @@ func (g *Gateway) Adopt(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// Prescale starts each function's InitialScale replicas, where the
+// budget and the node selection allow, and waits until they are ready or
+// ctx ends: the function meets its first requests warm. Replicas already
+// there (adopted) count. Call it before Run.
+func (g *Gateway) Prescale(ctx context.Context) error {
+	want := map[string]int{}
+	for _, name := range g.order {
+		st := g.fns[name]
+		st.mu.Lock()
+		want[name] = max(st.spec.InitialScale, len(st.ready)+st.pending)
+		st.mu.Unlock()
+	}
+	granted, hosts := g.grant(ctx, want)
+	target := map[string]int{}
+	for _, name := range g.order {
+		st := g.fns[name]
+		st.mu.Lock()
+		add := granted[name] - (len(st.ready) + st.pending)
+		if add > 0 {
+			st.pending += add
+			st.desired = max(st.desired, granted[name])
+		}
+		target[name] = len(st.ready) + st.pending
+		st.mu.Unlock()
+		for i := range max(add, 0) {
+			host := ""
+			if i < len(hosts[name]) {
+				host = hosts[name][i]
+			}
+			g.wg.Add(1)
+			go g.addOne(st, host)
+		}
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		var errs []error
+		waiting := false
+		for _, name := range g.order {
+			st := g.fns[name]
+			st.mu.Lock()
+			ready, pending := len(st.ready), st.pending
+			st.mu.Unlock()
+			switch {
+			case ready >= target[name]:
+			case pending > 0:
+				waiting = true
+			default:
+				errs = append(errs, fmt.Errorf("function %s: %d of %d initial replicas ready", name, ready, st.spec.InitialScale))
+			}
+		}
+		if !waiting {
+			return errors.Join(errs...)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("initial scale: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // Run scales every epoch until ctx ends, then waits for scale operations

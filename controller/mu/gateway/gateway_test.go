@@ -534,3 +534,71 @@ func TestControllerScalerExistingReadsPortsFromNames(t *testing.T) {
 		t.Fatalf("new replicas got ports %v, want 20000, 20002, 20006 (20004 is adopted)", ports)
 	}
 }
+
+// initial_scale: Prescale starts the replicas before any request and
+// returns once they are ready; the first request goes to a warm replica
+// (no replica is added for it), adopted replicas count, the budget caps
+// it, and a negative or above-max scale is refused.
+func TestPrescaleStartsInitialReplicasBeforeTheFirstRequest(t *testing.T) {
+	sc := &procScaler{ceiling: 8, work: 5 * time.Millisecond}
+	defer sc.closeAll()
+	f := testFn(mu.ASMu)
+	f.InitialScale = 3
+	g, err := New([]Function{f}, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := g.Prescale(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Statuses()[0]; st.Ready != 3 || st.Pending != 0 {
+		t.Fatalf("after Prescale: %d ready, %d pending; want 3, 0", st.Ready, st.Pending)
+	}
+	front := httptest.NewServer(g)
+	defer front.Close()
+	resp, err := http.Get(front.URL + "/fn/hello/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	sc.mu.Lock()
+	adds := sc.adds
+	sc.mu.Unlock()
+	if resp.StatusCode != 200 || adds != 3 {
+		t.Fatalf("first request: %d, replicas added %d; want 200 and the 3 initial ones only", resp.StatusCode, adds)
+	}
+	// A second Prescale adds nothing: the replicas there count.
+	if err := g.Prescale(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sc.mu.Lock()
+	adds = sc.adds
+	sc.mu.Unlock()
+	if adds != 3 {
+		t.Fatalf("second Prescale added %d replicas", adds-3)
+	}
+
+	// The budget caps the initial scale.
+	small := &procScaler{ceiling: 2, work: 5 * time.Millisecond}
+	defer small.closeAll()
+	g2, err := New([]Function{f}, small, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.Prescale(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := g2.Statuses()[0]; st.Ready != 2 {
+		t.Fatalf("budget of 2, initial_scale 3: %d ready", st.Ready)
+	}
+
+	for _, bad := range []Function{{InitialScale: -1}, {InitialScale: 5, MaxReplicas: 4}} {
+		x := testFn(mu.ASMu)
+		x.InitialScale, x.MaxReplicas = bad.InitialScale, bad.MaxReplicas
+		if err := x.Validate(); err == nil || !strings.Contains(err.Error(), "initial_scale") {
+			t.Fatalf("initial_scale %d, max %d: %v", bad.InitialScale, bad.MaxReplicas, err)
+		}
+	}
+}
