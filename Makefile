@@ -110,7 +110,7 @@ bench-wysiwyg: ## issue 14 (seed 001): nproc/nginx/sysbench under quota vs WYSIW
 	@scripts/setup.sh
 	$(GO) run ./daemon/cmd/bench-wysiwyg -out results/wysiwyg $(BENCH_WYSIWYG_ARGS)
 
-bench-mu: ## seed 003 (Mu): Tables 3 and 5, load balancers, placement simulation (~22 min; root; MU_HOSTS, MU_PARTS)
+bench-mu: ## seed 003 (Mu): Tables 3 and 5, load balancers, placement simulation (~24 min; root; MU_HOSTS, MU_PARTS, MU_REPS, MU_WARM_SECONDS)
 	@scripts/setup.sh
 	$(GO) run ./bench/cmd/bench-mu -out results/mu
 

@@ -94,3 +94,29 @@ func TestPutRepsAndPaired(t *testing.T) {
 		t.Fatalf("one repetition: %v", one)
 	}
 }
+
+// The warm-up is not measured: its requests and seconds are dropped and
+// the rest are put on the trace's clock.
+func TestWarmUpIsNotMeasured(t *testing.T) {
+	s := time.Second
+	rs := measured([]rec{{At: 0}, {At: 19 * s}, {At: 20 * s, Code: 200}, {At: 25 * s, Code: 503}}, 20)
+	if len(rs) != 2 || rs[0].At != 0 || rs[1].At != 5*s || rs[1].Code != 503 {
+		t.Fatalf("measured: %+v", rs)
+	}
+	ser := &series{Ready: []int{1, 2, 3, 4}, Desired: []int{1, 2, 3, 4}, Rate: []float64{1, 2, 3, 4},
+		Rows: []string{"1,1,0", "2,2,0", "3,3,0", "4,4,0"}}
+	ser.trim(2)
+	if len(ser.Ready) != 2 || ser.Ready[0] != 3 || ser.Rows[0] != "1,3,0" || ser.Rows[1] != "2,4,0" {
+		t.Fatalf("trim: %+v", ser)
+	}
+	w := WarmUp([]float64{10, 20, 30}, 3)
+	if len(w) != 3 || w[0] != 20 || w[2] != 20 {
+		t.Fatalf("WarmUp: %v", w)
+	}
+	if n := InitialReplicas([]float64{33, 33}, 20); n != 2 {
+		t.Fatalf("InitialReplicas(33 req/s, 20 per replica) = %d", n)
+	}
+	if WarmUp([]float64{10}, 0) != nil || InitialReplicas(nil, 20) != 1 {
+		t.Fatal("no warm-up asked, or no trace")
+	}
+}
