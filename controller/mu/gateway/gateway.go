@@ -641,11 +641,17 @@ func (g *Gateway) Adopt(ctx context.Context) error {
 // there (adopted) count. Call it before Run.
 func (g *Gateway) Prescale(ctx context.Context) error {
 	want := map[string]int{}
+	short := false
 	for _, name := range g.order {
 		st := g.fns[name]
 		st.mu.Lock()
-		want[name] = max(st.spec.InitialScale, len(st.ready)+st.pending)
+		cur := len(st.ready) + st.pending
+		want[name] = max(st.spec.InitialScale, cur)
+		short = short || st.spec.InitialScale > cur
 		st.mu.Unlock()
+	}
+	if !short {
+		return nil // nothing to start: no round trip to the controller
 	}
 	granted, hosts := g.grant(ctx, want)
 	target := map[string]int{}
