@@ -145,6 +145,15 @@ func (s ScaleSim) Run() (SimResult, error) {
 		ready[p.id] = p
 		all = append(all, p)
 	}
+	// What a request sent during the warm-up does is not counted.
+	measured := func(r *simReq) bool { return r.sent >= warm }
+	refuse := func(r *simReq) {
+		if measured(r) {
+			res.Rejected++
+			total++
+		}
+		inflight--
+	}
 	track := func(now float64) {
 		area += float64(inflight) * (now - lastT)
 		lastT = now
@@ -180,11 +189,7 @@ func (s ScaleSim) Run() (SimResult, error) {
 			best, ok := pool.BestResponse()
 			left := time.Duration((slo - (now - r.sent)) * float64(time.Second))
 			if gateway.Refuses(admission, want > s.Ceiling, best, ok, left) {
-				if r.sent >= warm {
-					res.Rejected++
-					total++
-				}
-				inflight--
+				refuse(r)
 				return
 			}
 			b = pool.Pick()
@@ -198,11 +203,7 @@ func (s ScaleSim) Run() (SimResult, error) {
 		}
 		if len(p.waiting) >= s.MaxQueue {
 			pool.Done(b, nil)
-			if r.sent >= warm {
-				res.Rejected++
-				total++
-			}
-			inflight--
+			refuse(r)
 			return
 		}
 		r.tk = p.est.Arrive()
@@ -237,7 +238,7 @@ func (s ScaleSim) Run() (SimResult, error) {
 				et = 0.9*et + 0.1*m.ExecSec
 			}
 			inflight--
-			if r.sent >= warm {
+			if measured(r) {
 				total++
 				res.Served++
 				if e.at-r.sent <= slo {

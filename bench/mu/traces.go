@@ -72,6 +72,12 @@ func Stats(r []float64) (mean, lo, hi float64) {
 	return mean / float64(len(r)), lo, hi
 }
 
+// openingRate is the mean rate of a trace's first 10 s.
+func openingRate(rates []float64) float64 {
+	m, _, _ := Stats(rates[:min(10, len(rates))])
+	return m
+}
+
 // WarmUp is the segment a policy runs before a trace, unmeasured, so
 // that every autoscaler meets the trace warm (its windows, estimators and
 // predictor fed, no scale-from-zero overshoot held over into the trace):
@@ -80,7 +86,7 @@ func WarmUp(rates []float64, n int) []float64 {
 	if n <= 0 || len(rates) == 0 {
 		return nil
 	}
-	m, _, _ := Stats(rates[:min(10, len(rates))])
+	m := openingRate(rates)
 	out := make([]float64, n)
 	for i := range out {
 		out[i] = m
@@ -95,6 +101,5 @@ func InitialReplicas(rates []float64, perReplica float64) int {
 	if len(rates) == 0 || perReplica <= 0 {
 		return 1
 	}
-	m, _, _ := Stats(rates[:min(10, len(rates))])
-	return max(1, int(math.Ceil(m/perReplica-1e-9)))
+	return max(1, int(math.Ceil(openingRate(rates)/perReplica-1e-9)))
 }

@@ -9,7 +9,7 @@
 // MU_WARM_SECONDS (20: each policy run starts with the replicas the
 // trace's opening rate needs and runs this long at that rate, unmeasured;
 // 0: from zero), MU_REPS (1: repetitions of Tables 3 and 5, each in its own shuffled
-// policy order; 3 take about 32 minutes for Table 3 alone), MU_ORDER_SEED
+// policy order; 3 take about 35 minutes for Table 3 alone), MU_ORDER_SEED
 // (default: new each run, printed and kept in summary.json as order_seed).
 package main
 
