@@ -342,7 +342,7 @@ func NodeSelectFor(autoscaler string) string {
 // runPolicy runs the functions' traces at once through one gateway with
 // the given autoscaler and returns per-function outcomes and series.
 // The last result is Eq 7 on the real allocation (CPU cores per function),
-// averaged over the epochs.
+// averaged over the epochs after the warm-up.
 func runPolicy(ctx context.Context, c *cluster, fns []fnRun, basePort, warm int, logf func(string)) (map[string]Outcome, map[string]*series, [2]float64, error) {
 	var specs []gateway.Function
 	var names []string
@@ -383,6 +383,11 @@ func runPolicy(ctx context.Context, c *cluster, fns []fnRun, basePort, warm int,
 
 	hc := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}}
 	recs := make([][]rec, len(fns))
+	// Eq 7's averages cover the measured trace, not the warm-up.
+	if warm > 0 {
+		reset := time.AfterFunc(time.Duration(warm)*time.Second, g.ResetFairness)
+		defer reset.Stop()
+	}
 	var wg sync.WaitGroup
 	for i, f := range fns {
 		wg.Add(1)

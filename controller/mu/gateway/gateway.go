@@ -807,6 +807,15 @@ func (g *Gateway) Fairness() (uNow, iNow, uAvg, iAvg float64) {
 	return g.uNow, g.iNow, uAvg, iAvg
 }
 
+// ResetFairness starts Eq 7's averages afresh, so that a benchmark's
+// unmeasured warm-up does not count in them (Eq 7 sums over the measured
+// instants T).
+func (g *Gateway) ResetFairness() {
+	g.fairMu.Lock()
+	g.uSum, g.iSum, g.fairN = 0, 0, 0
+	g.fairMu.Unlock()
+}
+
 // grant caps each function by its app budget and, when the cluster cannot
 // hold every function's growth, shares the room by DRF (Algorithm 3). The
 // hosts are the nodes Algorithm 3's node selection chose for each granted

@@ -301,6 +301,18 @@ func TestFairnessOfRealAllocation(t *testing.T) {
 	if math.Abs(u-0.5) > 1e-9 || math.Abs(i-1.5) > 1e-9 || ua != u || ia != i {
 		t.Fatalf("U %.3f I %.3f (avg %.3f %.3f), want 0.5 and 1.5", u, i, ua, ia)
 	}
+	// After a reset only later epochs count: each function now has 1 of
+	// 4, its max-min share: U = 0, I = |4 − 1|/2 = 1.5.
+	g.ResetFairness()
+	if _, _, ua, ia := g.Fairness(); ua != 0 || ia != 0 {
+		t.Fatalf("averages %.3f %.3f right after a reset, want none", ua, ia)
+	}
+	delete(st.ready, "r2")
+	g.fns["other"].ready["o1"] = Replica{}
+	g.fairness(context.Background(), map[string]int{"hello": 4, "other": 4})
+	if _, _, ua, ia := g.Fairness(); math.Abs(ua) > 1e-9 || math.Abs(ia-1.5) > 1e-9 {
+		t.Fatalf("averages after the reset %.3f %.3f, want 0 and 1.5 (the epoch before the reset counted)", ua, ia)
+	}
 }
 
 // Granted replicas are created on the nodes Algorithm 3's node selection
