@@ -159,6 +159,28 @@ func Start(ctx context.Context, cli *client.Client, image, prefix string, labels
 // Entry is the front service's host:port.
 func (r *Running) Entry() string { return fmt.Sprintf("127.0.0.1:%d", r.Ports["front"]) }
 
+// Died returns the services whose container is no longer running, each
+// marked when the kernel's OOM killer ended it. A phase in which a service
+// died measured a broken app, not a policy.
+func (r *Running) Died(ctx context.Context) ([]string, error) {
+	var out []string
+	for i, id := range r.IDs {
+		j, err := r.cli.ContainerInspect(ctx, id)
+		if err != nil {
+			return out, err
+		}
+		if j.State == nil || j.State.Running {
+			continue
+		}
+		d := r.Names[i]
+		if j.State.OOMKilled {
+			d += " (OOM-killed)"
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
 // Close removes the containers.
 func (r *Running) Close() {
 	for _, id := range r.IDs {

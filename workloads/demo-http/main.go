@@ -8,9 +8,14 @@
 //	                         -next service in parallel (a multi-service app:
 //	                         each hop is a container; a list fans out)
 //	GET /healthz             200 "ok"
+//
+// /cpu and /chain stop working for a request whose client has gone, and
+// /chain's calls to its next hops carry the request's context, so they
+// are cancelled with it (as a Go service that passes its context on).
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"flag"
 	"fmt"
@@ -43,21 +48,29 @@ func calibrate() {
 	}
 }
 
-func burn(ms int) [32]byte {
-	var buf [32]byte
-	for i := 0; i < ms*hashesPerMs; i++ {
-		buf = sha256.Sum256(buf[:])
-	}
-	return buf
+func burn(ctx context.Context, ms int) ([32]byte, bool) {
+	return hashes(ctx, ms*hashesPerMs)
 }
 
 // burnUs is burn at microsecond resolution (a -scale below 1).
-func burnUs(us int) [32]byte {
+func burnUs(ctx context.Context, us int) ([32]byte, bool) {
+	return hashes(ctx, us*hashesPerMs/1000)
+}
+
+// hashes runs n SHA-256 rounds and stops early, reporting false, once ctx
+// is done: a request whose client has gone (its timeout, or an upstream
+// hop's) is not worth finishing. Without this an overloaded service kept
+// burning for requests nobody waited for, fanned them out to its next
+// hops, and its backlog of orphans grew until the memory limit killed it.
+func hashes(ctx context.Context, n int) ([32]byte, bool) {
 	var buf [32]byte
-	for i := 0; i < us*hashesPerMs/1000; i++ {
+	for i := 0; i < n; i++ {
+		if i&1023 == 1023 && ctx.Err() != nil {
+			return buf, false
+		}
 		buf = sha256.Sum256(buf[:])
 	}
-	return buf
+	return buf, true
 }
 
 func intParam(r *http.Request, name string, def, max int) (int, error) {
@@ -99,6 +112,18 @@ func main() {
 		os.Exit(2)
 	}
 
+	mux := newMux(nexts, *scale, hop)
+	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	slog.Info("demo-http listening", "addr", *addr, "hashes_per_ms", hashesPerMs)
+	if err := srv.ListenAndServe(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo-http:", err)
+		os.Exit(1)
+	}
+}
+
+// newMux serves the endpoints; /chain burns its share (scale) and calls
+// every next hop in parallel through hop.
+func newMux(nexts []string, scale float64, hop *http.Client) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/cpu", func(w http.ResponseWriter, r *http.Request) {
@@ -107,7 +132,10 @@ func main() {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		sum := burn(ms)
+		sum, ok := burn(r.Context(), ms)
+		if !ok {
+			return // the client has gone
+		}
 		fmt.Fprintf(w, "%x\n", sum[:4])
 	})
 	mux.HandleFunc("/chain", func(w http.ResponseWriter, r *http.Request) {
@@ -116,11 +144,21 @@ func main() {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		sum := burnUs(int(float64(ms) * *scale * 1000))
+		sum, ok := burnUs(r.Context(), int(float64(ms)*scale*1000))
+		if !ok {
+			return // the client has gone: no hop is called for it
+		}
 		errs := make(chan error, len(nexts))
 		for _, n := range nexts {
 			go func() {
-				resp, err := hop.Get(fmt.Sprintf("%s/chain?ms=%d", n, ms))
+				// The request's context: when our client gives up, the
+				// next hops' requests are cancelled too.
+				req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, fmt.Sprintf("%s/chain?ms=%d", n, ms), nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				resp, err := hop.Do(req)
 				if err == nil {
 					io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
@@ -168,10 +206,5 @@ func main() {
 		}
 		http.Error(w, err.Error(), http.StatusBadRequest)
 	})
-	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	slog.Info("demo-http listening", "addr", *addr, "hashes_per_ms", hashesPerMs)
-	if err := srv.ListenAndServe(); err != nil {
-		fmt.Fprintln(os.Stderr, "demo-http:", err)
-		os.Exit(1)
-	}
+	return mux
 }

@@ -186,6 +186,7 @@ type Phase struct {
 	Final   []float64         `json:"final_x"` // per service at the end
 	Records []pemaloop.Record `json:"pema,omitempty"`
 	Trials  int               `json:"optm_trials,omitempty"`
+	Died    []string          `json:"died,omitempty"` // services whose container had stopped by the end
 }
 
 func run(o opts) error {
@@ -532,9 +533,22 @@ func (e *env) measure(name, policy string, r *bp.Running, url string, rate func(
 	if len(ticks) > 0 {
 		ph.Final = ticks[len(ticks)-1].Quota
 	}
+	ph.Died = e.died(name, r)
 	logf("%s: cpu %.2f → %.2f cores, usage %.2f, p95 median %.1f ms, SLO %v violated in %.0f%% of %d intervals (load average %s)",
 		name, first(ph.CPU), last(ph.CPU), mean(ph.Usage), median(ph.P95ms), e.slo, violPct(ph.P95ms, ph.SLOms), steps, loadavg())
 	return ph, nil
+}
+
+// died lists the app's services that stopped during a phase, and says so.
+func (e *env) died(phase string, r *bp.Running) []string {
+	d, err := r.Died(e.ctx)
+	if err != nil {
+		logf("%s: could not inspect the app's containers: %v", phase, err)
+	}
+	if len(d) > 0 {
+		logf("%s: WARNING: %d service(s) stopped during the phase: %s; its figures measure a broken app", phase, len(d), strings.Join(d, ", "))
+	}
+	return d
 }
 
 // drive starts the open-loop client against url and a sampler of gs
@@ -609,6 +623,7 @@ func (e *env) optm() (*Phase, error) {
 	holds := func(x []float64) bool {
 		for i, g := range gs {
 			if err := e.setQuota(g, x[i]); err != nil {
+				logf("optm: trial %v not applied: %v", fmtX(x), err)
 				return false
 			}
 		}
@@ -622,7 +637,7 @@ func (e *env) optm() (*Phase, error) {
 	cancel()
 	<-done
 	logf("optm: %.3f cores after %d trials (%v)", sum(x), used, fmtX(x))
-	return &Phase{Name: "optm", Policy: "optm", Load: "fixed", Final: x, CPU: []float64{sum(x)}, Trials: used}, nil
+	return &Phase{Name: "optm", Policy: "optm", Load: "fixed", Final: x, CPU: []float64{sum(x)}, Trials: used, Died: e.died("optm", r)}, nil
 }
 
 // rule is RULE: every interval each container's limit becomes 1.15 × the
@@ -824,6 +839,14 @@ func summarize(e *env, ps []*Phase) map[string]any {
 			out[k+"_slo_violation_pct"] = violPct(p.P95ms, p.SLOms)
 		}
 	}
+	// Services that stopped (OOM kill or crash) during a phase, per phase
+	// and in all: a phase with any measured a broken app.
+	died := 0
+	for _, p := range ps {
+		out[strings.ReplaceAll(p.Name, "-", "_")+"_services_died"] = len(p.Died)
+		died += len(p.Died)
+	}
+	out["services_died_total"] = died
 	return out
 }
 

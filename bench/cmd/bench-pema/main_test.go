@@ -23,7 +23,7 @@ func TestSummarizeWindows(t *testing.T) {
 		P95ms: []float64{10, 10, 10, 10, 10, 10, 10, 10, 200, 90, 90},
 		SLOms: []float64{100, 100, 100, 100, 100, 100, 100, 100, 100, 60, 60}}
 	rl := &Phase{Name: "rule", Policy: "rule", CPU: []float64{1.5, 0.9, 0.5, 0.5, 0.5}, Usage: []float64{0.3, 0.3, 0.3, 0.3, 0.3},
-		P95ms: []float64{1, 1, 1, 1, 1}, SLOms: []float64{100, 100, 100, 100, 100}}
+		P95ms: []float64{1, 1, 1, 1, 1}, SLOms: []float64{100, 100, 100, 100, 100}, Died: []string{"a1 (OOM-killed)"}}
 	op := &Phase{Name: "optm", Policy: "optm", Final: []float64{0.1, 0.1, 0.1, 0.1}}
 	s := summarize(e, []*Phase{op, pm, rl})
 	near := func(k string, want float64) {
@@ -40,6 +40,10 @@ func TestSummarizeWindows(t *testing.T) {
 	near("pema_cpu_vs_optm_ratio", 1.25)
 	near("pema_slo_violation_pct", 100.0/9)
 	near("pema_slo_change_violation_pct", 100)
+	// A service that stopped is counted for its phase and in all.
+	if s["rule_services_died"] != 1 || s["pema_services_died"] != 0 || s["services_died_total"] != 1 {
+		t.Errorf("services died: rule %v, pema %v, total %v; want 1, 0, 1", s["rule_services_died"], s["pema_services_died"], s["services_died_total"])
+	}
 }
 
 // -only curve's lists are checked before anything starts: a bad entry is

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHashesStopWhenTheClientHasGone(t *testing.T) {
+	want := [32]byte{}
+	for range 3000 {
+		want = sha256.Sum256(want[:])
+	}
+	got, ok := hashes(context.Background(), 3000)
+	if !ok || got != want {
+		t.Fatalf("3000 rounds with a live context: ok %v, sum %x, want %x", ok, got[:4], want[:4])
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	// A billion rounds would take minutes; a gone client stops them at
+	// the first check.
+	if _, ok := hashes(ctx, 1e9); ok {
+		t.Fatal("a cancelled request ran to the end")
+	}
+}
+
+// A client that gives up cancels the whole chain: the next hop's request
+// ends with it, not at the hop client's 10 s timeout.
+func TestChainCancelsTheNextHopWithTheRequest(t *testing.T) {
+	ended := make(chan struct{})
+	next := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done()
+		close(ended)
+	}))
+	defer next.Close()
+	hop := &http.Client{Timeout: 10 * time.Second}
+	front := httptest.NewServer(newMux([]string{next.URL}, 0, hop))
+	defer front.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, front.URL+"/chain?ms=1", nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the chain answered %s although its next hop never does", resp.Status)
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the next hop's request outlived its client by 5 s")
+	}
+}
+
+func TestChainAnswersThroughItsHops(t *testing.T) {
+	last := httptest.NewServer(newMux(nil, 0, http.DefaultClient))
+	defer last.Close()
+	front := httptest.NewServer(newMux([]string{last.URL, last.URL}, 0.01, http.DefaultClient))
+	defer front.Close()
+	resp, err := http.Get(front.URL + "/chain?ms=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(strings.TrimSpace(string(body))) != 8 {
+		t.Fatalf("chain: %s %q", resp.Status, body)
+	}
+	// A hop that fails makes the chain fail.
+	bad := httptest.NewServer(http.NotFoundHandler())
+	defer bad.Close()
+	front2 := httptest.NewServer(newMux([]string{last.URL, bad.URL}, 0, http.DefaultClient))
+	defer front2.Close()
+	resp, err = http.Get(front2.URL + "/chain?ms=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Fatalf("a failing hop gave %s, want 502", resp.Status)
+	}
+}
