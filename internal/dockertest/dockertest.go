@@ -83,8 +83,12 @@ func WorkloadImage(t testing.TB, cli *client.Client) string {
 	t.Helper()
 	imgMu.Lock()
 	defer imgMu.Unlock()
+	// Cached per host, but looked up again: a test's own engine started
+	// afresh on the same socket (go test -count=N) has an empty store.
 	if ref, ok := imgs[cli.DaemonHost()]; ok {
-		return ref
+		if _, err := cli.ImageInspect(context.Background(), ref); err == nil {
+			return ref
+		}
 	}
 	ref, err := ImportWorkloads(context.Background(), cli)
 	if err != nil {
