@@ -56,6 +56,18 @@ func member(s *server.Server, id string) *server.ContainerState {
 	return nil
 }
 
+// handleOf is the agent's handle of container id.
+func handleOf(t *testing.T, a *agent.Agent, id string) uint32 {
+	t.Helper()
+	for h, cid := range a.Managed() {
+		if cid == id {
+			return h
+		}
+	}
+	t.Fatalf("container %s not managed", id)
+	return 0
+}
+
 func TestRealControllerRegistersAndItsQuotaReachesCgroupThenDocker(t *testing.T) {
 	quotaReachesCgroupThenDocker(t, container.Resources{CPUQuota: 150000, CPUPeriod: 100000, Memory: 200 << 20, MemorySwap: 200 << 20},
 		func(hc *container.HostConfig) int64 { return hc.CPUQuota })

@@ -140,16 +140,7 @@ func TestLeaseRaisesQuotaOnTheHost(t *testing.T) {
 	}()
 	defer func() { close(stop); <-sampled }()
 
-	handle := func(id string) uint32 {
-		for h, cid := range a.Managed() {
-			if cid == id {
-				return h
-			}
-		}
-		t.Fatalf("container %s not managed", id)
-		return 0
-	}
-	hb, hc := handle(burstID), handle(ctlID)
+	hb, hc := handleOf(t, a, burstID), handleOf(t, a, ctlID)
 	// The lease app lends half its pool: wait for the grant to be held,
 	// then wipe the slate: raises and decisions before the burst are not
 	// the burst's. A graze raises the app without leases to its whole

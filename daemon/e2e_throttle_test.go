@@ -154,15 +154,6 @@ func TestThrottleEventRaisesQuotaWithinThePeriod(t *testing.T) {
 	}
 	cgQuota := func(f string) int64 { q, _ := strconv.ParseInt(readFile(t, f), 10, 64); return q }
 	qf := map[string]string{escraID: quotaFile(escraID), paperID: quotaFile(paperID)}
-	handle := func(id string) uint32 {
-		for h, cid := range a.Managed() {
-			if cid == id {
-				return h
-			}
-		}
-		t.Fatalf("container %s not managed", id)
-		return 0
-	}
 	// Both quotas low in one look, then the slate wiped: raises and
 	// decisions before the burst are not the burst's. The light load can
 	// graze a 5 ms quota, and escra then raises it to the app's whole
@@ -193,7 +184,7 @@ func TestThrottleEventRaisesQuotaWithinThePeriod(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	he, hp := handle(escraID), handle(paperID)
+	he, hp := handleOf(t, a, escraID), handleOf(t, a, paperID)
 
 	// The burst: two busy threads in each container, far over the quota.
 	for _, id := range []string{escraID, paperID} {
