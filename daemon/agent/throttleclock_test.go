@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// The throttle-to-raise clock (escrad_throttle_raise_seconds, the
+// OnThrottleRaise hook) runs from the event a raise answers: a raise above
+// the throttled quota stops it, a cut drops it, and an event after a cut
+// starts a new one. The times come from the calls, so no sleep decides
+// the outcome.
+func TestThrottleClockRunsFromTheEventARaiseAnswers(t *testing.T) {
+	var took []time.Duration
+	a := &Agent{byH: map[uint32]*managed{7: {h: 7}}}
+	a.cfg.OnThrottleRaise = func(h uint32, d time.Duration) {
+		if h != 7 {
+			t.Errorf("raise reported for handle %d", h)
+		}
+		took = append(took, d)
+	}
+	a.m = newMetrics(prometheus.NewRegistry(), a)
+
+	// An event answered by a raise: one report, no longer than the call.
+	start := time.Now()
+	a.noteThrottle(7, 5000)
+	done := time.Now()
+	a.noteQuota(7, 10000, done)
+	if len(took) != 1 || took[0] > done.Sub(start) {
+		t.Fatalf("raise after an event: reports %v, want one ≤ %v", took, done.Sub(start))
+	}
+	// The clock stopped: a second raise answers nothing.
+	a.noteQuota(7, 20000, time.Now())
+	if len(took) != 1 {
+		t.Fatalf("raise with no event pending reported: %v", took)
+	}
+
+	// An event answered by a cut, then a new throttle at the cut quota:
+	// the raise is timed from the new event, not the first.
+	took = nil
+	first := time.Now()
+	a.noteThrottle(7, 20000)
+	a.noteQuota(7, 4000, first.Add(10*time.Millisecond)) // the cut
+	second := first.Add(500 * time.Millisecond)
+	for time.Now().Before(second) {
+		time.Sleep(second.Sub(time.Now()))
+	}
+	second = time.Now()
+	a.noteThrottle(7, 4000)
+	done = time.Now()
+	a.noteQuota(7, 8000, done)
+	if len(took) != 1 || took[0] > done.Sub(second) {
+		t.Fatalf("raise after a cut and a new event: reports %v, want one ≤ %v (not from the event before the cut)", took, done.Sub(second))
+	}
+
+	// An event still pending when the quota is cut and throttled again
+	// without a write in between (the cut came from elsewhere): the new
+	// event's lower quota starts a new clock.
+	took = nil
+	a.noteThrottle(7, 8000)
+	third := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(third) {
+		time.Sleep(third.Sub(time.Now()))
+	}
+	third = time.Now()
+	a.noteThrottle(7, 3000)
+	done = time.Now()
+	a.noteQuota(7, 6000, done)
+	if len(took) != 1 || took[0] > done.Sub(third) {
+		t.Fatalf("raise after an event at a lower quota: reports %v, want one ≤ %v", took, done.Sub(third))
+	}
+
+	// A raise that does not pass the throttled quota answers nothing, and
+	// the event stays pending for the next one.
+	took = nil
+	a.noteThrottle(7, 6000)
+	a.noteQuota(7, 6000, time.Now())
+	if len(took) != 0 {
+		t.Fatalf("a write of the throttled quota reported as a raise: %v", took)
+	}
+	a.noteQuota(7, 12000, time.Now())
+	if len(took) != 1 {
+		t.Fatalf("raise after a same-quota write: reports %v, want one", took)
+	}
+}
