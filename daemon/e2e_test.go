@@ -6,13 +6,13 @@ package daemon_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,7 +30,25 @@ func testLog(t *testing.T) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	// Warnings reach the test's own output, so a failure on CI shows them;
+	// the cleanup (registered before the daemons' own, so it runs after
+	// they stopped) mutes any straggler.
+	w := &testWriter{t: t}
+	t.Cleanup(func() { w.done.Store(true) })
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// testWriter hands each log line to t.Log until the test is over.
+type testWriter struct {
+	t    *testing.T
+	done atomic.Bool
+}
+
+func (w *testWriter) Write(b []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	}
+	return len(b), nil
 }
 
 // e2eDockerSync is the Docker reconcile window of the agents these tests
