@@ -165,15 +165,7 @@ func TestLeaseRaisesQuotaOnTheHost(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 
-	for _, id := range []string{burstID, ctlID} {
-		ex, err := cli.ContainerExecCreate(context.Background(), id, container.ExecOptions{Cmd: []string{"/bin/spin", "-threads", "2", "-for", "4s"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cli.ContainerExecStart(context.Background(), ex.ID, container.ExecStartOptions{Detach: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	burstIn(t, cli, burstID, ctlID)
 	deadline = time.Now().Add(6 * time.Second)
 	got := func() int { mu.Lock(); defer mu.Unlock(); return len(leaseTook[hb]) }
 	// The app without leases is raised by the controller: on the throttle

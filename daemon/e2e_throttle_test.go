@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
 
 	"github.com/escra-dev/escra/controller/events"
 	"github.com/escra-dev/escra/controller/server"
@@ -120,6 +121,21 @@ func followEvents(t *testing.T, admin string) *reasons {
 	return r
 }
 
+// burstIn starts two busy threads for 4 s in each container, far over a
+// low quota.
+func burstIn(t *testing.T, cli *client.Client, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		ex, err := cli.ContainerExecCreate(context.Background(), id, container.ExecOptions{Cmd: []string{"/bin/spin", "-threads", "2", "-for", "4s"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.ContainerExecStart(context.Background(), ex.ID, container.ExecStartOptions{Detach: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestThrottleEventRaisesQuotaWithinThePeriod(t *testing.T) {
 	cli := dockertest.Client(t, "")
 	img := dockertest.WorkloadImage(t, cli)
@@ -206,18 +222,6 @@ func TestThrottleEventRaisesQuotaWithinThePeriod(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	// burstAll starts two busy threads in each container, far over the quota.
-	burstAll := func() {
-		for _, id := range []string{escraID, paperID} {
-			ex, err := cli.ContainerExecCreate(context.Background(), id, container.ExecOptions{Cmd: []string{"/bin/spin", "-threads", "2", "-for", "4s"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cli.ContainerExecStart(context.Background(), ex.ID, container.ExecStartOptions{Detach: true}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	var he, hp uint32
 	raised := func() bool { mu.Lock(); defer mu.Unlock(); return len(raises[he]) > 0 }
 	var low map[string]int64
@@ -233,7 +237,7 @@ func TestThrottleEventRaisesQuotaWithinThePeriod(t *testing.T) {
 		low, before = waitLow()
 		he, hp = handleOf(t, a, escraID), handleOf(t, a, paperID)
 		burst := time.Now()
-		burstAll()
+		burstIn(t, cli, escraID, paperID)
 		deadline := time.Now().Add(4 * time.Second)
 		first := ""
 		for first == "" || first == "throttle-event" && !raised() {
