@@ -24,14 +24,21 @@ func TestThrottleClockRunsFromTheEventARaiseAnswers(t *testing.T) {
 	}
 	a.m = newMetrics(prometheus.NewRegistry(), a)
 
-	// An event answered by a raise: one report, no longer than the call.
-	start := time.Now()
-	a.noteThrottle(7, 5000)
-	done := time.Now()
-	a.noteQuota(7, 10000, done)
-	if len(took) != 1 || took[0] > done.Sub(start) {
-		t.Fatalf("raise after an event: reports %v, want one ≤ %v", took, done.Sub(start))
+	// answered: an event at quota q, then a raise to r, is one report no
+	// longer than from that event to the raise.
+	answered := func(what string, q, r int64) {
+		t.Helper()
+		took = nil
+		at := time.Now()
+		a.noteThrottle(7, q)
+		done := time.Now()
+		a.noteQuota(7, r, done)
+		if len(took) != 1 || took[0] > done.Sub(at) {
+			t.Fatalf("%s: reports %v, want one ≤ %v", what, took, done.Sub(at))
+		}
 	}
+
+	answered("raise after an event", 5000, 10000)
 	// The clock stopped: a second raise answers nothing.
 	a.noteQuota(7, 20000, time.Now())
 	if len(took) != 1 {
@@ -40,32 +47,18 @@ func TestThrottleClockRunsFromTheEventARaiseAnswers(t *testing.T) {
 
 	// An event answered by a cut, then a new throttle at the cut quota:
 	// the raise is timed from the new event, not the first.
-	took = nil
 	first := time.Now()
 	a.noteThrottle(7, 20000)
 	a.noteQuota(7, 4000, first.Add(10*time.Millisecond)) // the cut
 	time.Sleep(100 * time.Millisecond)
-	second := time.Now()
-	a.noteThrottle(7, 4000)
-	done = time.Now()
-	a.noteQuota(7, 8000, done)
-	if len(took) != 1 || took[0] > done.Sub(second) {
-		t.Fatalf("raise after a cut and a new event: reports %v, want one ≤ %v (not from the event before the cut)", took, done.Sub(second))
-	}
+	answered("raise after a cut and a new event (not from the event before the cut)", 4000, 8000)
 
 	// An event still pending when the quota is cut and throttled again
 	// without a write in between (the cut came from elsewhere): the new
 	// event's lower quota starts a new clock.
-	took = nil
 	a.noteThrottle(7, 8000)
 	time.Sleep(100 * time.Millisecond)
-	third := time.Now()
-	a.noteThrottle(7, 3000)
-	done = time.Now()
-	a.noteQuota(7, 6000, done)
-	if len(took) != 1 || took[0] > done.Sub(third) {
-		t.Fatalf("raise after an event at a lower quota: reports %v, want one ≤ %v", took, done.Sub(third))
-	}
+	answered("raise after an event at a lower quota", 3000, 6000)
 
 	// A raise that does not pass the throttled quota answers nothing, and
 	// the event stays pending for the next one.
