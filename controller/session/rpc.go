@@ -21,19 +21,10 @@ type rpc struct {
 
 // Reclaim asks the daemon to reclaim (§IV-C) and calls cb with the result.
 func (s *Session) Reclaim(handles []uint32, marginBytes uint64, cb func(*pb.ReclaimResult, error)) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		cb(nil, ErrClosed)
-		return
+	env := &pb.Envelope{Body: &pb.Envelope_Reclaim{Reclaim: &pb.ReclaimRequest{SafeMarginBytes: marginBytes, Handles: handles}}}
+	if err := s.request(env, s.cfg.RPCTimeout, &rpc{onReclaim: cb}); err != nil {
+		cb(nil, err)
 	}
-	s.nextID++
-	id := s.nextID
-	s.rpcs[id] = &rpc{deadline: time.Now().Add(s.cfg.RPCTimeout), onReclaim: cb}
-	s.envs = append(s.envs, verdict{env: &pb.Envelope{RequestId: id, Body: &pb.Envelope_Reclaim{
-		Reclaim: &pb.ReclaimRequest{SafeMarginBytes: marginBytes, Handles: handles}}}})
-	s.mu.Unlock()
-	s.poke()
 }
 
 // Call sends one request envelope (the deployer's CreateContainer,
@@ -41,18 +32,27 @@ func (s *Session) Reclaim(handles []uint32, marginBytes uint64, cb func(*pb.Recl
 // ErrTimeout after timeout. Unlike SetLimits these can take seconds
 // (Docker), so the deadline is the caller's.
 func (s *Session) Call(env *pb.Envelope, timeout time.Duration, cb func(*pb.Envelope, error)) {
+	if err := s.request(env, timeout, &rpc{onReply: cb}); err != nil {
+		cb(nil, err)
+	}
+}
+
+// request queues env under the next request id with r waiting for its
+// reply until timeout; ErrClosed (and nothing queued) after shutdown.
+func (s *Session) request(env *pb.Envelope, timeout time.Duration, r *rpc) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		cb(nil, ErrClosed)
-		return
+		return ErrClosed
 	}
 	s.nextID++
 	env.RequestId = s.nextID
-	s.rpcs[env.RequestId] = &rpc{deadline: time.Now().Add(timeout), onReply: cb}
+	r.deadline = time.Now().Add(timeout)
+	s.rpcs[env.RequestId] = r
 	s.envs = append(s.envs, verdict{env: env})
 	s.mu.Unlock()
 	s.poke()
+	return nil
 }
 
 func (s *Session) take(id uint64) *rpc {
