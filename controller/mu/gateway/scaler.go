@@ -12,12 +12,23 @@ import (
 	"github.com/escra-dev/escra/controller/placement"
 )
 
-// Adopter is a Scaler that lists the replicas a previous gateway left
-// running (it crashed or was killed before removing them), so that a
-// restarted gateway serves with them rather than colliding with their
-// names and ports. A Replica with no Addr is a leftover to remove.
-type Adopter interface {
-	Existing(ctx context.Context, f *Function) ([]Replica, error)
+// Replica is one running replica: its queue proxy's address.
+type Replica struct {
+	ID   string // container name
+	Addr string // host:port of the queue proxy
+}
+
+// Scaler creates and removes replicas (ControllerScaler: through the Escra
+// controller's deployer and escrad).
+type Scaler interface {
+	// Ceiling is the most replicas the function's app budget allows.
+	Ceiling(ctx context.Context, f *Function) (int, error)
+	// Nodes is the cluster as placement sees it, for DRF across functions.
+	Nodes(ctx context.Context) ([]*placement.Node, error)
+	// Add creates one replica on host, the node Mu's placement chose for
+	// it; "" leaves the choice to the controller's deployer.
+	Add(ctx context.Context, f *Function, host string) (Replica, error)
+	Remove(ctx context.Context, f *Function, id string) error
 }
 
 // ControllerScaler adds and removes replicas through the Escra controller

@@ -1,0 +1,209 @@
+package session
+
+import (
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	pb "github.com/escra-dev/escra/proto/escrapb"
+	"github.com/escra-dev/escra/proto/wire"
+)
+
+// verdict is an envelope queued for the writer (an OOM verdict or any
+// other), with when what caused it arrived, for the Observer.
+type verdict struct {
+	env      *pb.Envelope
+	received time.Time
+}
+
+// Verdict answers an OOM request.
+func (s *Session) Verdict(requestID uint64, v *pb.OomVerdict, received time.Time) {
+	s.sendEnv(&pb.Envelope{RequestId: requestID, Body: &pb.Envelope_OomVerdict{OomVerdict: v}}, received)
+}
+
+// Lease sends a CpuLease grant or revoke. It goes out after the limit
+// updates queued with it (one writer round), never before.
+func (s *Session) Lease(l *pb.CpuLease) {
+	s.sendEnv(&pb.Envelope{Body: &pb.Envelope_CpuLease{CpuLease: l}}, time.Time{})
+}
+
+func (s *Session) sendEnv(env *pb.Envelope, received time.Time) {
+	s.mu.Lock()
+	if !s.closed {
+		s.envs = append(s.envs, verdict{env: env, received: received})
+	}
+	s.mu.Unlock()
+	s.poke()
+}
+
+func (s *Session) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writer state, guarded by Session.wmu: whoever holds it owns the
+// connection's write side.
+type writer struct {
+	buf     []byte
+	left    []byte // unsent tail of a non-blocking write; goes out first
+	sl      pb.SetLimits
+	updates []*Update
+	lus     []pb.LimitUpdate
+	lims    []pb.Limits
+	envs    []verdict
+}
+
+// drain moves everything queued into w.buf (after any leftover bytes).
+// Every update pending for this host goes in one SetLimits envelope.
+func (s *Session) drain(w *writer) error {
+	s.mu.Lock()
+	w.updates = w.updates[:0]
+	for _, h := range s.order {
+		if u := s.pending[h]; u != nil { // nil after shutdown cleared pending
+			w.updates = append(w.updates, u)
+		}
+	}
+	clear(s.pending)
+	s.order = s.order[:0]
+	w.envs = s.envs
+	s.envs = nil
+	var id uint64
+	if len(w.updates) > 0 {
+		s.nextID++
+		id = s.nextID
+		var ws []waiter
+		for _, u := range w.updates {
+			for _, cb := range u.merged {
+				ws = append(ws, waiter{u.Handle, u.Gen, cb})
+			}
+			if u.OnApplied != nil {
+				ws = append(ws, waiter{u.Handle, u.Gen, u.OnApplied})
+			}
+		}
+		if ws != nil {
+			s.rpcs[id] = &rpc{deadline: time.Now().Add(s.cfg.RPCTimeout), waiters: ws}
+		}
+	}
+	s.mu.Unlock()
+
+	w.buf = append(w.buf[:0], w.left...)
+	w.left = w.left[:0]
+	var err error
+	if len(w.updates) > 0 {
+		w.lus, w.lims = w.lus[:0], w.lims[:0]
+		w.sl.Updates = w.sl.Updates[:0]
+		for _, u := range w.updates {
+			w.lims = append(w.lims, pb.Limits{CpuQuotaUs: u.QuotaUs, CpuPeriodUs: u.PeriodUs, MemoryLimitBytes: u.MemLimit})
+			w.lus = append(w.lus, pb.LimitUpdate{Handle: u.Handle, Generation: u.Gen})
+		}
+		for i := range w.lus {
+			w.lus[i].Limits = &w.lims[i]
+			w.sl.Updates = append(w.sl.Updates, &w.lus[i])
+		}
+		w.buf, err = wire.AppendEnvelope(w.buf, &pb.Envelope{RequestId: id, Body: &pb.Envelope_SetLimits{SetLimits: &w.sl}})
+	}
+	for _, v := range w.envs {
+		if err != nil {
+			break
+		}
+		w.buf, err = wire.AppendEnvelope(w.buf, v.env)
+	}
+	return err
+}
+
+func (s *Session) observe(w *writer) {
+	o := s.cfg.Observer
+	if o == nil {
+		return
+	}
+	now := time.Now()
+	for _, u := range w.updates {
+		if u.Received != 0 {
+			o.DecisionSent(time.Duration(now.UnixNano() - u.Received))
+		}
+	}
+	for _, v := range w.envs {
+		if !v.received.IsZero() {
+			o.VerdictSent(now.Sub(v.received))
+		}
+	}
+}
+
+// Wake sends what is queued. When nobody is writing, the caller (the UDP
+// reader, which just decided) writes at once with one non-blocking
+// write: no goroutine hand-off, no wait. What the socket does not take
+// is left to the writer goroutine, so a daemon that stops reading can
+// never stall the caller.
+func (s *Session) Wake() {
+	if s.raw == nil || !s.wmu.TryLock() {
+		s.poke()
+		return
+	}
+	w := &s.w
+	if len(w.left) > 0 {
+		s.wmu.Unlock()
+		s.poke()
+		return
+	}
+	err := s.drain(w)
+	if err == nil && len(w.buf) > 0 {
+		var n int
+		var werr error
+		cerr := s.raw.Write(func(fd uintptr) bool {
+			n, werr = unix.Write(int(fd), w.buf)
+			return true // never wait for the socket to drain
+		})
+		switch {
+		case cerr != nil:
+			err = cerr
+		case werr == unix.EAGAIN || werr == unix.EINTR:
+			n = 0
+		case werr != nil:
+			err = werr
+		}
+		if err == nil && n < len(w.buf) {
+			w.left = append(w.left[:0], w.buf[max(n, 0):]...)
+			defer s.poke()
+		}
+	}
+	if err != nil {
+		s.wmu.Unlock()
+		s.conn.Close()
+		return
+	}
+	s.observe(w)
+	s.wmu.Unlock()
+}
+
+// writeLoop sends what is queued whenever woken; all envelopes of a round
+// go in one blocking write (bounded by WriteTimeout).
+func (s *Session) writeLoop() {
+	sweep := time.NewTicker(max(s.cfg.RPCTimeout/4, 10*time.Millisecond))
+	defer sweep.Stop()
+	w := &s.w
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-sweep.C:
+			s.expire(time.Now())
+			continue
+		case <-s.wake:
+		}
+		s.wmu.Lock()
+		err := s.drain(w)
+		if err == nil && len(w.buf) > 0 {
+			s.conn.SetWriteDeadline(time.Now().Add(s.cfg.WriteTimeout))
+			_, err = s.conn.Write(w.buf)
+		}
+		if err != nil {
+			s.wmu.Unlock()
+			s.conn.Close() // reader ends, shutdown fails the callbacks
+			return
+		}
+		s.observe(w)
+		s.wmu.Unlock()
+	}
+}
