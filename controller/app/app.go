@@ -15,8 +15,8 @@ import (
 
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/events"
+	"github.com/escra-dev/escra/controller/ingest"
 	"github.com/escra-dev/escra/controller/session"
-	"github.com/escra-dev/escra/controller/telemetry"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -214,7 +214,7 @@ func (s *Shard) call(f func()) {
 // goroutine (the UDP reader). The update is queued on the member's host
 // without waking its writer: the caller wakes it once per datagram, so
 // all updates a datagram causes travel in one SetLimits envelope.
-func (s *Shard) CPUStat(k allocator.Key, st telemetry.Stat, recvNs int64) {
+func (s *Shard) CPUStat(k allocator.Key, st ingest.Stat, recvNs int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, err := s.a.CPU(k, st.Stat)

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/ingest"
 	"github.com/escra-dev/escra/controller/session"
-	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -58,7 +58,7 @@ func TestThrottleEventCutsSiblingOnAnotherHost(t *testing.T) {
 	for seq := range uint64(30) {
 		var q int64
 		s.call(func() { q = s.a.Member(k1).QuotaUs })
-		s.CPUStat(k1, telemetry.Stat{Handle: 1, Stat: allocator.Stat{Seq: seq, QuotaUs: q, PeriodUs: 100000,
+		s.CPUStat(k1, ingest.Stat{Handle: 1, Stat: allocator.Stat{Seq: seq, QuotaUs: q, PeriodUs: 100000,
 			UnusedUs: q - 1000, UsageUs: 1000}}, 0)
 		a.take()
 	}

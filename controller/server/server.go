@@ -25,13 +25,13 @@ import (
 	"github.com/escra-dev/escra/controller/app"
 	"github.com/escra-dev/escra/controller/events"
 	"github.com/escra-dev/escra/controller/imageresolve"
+	"github.com/escra-dev/escra/controller/ingest"
 	"github.com/escra-dev/escra/controller/internal/hist"
 	"github.com/escra-dev/escra/controller/internal/ratelog"
 	placementpkg "github.com/escra-dev/escra/controller/placement"
 	"github.com/escra-dev/escra/controller/session"
 	"github.com/escra-dev/escra/controller/spec"
 	"github.com/escra-dev/escra/controller/store"
-	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/names"
 	"github.com/escra-dev/escra/internal/version"
@@ -184,7 +184,7 @@ type Server struct {
 	wg     sync.WaitGroup
 
 	tcp     net.Listener
-	udp     *telemetry.Listener
+	udp     *ingest.Listener
 	adminLn net.Listener
 	admin   *http.Server
 
@@ -262,7 +262,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.leaderMetrics()
 	}
 	var err error
-	if s.udp, err = telemetry.Listen(cfg.UDPAddr, s.onTelemetry, s.dropTelemetry, s.rl); err != nil {
+	if s.udp, err = ingest.Listen(cfg.UDPAddr, s.onTelemetry, s.dropTelemetry, s.rl); err != nil {
 		s.cancel()
 		return nil, fmt.Errorf("telemetry listen %s: %w", cfg.UDPAddr, err)
 	}
@@ -818,7 +818,7 @@ func (s *Server) VerdictSent(d time.Duration) {
 
 // --- telemetry ---
 
-func (s *Server) onTelemetry(sessionID uint32, stats []telemetry.Stat, recv int64) {
+func (s *Server) onTelemetry(sessionID uint32, stats []ingest.Stat, recv int64) {
 	h := s.host(sessionID)
 	if h == nil {
 		s.met.bad("unknown_session", len(stats))
@@ -849,7 +849,7 @@ func (s *Server) onTelemetry(sessionID uint32, stats []telemetry.Stat, recv int6
 
 func (s *Server) dropTelemetry(reason string, n int) { s.met.bad(reason, n) }
 
-// Verify implements telemetry.Authenticator: the datagram's tag must check
+// Verify implements ingest.Authenticator: the datagram's tag must check
 // out with its session's key.
 func (s *Server) Verify(session uint32, datagram []byte) bool {
 	h := s.host(session)
@@ -860,13 +860,13 @@ func (s *Server) Verify(session uint32, datagram []byte) bool {
 	return ok
 }
 
-// Known implements telemetry.SessionKnower: an open session with a key.
+// Known implements ingest.SessionKnower: an open session with a key.
 func (s *Server) Known(session uint32) bool {
 	h := s.host(session)
 	return h != nil && h.mac != nil
 }
 
-// Accept implements telemetry.Authenticator: each batch_seq once per session.
+// Accept implements ingest.Authenticator: each batch_seq once per session.
 func (s *Server) Accept(session uint32, batchSeq uint64) bool {
 	h := s.host(session)
 	return h != nil && h.replay.Accept(batchSeq)
