@@ -32,7 +32,7 @@ type Host interface {
 	Lease(l *pb.CpuLease)
 }
 
-// MemberInfo identifies a member to the shard.
+// MemberInfo identifies a member to the app.
 type MemberInfo struct {
 	Key         allocator.Key
 	Host        Host
@@ -60,7 +60,7 @@ type oomReq struct {
 	received time.Time
 }
 
-// Counters a shard reports to the server's metrics.
+// Counters an app reports to the server's metrics.
 type Counters interface {
 	Decision(kind string)
 	BadStat(reason string)
@@ -71,17 +71,18 @@ type Counters interface {
 	Lease(event string)
 }
 
-// Shard is one app: its goroutine runs TCP-side events; telemetry is
-// decided inline by the UDP reader under the same mutex, so all decisions
-// for an app are serialized without a goroutine hand-off per datagram.
-type Shard struct {
+// App is one Distributed Container around its allocator.Books: its
+// goroutine runs TCP-side events; telemetry is decided inline by the UDP
+// reader under the same mutex, so all decisions for an app are serialized
+// without a goroutine hand-off per datagram.
+type App struct {
 	Name string
 	in   chan func()
 	done chan struct{}
 	mu   sync.Mutex // held while deciding; never across network I/O
 
-	// owned by the shard goroutine
-	a          *allocator.App
+	// owned by the app's goroutine
+	a          *allocator.Books
 	auto       bool
 	retired    bool // an emptied auto app, about to be forgotten
 	members    map[allocator.Key]*member
@@ -109,15 +110,15 @@ type Shard struct {
 // New starts an app's goroutine. auto marks an app created for a
 // container whose app was never defined; its budget grows with members.
 func New(name string, b allocator.Budget, p allocator.Params, pol allocator.Policy, auto bool,
-	log *slog.Logger, hub *events.Hub, cnt Counters) (*Shard, error) {
-	a, err := allocator.NewApp(name, b, p, pol)
+	log *slog.Logger, hub *events.Hub, cnt Counters) (*App, error) {
+	a, err := allocator.NewBooks(name, b, p, pol)
 	if err != nil {
 		return nil, err
 	}
 	// Freed runtime and memory are handed out only once the daemon
 	// acknowledged the cut (issue 12; allocator/applied.go).
 	a.AckGated = true
-	s := &Shard{Name: name, in: make(chan func(), 256),
+	s := &App{Name: name, in: make(chan func(), 256),
 		done: make(chan struct{}), a: a, auto: auto, members: map[allocator.Key]*member{},
 		log: log.With("app", name), hub: hub, cnt: cnt, periodUs: uint32(p.PeriodUs()),
 		hosts: map[allocator.HostID]Host{}, holds: map[string]uint64{}}
@@ -125,7 +126,7 @@ func New(name string, b allocator.Budget, p allocator.Params, pol allocator.Poli
 	return s, nil
 }
 
-func (s *Shard) run() {
+func (s *App) run() {
 	// Leases are rebalanced on a ticker at the allocator period rather
 	// than on telemetry: an idle app (no datagrams) still lends its pool,
 	// and a period's stats arrive spread over the period from many hosts,
@@ -156,7 +157,7 @@ func (s *Shard) run() {
 
 // sendLeases sends lease commands to their hosts, with the revocations
 // joins, leaves and budget changes queued.
-func (s *Shard) sendLeases(cmds []allocator.LeaseCmd) {
+func (s *App) sendLeases(cmds []allocator.LeaseCmd) {
 	cmds = append(cmds, s.a.TakeLeaseCmds()...)
 	for _, c := range cmds {
 		h := s.hosts[c.Host]
@@ -173,7 +174,7 @@ func (s *Shard) sendLeases(cmds []allocator.LeaseCmd) {
 }
 
 // Stop ends the goroutine, then runs the OnStop hooks.
-func (s *Shard) Stop() {
+func (s *App) Stop() {
 	close(s.done)
 	s.hookMu.Lock()
 	hooks := s.onStop
@@ -184,24 +185,24 @@ func (s *Shard) Stop() {
 	}
 }
 
-// OnStop runs f when the shard stops (a policy's own loop, e.g. pema).
-func (s *Shard) OnStop(f func()) {
+// OnStop runs f when the app stops (a policy's own loop, e.g. pema).
+func (s *App) OnStop(f func()) {
 	s.hookMu.Lock()
 	defer s.hookMu.Unlock()
 	s.onStop = append(s.onStop, f)
 }
 
-// do runs f on the shard goroutine (blocking when the queue is full: TCP
+// do runs f on the app's goroutine (blocking when the queue is full: TCP
 // messages apply backpressure to their own session only).
-func (s *Shard) do(f func()) {
+func (s *App) do(f func()) {
 	select {
 	case s.in <- f:
 	case <-s.done:
 	}
 }
 
-// call runs f on the shard and waits.
-func (s *Shard) call(f func()) {
+// call runs f on the app's goroutine and waits.
+func (s *App) call(f func()) {
 	ch := make(chan struct{})
 	s.do(func() { f(); close(ch) })
 	select {
@@ -214,7 +215,7 @@ func (s *Shard) call(f func()) {
 // goroutine (the UDP reader). The update is queued on the member's host
 // without waking its writer: the caller wakes it once per datagram, so
 // all updates a datagram causes travel in one SetLimits envelope.
-func (s *Shard) CPUStat(k allocator.Key, st ingest.Stat, recvNs int64) {
+func (s *App) CPUStat(k allocator.Key, st ingest.Stat, recvNs int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, err := s.a.CPU(k, st.Stat)
@@ -247,7 +248,7 @@ const (
 // middle of period seq) to the policy on the caller's goroutine, like
 // CPUStat: a raise is queued on the host exactly as a period decision,
 // and the caller wakes the writer.
-func (s *Shard) ThrottleEvent(k allocator.Key, seq uint64, recvNs int64) {
+func (s *App) ThrottleEvent(k allocator.Key, seq uint64, recvNs int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ds, err := s.a.Throttle(k, seq)
@@ -284,11 +285,11 @@ func (s *Shard) ThrottleEvent(k allocator.Key, seq uint64, recvNs int64) {
 }
 
 // apply sends a decision to the member's host.
-func (s *Shard) apply(d allocator.Decision, recvNs int64, onApplied func(error)) {
+func (s *App) apply(d allocator.Decision, recvNs int64, onApplied func(error)) {
 	s.send(d, recvNs, onApplied, true)
 }
 
-func (s *Shard) send(d allocator.Decision, recvNs int64, onApplied func(error), wake bool) {
+func (s *App) send(d allocator.Decision, recvNs int64, onApplied func(error), wake bool) {
 	m := s.members[d.Key]
 	if m == nil {
 		if onApplied != nil {
@@ -335,7 +336,7 @@ func (s *Shard) send(d allocator.Decision, recvNs int64, onApplied func(error), 
 // the one synchronous call, Queue on a closed session, passes ErrClosed,
 // which is not looked at). A cut that was applied frees its share, which
 // is handed out at once.
-func (s *Shard) acked(k allocator.Key, gen uint64, err error) {
+func (s *App) acked(k allocator.Key, gen uint64, err error) {
 	var r allocator.AckResult
 	switch {
 	case err == nil:
@@ -362,7 +363,7 @@ func (s *Shard) acked(k allocator.Key, gen uint64, err error) {
 // host-local leases) two things are legitimate and allowed, nothing else:
 // a quota below the floor (a newcomer waits for the pool), and Σ quotas +
 // Σ leases over a cut Ω (Σ quotas alone must still fit).
-func (s *Shard) checkInvariants(d allocator.Decision) error {
+func (s *App) checkInvariants(d allocator.Decision) error {
 	if d.QuotaUs == 0 && d.MemLimit == 0 {
 		return nil
 	}
@@ -390,7 +391,7 @@ func (s *Shard) checkInvariants(d allocator.Decision) error {
 	return nil
 }
 
-func (s *Shard) applyAll(ds []allocator.Decision) {
+func (s *App) applyAll(ds []allocator.Decision) {
 	for _, d := range ds {
 		s.apply(d, 0, nil)
 	}
@@ -403,7 +404,7 @@ func (s *Shard) applyAll(ds []allocator.Decision) {
 // quota by us from lease id. The answer is an ordinary update with the
 // quota the controller now counts (reason "lease"), so both views meet.
 // bad counts a dropped or clamped use.
-func (s *Shard) LeaseUse(h allocator.HostID, id uint64, k allocator.Key, us int64, bad func(reason string, err error)) {
+func (s *App) LeaseUse(h allocator.HostID, id uint64, k allocator.Key, us int64, bad func(reason string, err error)) {
 	s.do(func() {
 		d, err := s.a.LeaseUse(h, id, k, us)
 		switch err {
@@ -421,7 +422,7 @@ func (s *Shard) LeaseUse(h allocator.HostID, id uint64, k allocator.Key, us int6
 }
 
 // LeaseReturn handles a daemon's CpuLeaseReturn (the answer to a revoke).
-func (s *Shard) LeaseReturn(h allocator.HostID, id uint64, bad func(reason string, err error)) {
+func (s *App) LeaseReturn(h allocator.HostID, id uint64, bad func(reason string, err error)) {
 	s.do(func() {
 		ds, err := s.a.LeaseReturn(h, id)
 		if err != nil {
@@ -437,7 +438,7 @@ func (s *Shard) LeaseReturn(h allocator.HostID, id uint64, bad func(reason strin
 // leave through Leave).
 // The lease stays counted for hold: the daemon may have raised quotas
 // from it that nobody has heard of (it was partitioned or stopped).
-func (s *Shard) HostClosed(h allocator.HostID, hold time.Duration) {
+func (s *App) HostClosed(h allocator.HostID, hold time.Duration) {
 	s.do(func() {
 		delete(s.hosts, h)
 		if us := s.a.LeaseUs(h); us > 0 && hold > 0 {
@@ -453,7 +454,7 @@ func (s *Shard) HostClosed(h allocator.HostID, hold time.Duration) {
 // HoldRaises): the controller just started or took over, and hosts that
 // have not rejoined yet may hold what the pools seem to have. Then the
 // pools are handed out as usual.
-func (s *Shard) HoldRaisesFor(d time.Duration) {
+func (s *App) HoldRaisesFor(d time.Duration) {
 	s.do(func() {
 		s.a.HoldRaises = true
 		time.AfterFunc(d, func() {
@@ -467,14 +468,14 @@ func (s *Shard) HoldRaisesFor(d time.Duration) {
 
 // Holding reports whether the app hands nothing out of its pools now
 // (HoldRaisesFor).
-func (s *Shard) Holding() bool {
+func (s *App) Holding() bool {
 	var h bool
 	s.call(func() { h = s.a.HoldRaises })
 	return h
 }
 
 // expireHold ends hold id after d unless it was ended or held again.
-func (s *Shard) expireHold(id string, d time.Duration) {
+func (s *App) expireHold(id string, d time.Duration) {
 	s.holdSeq++
 	seq := s.holdSeq
 	s.holds[id] = seq
@@ -490,8 +491,8 @@ func (s *Shard) expireHold(id string, d time.Duration) {
 }
 
 // Join adds a member and bootstraps it (eq. (2)).
-func (s *Shard) Join(mi MemberInfo) error {
-	err := ErrRetired // stays so when the shard is stopped
+func (s *App) Join(mi MemberInfo) error {
+	err := ErrRetired // stays so when the app is stopped
 	s.call(func() {
 		err = nil
 		if s.retired {
@@ -534,7 +535,7 @@ var ErrRetired = errors.New("app: emptied auto app retired")
 // RetireIfEmpty marks an auto app without members as retired (every later
 // Join fails with ErrRetired) and reports whether it did: the caller then
 // forgets and stops it. Defined apps are never retired.
-func (s *Shard) RetireIfEmpty() bool {
+func (s *App) RetireIfEmpty() bool {
 	var ok bool
 	s.call(func() {
 		if s.auto && len(s.members) == 0 {
@@ -545,11 +546,11 @@ func (s *Shard) RetireIfEmpty() bool {
 }
 
 // Leave removes a member; an auto app shrinks by its contribution.
-func (s *Shard) Leave(k allocator.Key, reason string) {
+func (s *App) Leave(k allocator.Key, reason string) {
 	s.do(func() { s.leave(k, reason) })
 }
 
-func (s *Shard) leave(k allocator.Key, reason string) {
+func (s *App) leave(k allocator.Key, reason string) {
 	{
 		m := s.members[k]
 		if m == nil {
@@ -572,7 +573,7 @@ func (s *Shard) leave(k allocator.Key, reason string) {
 // LeaveHeld removes a member whose host's session died and holds its
 // share out of the pools for hold (the time its escrad may still apply the
 // limits: until it puts Docker's back), or until the container rejoins.
-func (s *Shard) LeaveHeld(k allocator.Key, reason string, hold time.Duration) {
+func (s *App) LeaveHeld(k allocator.Key, reason string, hold time.Duration) {
 	s.do(func() {
 		m := s.members[k]
 		if m == nil || s.auto || hold <= 0 { // an auto app shrinks instead
@@ -590,7 +591,7 @@ func (s *Shard) LeaveHeld(k allocator.Key, reason string, hold time.Duration) {
 
 func holdID(host, container string) string { return host + "/" + container }
 
-func (s *Shard) publish(mi MemberInfo, kind, reason string) {
+func (s *App) publish(mi MemberInfo, kind, reason string) {
 	if s.hub.Active() {
 		s.hub.Publish(events.Event{Time: time.Now(), App: s.Name, Host: mi.HostID, ContainerID: mi.ContainerID,
 			Handle: mi.Handle, Kind: kind, Reason: reason})
@@ -598,7 +599,7 @@ func (s *Shard) publish(mi MemberInfo, kind, reason string) {
 }
 
 // Define replaces the budget (and params, when given); the app stops being auto.
-func (s *Shard) Define(b allocator.Budget) error {
+func (s *App) Define(b allocator.Budget) error {
 	var err error
 	s.call(func() {
 		var ds []allocator.Decision
@@ -612,17 +613,17 @@ func (s *Shard) Define(b allocator.Budget) error {
 }
 
 // Usage records a member's memory usage sample.
-func (s *Shard) Usage(k allocator.Key, usage int64) {
+func (s *App) Usage(k allocator.Key, usage int64) {
 	s.do(func() { s.a.Usage(k, usage) })
 }
 
 // OOM handles a blocking OOM request (§IV-D-2). The verdict is sent only
 // after the daemon acked the raised limit.
-func (s *Shard) OOM(k allocator.Key, requestID uint64, req *pb.OomRequest, received time.Time) {
+func (s *App) OOM(k allocator.Key, requestID uint64, req *pb.OomRequest, received time.Time) {
 	s.do(func() { s.oom(oomReq{k, requestID, req, received}, true) })
 }
 
-func (s *Shard) oom(r oomReq, mayReclaim bool) {
+func (s *App) oom(r oomReq, mayReclaim bool) {
 	m := s.members[r.key]
 	if m == nil {
 		return
@@ -672,7 +673,7 @@ func m0(m *allocator.Member) int64 {
 	return m.MemLimit
 }
 
-func (s *Shard) verdict(m *member, r oomReq, granted bool, limit int64, reason string) {
+func (s *App) verdict(m *member, r oomReq, granted bool, limit int64, reason string) {
 	m.Host.Verdict(r.id, &pb.OomVerdict{Handle: m.Handle, Granted: granted, NewLimitBytes: limit, Reason: reason}, r.received)
 	kind := "oom-denied"
 	if granted {
@@ -688,7 +689,7 @@ func (s *Shard) verdict(m *member, r oomReq, granted bool, limit int64, reason s
 
 // startReclaim asks each host of keys (all members when keys is nil) to
 // set limit → usage + δ where limit > usage + δ (§IV-C).
-func (s *Shard) startReclaim(keys []allocator.Key) {
+func (s *App) startReclaim(keys []allocator.Key) {
 	byHost := map[Host][]uint32{}
 	var hosts []Host
 	if keys == nil { // periodic: every member with an assigned limit
@@ -723,7 +724,7 @@ func (s *Shard) startReclaim(keys []allocator.Key) {
 	}
 }
 
-func (s *Shard) reclaimDone(h Host, res *pb.ReclaimResult, err error) {
+func (s *App) reclaimDone(h Host, res *pb.ReclaimResult, err error) {
 	if err != nil {
 		s.log.Warn("reclaim failed", "err", err)
 	}
@@ -773,7 +774,7 @@ func (s *Shard) reclaimDone(h Host, res *pb.ReclaimResult, err error) {
 // deadline is 200 ms).
 const reclaimGrace = 50 * time.Millisecond
 
-func (s *Shard) afterReclaim() {
+func (s *App) afterReclaim() {
 	q := s.oomQueue
 	s.oomQueue = nil
 	for _, r := range q {
@@ -784,7 +785,7 @@ func (s *Shard) afterReclaim() {
 
 // PeriodicReclaim runs the §IV-C loop once (the server calls it every
 // ReclaimEvery). Skipped while a reclaim is in flight.
-func (s *Shard) PeriodicReclaim() {
+func (s *App) PeriodicReclaim() {
 	s.do(func() {
 		if s.reclaiming == 0 && len(s.members) > 0 {
 			s.startReclaim(nil)
@@ -818,7 +819,7 @@ type State struct {
 }
 
 // Snapshot reads the app's state on its goroutine.
-func (s *Shard) Snapshot() State {
+func (s *App) Snapshot() State {
 	var st State
 	s.call(func() {
 		st = State{Name: s.Name, Auto: s.auto, Budget: s.a.Budget(), Params: s.a.P, Policy: s.a.Policy.Name(),
@@ -838,4 +839,4 @@ func (s *Shard) Snapshot() State {
 	return st
 }
 
-func (s *Shard) String() string { return fmt.Sprintf("app %s", s.Name) }
+func (s *App) String() string { return fmt.Sprintf("app %s", s.Name) }

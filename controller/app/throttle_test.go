@@ -11,7 +11,7 @@ import (
 	"github.com/escra-dev/escra/proto/escrapb"
 )
 
-// recHost records what the shard sends it: pushed (the writer woken) or
+// recHost records what the app sends it: pushed (the writer woken) or
 // queued (woken by the caller).
 type recHost struct {
 	mu             sync.Mutex
@@ -26,7 +26,7 @@ func (h *recHost) Verdict(uint64, *escrapb.OomVerdict, time.Time)               
 func (h *recHost) Lease(*escrapb.CpuLease)                                       {}
 
 // take returns and forgets what was sent, acknowledging each update as
-// its daemon would (outside the shard's lock).
+// its daemon would (outside the app's lock).
 func (h *recHost) take() (pushed, queued []session.Update) {
 	h.mu.Lock()
 	pushed, queued = h.pushed, h.queued

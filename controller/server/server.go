@@ -149,10 +149,10 @@ func DefaultConfig() Config {
 type AppSpec = adminapi.AppSpec
 
 type ref struct {
-	shard *app.Shard
-	key   allocator.Key
-	app   string
-	id    string
+	app     *app.App
+	key     allocator.Key
+	appName string
+	id      string
 }
 
 type host struct {
@@ -192,7 +192,7 @@ type Server struct {
 	metricsSrv *http.Server
 
 	mu   sync.RWMutex
-	apps map[string]*app.Shard
+	apps map[string]*app.App
 	// docs are the specs apps were applied with (escractl get -o yaml);
 	// deployed the containers last deployed for each app (the rollout
 	// compares against them). Both under mu.
@@ -232,7 +232,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.DefaultHostMemoryBytes <= 0 {
 		cfg.DefaultHostMemoryBytes = 1 << 30
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, rl: ratelog.New(cfg.Logger), apps: map[string]*app.Shard{},
+	s := &Server{cfg: cfg, log: cfg.Logger, rl: ratelog.New(cfg.Logger), apps: map[string]*app.App{},
 		docs: map[string]*spec.Doc{}, deployed: map[string]DeployRequest{}}
 	s.hub.Keep(cfg.EventHistory)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -380,17 +380,17 @@ func (s *Server) reclaimLoop() {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-			for _, a := range s.shards() {
+			for _, a := range s.appList() {
 				a.PeriodicReclaim()
 			}
 		}
 	}
 }
 
-func (s *Server) shards() []*app.Shard {
+func (s *Server) appList() []*app.App {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]*app.Shard, 0, len(s.apps))
+	out := make([]*app.App, 0, len(s.apps))
 	for _, a := range s.apps {
 		out = append(out, a)
 	}
@@ -439,7 +439,7 @@ func (s *Server) defineApp(spec AppSpec) error {
 			a.Stop()
 			delete(s.apps, spec.Name)
 		} else {
-			if l := s.pema[spec.Name]; l.shard == a && l.loop != nil && spec.SLO != nil {
+			if l := s.pema[spec.Name]; l.app == a && l.loop != nil && spec.SLO != nil {
 				if err := l.loop.SetSLO(spec.SLO.P95.Seconds()); err != nil {
 					return err
 				}
@@ -466,9 +466,9 @@ func (s *Server) defineApp(spec AppSpec) error {
 	return nil
 }
 
-// shardFor finds the app, creating an auto app (budget grows with its
+// appFor finds the app, creating an auto app (budget grows with its
 // members, see docs/allocator.md) when it was never defined.
-func (s *Server) shardFor(name string, contribCores float64, contribMem int64) (*app.Shard, error) {
+func (s *Server) appFor(name string, contribCores float64, contribMem int64) (*app.App, error) {
 	s.mu.RLock()
 	a := s.apps[name]
 	s.mu.RUnlock()
@@ -506,7 +506,7 @@ func (s *Server) rejoinGrace(stored []string) {
 	if s.cfg.RejoinGrace <= 0 {
 		return
 	}
-	for _, a := range s.shards() {
+	for _, a := range s.appList() {
 		if slices.Contains(stored, a.Name) {
 			a.HoldRaisesFor(s.cfg.RejoinGrace)
 		}
@@ -636,10 +636,10 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 		ContainerID: r.GetContainerId(), Name: r.GetName(), HostMaxUs: h.maxUs,
 		MemUsage: int64(min(r.GetMemoryUsageBytes(), 1<<50)), ContribCores: cores, ContribMem: mem,
 		CurQuotaUs: curQ, CurMem: curM}
-	var a *app.Shard
+	var a *app.App
 	for try := 0; ; try++ {
 		var err error
-		if a, err = s.shardFor(r.GetApp(), cores, mem); err != nil {
+		if a, err = s.appFor(r.GetApp(), cores, mem); err != nil {
 			return err
 		}
 		err = a.Join(mi)
@@ -653,7 +653,7 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 		s.forget(a)
 	}
 	h.mu.Lock()
-	h.cont[r.GetHandle()] = &ref{shard: a, key: k, app: r.GetApp(), id: r.GetContainerId()}
+	h.cont[r.GetHandle()] = &ref{app: a, key: k, appName: r.GetApp(), id: r.GetContainerId()}
 	h.mu.Unlock()
 	return nil
 }
@@ -672,21 +672,21 @@ func (s *Server) Unregister(ss *session.Session, u *pb.ContainerUnregister) {
 		s.BadInput(ss, "unknown_container", fmt.Errorf("unregister of unknown handle %d", u.GetHandle()))
 		return
 	}
-	r.shard.Leave(r.key, u.GetReason())
-	s.reap(r.shard)
+	r.app.Leave(r.key, u.GetReason())
+	s.reap(r.app)
 }
 
 // reap forgets an auto-created app once its last member left: its state
 // and metrics go with it (a defined app stays until deleted).
-func (s *Server) reap(a *app.Shard) {
+func (s *Server) reap(a *app.App) {
 	if a.RetireIfEmpty() {
 		s.forget(a)
 		s.log.Info("auto-created app emptied and deleted", "app", a.Name)
 	}
 }
 
-// forget removes a retired shard and stops it.
-func (s *Server) forget(a *app.Shard) {
+// forget removes a retired app and stops it.
+func (s *Server) forget(a *app.App) {
 	s.mu.Lock()
 	if s.apps[a.Name] == a {
 		delete(s.apps, a.Name)
@@ -713,7 +713,7 @@ func (s *Server) MemoryUsage(ss *session.Session, m *pb.MemoryUsage) {
 			s.met.bad("absurd", 1)
 			continue
 		}
-		r.shard.Usage(r.key, int64(smp.GetUsageBytes()))
+		r.app.Usage(r.key, int64(smp.GetUsageBytes()))
 	}
 }
 
@@ -731,7 +731,7 @@ func (s *Server) OOM(ss *session.Session, id uint64, o *pb.OomRequest, recv time
 		ss.Verdict(id, &pb.OomVerdict{Handle: o.GetHandle(), Granted: false, Reason: "unknown container"}, recv)
 		return
 	}
-	r.shard.OOM(r.key, id, o, recv)
+	r.app.OOM(r.key, id, o, recv)
 }
 
 // LeaseUse implements session.LeaseHandler (issue 11, host-local leases):
@@ -746,12 +746,12 @@ func (s *Server) LeaseUse(ss *session.Session, u *pb.CpuLeaseUse) {
 		r = h.cont[u.GetHandle()]
 		h.mu.RUnlock()
 	}
-	if r == nil || r.app != u.GetApp() {
+	if r == nil || r.appName != u.GetApp() {
 		s.BadInput(ss, "lease_unknown", fmt.Errorf("lease use for unknown container %d of app %q", u.GetHandle(), u.GetApp()))
 		return
 	}
 	bad := func(reason string, err error) { s.BadInput(ss, reason, err) }
-	r.shard.LeaseUse(allocator.HostID(ss.ID), u.GetLeaseId(), r.key, u.GetAmountUs(), bad)
+	r.app.LeaseUse(allocator.HostID(ss.ID), u.GetLeaseId(), r.key, u.GetAmountUs(), bad)
 }
 
 // LeaseReturn implements session.LeaseHandler: the answer to a revoke.
@@ -792,13 +792,13 @@ func (s *Server) Closed(ss *session.Session) {
 		hold = time.Duration(ms)*time.Millisecond + time.Second
 	}
 	for _, r := range refs {
-		r.shard.LeaveHeld(r.key, "daemon session closed", hold)
+		r.app.LeaveHeld(r.key, "daemon session closed", hold)
 	}
 	for _, r := range refs {
-		s.reap(r.shard)
+		s.reap(r.app)
 	}
 	// The daemon dropped its lease credit with the session (issue 11).
-	for _, a := range s.shards() {
+	for _, a := range s.appList() {
 		a.HostClosed(allocator.HostID(ss.ID), hold)
 	}
 	s.log.Info("daemon disconnected", "host", h.hello.GetHostId(), "session", ss.ID, "containers", len(refs))
@@ -834,10 +834,10 @@ func (s *Server) onTelemetry(sessionID uint32, stats []ingest.Stat, recv int64) 
 			continue
 		}
 		if st.MidPeriod {
-			r.shard.ThrottleEvent(r.key, st.Seq, recv)
+			r.app.ThrottleEvent(r.key, st.Seq, recv)
 			continue
 		}
-		r.shard.CPUStat(r.key, st, recv)
+		r.app.CPUStat(r.key, st, recv)
 	}
 	h.mu.RUnlock()
 	// A datagram comes from one host: its updates leave in one envelope.
