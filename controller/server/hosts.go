@@ -8,11 +8,11 @@ import (
 
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/app"
+	"github.com/escra-dev/escra/controller/ingest"
 	placementpkg "github.com/escra-dev/escra/controller/placement"
 	"github.com/escra-dev/escra/controller/session"
 	"github.com/escra-dev/escra/internal/auth"
 	pb "github.com/escra-dev/escra/proto/escrapb"
-	"github.com/escra-dev/escra/proto/wire"
 )
 
 // host is one daemon session: its hello, its containers by handle and
@@ -31,9 +31,9 @@ type host struct {
 	// scheduling), nil until its daemon reports it.
 	deps atomic.Pointer[placementpkg.HostDeps]
 
-	// Authenticated telemetry; used by the UDP goroutine only.
-	mac    *wire.DatagramMAC
-	replay wire.ReplayWindow
+	// Authenticated telemetry (nil in plain mode); used by the UDP
+	// goroutine only.
+	tauth *ingest.SessionAuth
 }
 
 // ref is a registered container: its app and allocator key.
@@ -80,7 +80,7 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 		if err != nil {
 			return nil, err
 		}
-		hs.mac = wire.NewDatagramMAC(key)
+		hs.tauth = ingest.NewSessionAuth(key)
 	}
 	// A host reconnecting (after a partition its old session may not have
 	// timed out yet) replaces its old session: one session per host id, and

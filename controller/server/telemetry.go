@@ -42,21 +42,18 @@ func (s *Server) dropTelemetry(reason string, n int) { s.met.bad(reason, n) }
 // out with its session's key.
 func (s *Server) Verify(session uint32, datagram []byte) bool {
 	h := s.host(session)
-	if h == nil || h.mac == nil {
-		return false
-	}
-	_, ok := h.mac.Open(datagram)
-	return ok
+	return h != nil && h.tauth != nil && h.tauth.Verify(datagram)
 }
 
 // Known implements ingest.SessionKnower: an open session with a key.
 func (s *Server) Known(session uint32) bool {
 	h := s.host(session)
-	return h != nil && h.mac != nil
+	return h != nil && h.tauth != nil
 }
 
-// Accept implements ingest.Authenticator: each batch_seq once per session.
+// Accept implements ingest.Authenticator: each batch_seq once per session
+// (called only after Verify passed, so the session has a key).
 func (s *Server) Accept(session uint32, batchSeq uint64) bool {
 	h := s.host(session)
-	return h != nil && h.replay.Accept(batchSeq)
+	return h != nil && h.tauth != nil && h.tauth.Accept(batchSeq)
 }
