@@ -1,4 +1,4 @@
-// Package pemaloop runs seed 002's PEMA (controller/pema) as the "pema"
+// Package pemaloop runs PEMA (controller/pema) as the "pema"
 // allocator policy of an app: every interval it reads the app's p95 and
 // request rate from the reverse proxy it owns, each member's CPU
 // utilisation and throttling from the per-period telemetry the
@@ -21,8 +21,8 @@ import (
 	"github.com/escra-dev/escra/controller/pema"
 )
 
-// Defaults: 20 s between steps with at least 2,000 requests (issue 16's
-// scaling of the paper's 2 minutes to this machine).
+// Defaults: 20 s between steps with at least 2,000 requests (the paper's
+// 2 minutes scaled to this machine).
 const (
 	DefaultInterval    = 20 * time.Second
 	DefaultMinRequests = 2000
@@ -136,7 +136,7 @@ func (l *Loop) Close() {
 	_ = l.proxy.Close()
 }
 
-// SetSLO changes the latency target (seed 002 Fig 20); the history stays.
+// SetSLO changes the latency target (PEMA Fig 20); the history stays.
 func (l *Loop) SetSLO(slo float64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
