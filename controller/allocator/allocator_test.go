@@ -9,16 +9,16 @@ import (
 
 const gib = 1 << 30
 
-func newApp(t *testing.T, cores float64, mem int64, sigma float64) *App {
+func newApp(t *testing.T, cores float64, mem int64, sigma float64) *Books {
 	t.Helper()
-	a, err := NewApp("a", Budget{CPUCores: cores, MemoryBytes: mem, Sigma: sigma}, DefaultParams(), nil)
+	a, err := NewBooks("a", Budget{CPUCores: cores, MemoryBytes: mem, Sigma: sigma}, DefaultParams(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return a
 }
 
-func join(t *testing.T, a *App, k Key, hostCores int64) []Decision {
+func join(t *testing.T, a *Books, k Key, hostCores int64) []Decision {
 	t.Helper()
 	ds, err := a.Join(Join{Key: k, HostMaxUs: hostCores * 100000})
 	if err != nil {
@@ -209,7 +209,7 @@ func TestInvariantsOverRandomTraces(t *testing.T) {
 		p.Upsilon = 1 + r.Float64()*40
 		p.Gamma = r.Float64() * 0.9
 		p.Kappa = 0.05 + r.Float64()*0.95
-		a, err := NewApp("p", Budget{CPUCores: 0.2 + r.Float64()*8, MemoryBytes: int64(64+r.IntN(4096)) * MiB, Sigma: r.Float64() * 0.5}, p, nil)
+		a, err := NewBooks("p", Budget{CPUCores: 0.2 + r.Float64()*8, MemoryBytes: int64(64+r.IntN(4096)) * MiB, Sigma: r.Float64() * 0.5}, p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -269,7 +269,7 @@ func TestInvariantsOverRandomTraces(t *testing.T) {
 	}
 }
 
-func checkInvariants(t *testing.T, a *App, seed uint64, step int) {
+func checkInvariants(t *testing.T, a *Books, seed uint64, step int) {
 	t.Helper()
 	var sq, sm int64
 	floor := a.floorUs(a.Len())
@@ -345,7 +345,7 @@ func TestCPUScaleDownHeadroomFloor(t *testing.T) {
 	run := func(headroom float64) (minDuringSwing, afterCalm int64) {
 		p := DefaultParams()
 		p.Headroom = headroom
-		a, err := NewApp("a", Budget{CPUCores: 1, MemoryBytes: gib}, p, nil)
+		a, err := NewBooks("a", Budget{CPUCores: 1, MemoryBytes: gib}, p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

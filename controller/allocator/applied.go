@@ -52,7 +52,7 @@ func (m *Member) mayMem() int64 {
 
 // refresh recomputes m's extra and the app's totals after any change to
 // its targets or acknowledged limits.
-func (a *App) refresh(m *Member) {
+func (a *Books) refresh(m *Member) {
 	if !a.AckGated {
 		return
 	}
@@ -65,7 +65,7 @@ func (a *App) refresh(m *Member) {
 }
 
 // record notes a decision sent to m's daemon (decide calls it).
-func (a *App) record(m *Member, d Decision) {
+func (a *Books) record(m *Member, d Decision) {
 	if !a.AckGated {
 		return
 	}
@@ -75,20 +75,20 @@ func (a *App) record(m *Member, d Decision) {
 
 // CountedCPUUs is Σ over members of max(target quota, what the daemon may
 // have applied), plus leases and held shares: the bound on Σ applied.
-func (a *App) CountedCPUUs() int64 { return a.cpuAlloc + a.cpuExtra + a.leaseTotal + a.heldCPU }
+func (a *Books) CountedCPUUs() int64 { return a.cpuAlloc + a.cpuExtra + a.leaseTotal + a.heldCPU }
 
 // CountedMem is the same for memory limits.
-func (a *App) CountedMem() int64 { return a.memAlloc + a.memExtra + a.heldMem }
+func (a *Books) CountedMem() int64 { return a.memAlloc + a.memExtra + a.heldMem }
 
 // Extra is Σ (may-apply − target) over members: cuts not acknowledged yet.
-func (a *App) Extra() (cpuUs, mem int64) { return a.cpuExtra, a.memExtra }
+func (a *Books) Extra() (cpuUs, mem int64) { return a.cpuExtra, a.memExtra }
 
 // Ack records the daemon's answer for member k's decision gen: applied,
 // it becomes the acknowledged limit; refused, the cgroup keeps the old
 // one, and a refused memory cut puts the target back to it (the old limit
 // stays counted, not the new). It reports whether the counted total fell,
 // i.e. whether the caller should hand out what was freed (Redistribute).
-func (a *App) Ack(k Key, gen uint64, r AckResult) bool {
+func (a *Books) Ack(k Key, gen uint64, r AckResult) bool {
 	m := a.members[k]
 	if !a.AckGated || m == nil || gen == 0 {
 		return false
@@ -135,7 +135,7 @@ func (a *App) Ack(k Key, gen uint64, r AckResult) bool {
 // newcomers toward the share they were bootstrapped with (eq. (2)) when
 // the pool has at least the floor for them, then members below the floor,
 // then memory left unassigned at join.
-func (a *App) Redistribute() []Decision {
+func (a *Books) Redistribute() []Decision {
 	if a.HoldRaises {
 		return nil
 	}
@@ -163,7 +163,7 @@ func (a *App) Redistribute() []Decision {
 
 // HoldShare keeps cpuUs and mem out of the pools under id until Unhold
 // (a dead host's lease, which its daemon may still have used).
-func (a *App) HoldShare(id string, cpuUs, mem int64) {
+func (a *Books) HoldShare(id string, cpuUs, mem int64) {
 	if cpuUs <= 0 && mem <= 0 {
 		return
 	}

@@ -84,8 +84,8 @@ func TestAppliedLimitsNeverExceedBudget(t *testing.T) {
 		p := DefaultParams()
 		p.Window = 1 + r.IntN(6)
 		b := Budget{CPUCores: 0.5 + r.Float64()*3, MemoryBytes: 256*MiB + r.Int64N(gib), Sigma: r.Float64() * 0.3}
-		newCtl := func() *App {
-			a, err := NewApp("x", b, p, nil)
+		newCtl := func() *Books {
+			a, err := NewBooks("x", b, p, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -306,7 +306,7 @@ func TestAppliedLimitsNeverExceedBudget(t *testing.T) {
 	t.Logf("%d acks (%d lost), %d refusals, %d rejoins, %d restarts, %d adopted", acks, lost, refusals, rejoins, restarts, adopted)
 }
 
-func gatedApp(t *testing.T, cores float64, mem int64) *App {
+func gatedApp(t *testing.T, cores float64, mem int64) *Books {
 	t.Helper()
 	a := newApp(t, cores, mem, 0)
 	a.AckGated = true

@@ -23,7 +23,7 @@ type burstResult struct {
 // rest of the period.
 func runBurstModelEvents(t *testing.T, p Params, pol Policy, members int, seed int64, events bool) burstResult {
 	t.Helper()
-	a, err := NewApp("m", Budget{CPUCores: 0.7 * float64(members), MemoryBytes: 1 << 30}, p, pol)
+	a, err := NewBooks("m", Budget{CPUCores: 0.7 * float64(members), MemoryBytes: 1 << 30}, p, pol)
 	if err != nil {
 		t.Fatal(err)
 	}

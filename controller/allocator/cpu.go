@@ -28,7 +28,7 @@ const maxGapFill = 1 << 16
 // next period, if the quota changes (§IV-D-1). Gaps in Seq are periods
 // without a record: the kernel backend stops an idle group's period timer,
 // so they count as unthrottled, fully unused periods.
-func (a *App) CPU(k Key, s Stat) (Decision, error) {
+func (a *Books) CPU(k Key, s Stat) (Decision, error) {
 	m := a.members[k]
 	if m == nil {
 		return Decision{}, ErrUnknown
@@ -102,7 +102,7 @@ func (a *App) CPU(k Key, s Stat) (Decision, error) {
 // what an equal static split would give it, as a sibling that hoards its
 // last peak's quota no longer leaves it throttled to the period's end.
 // Only members below Ω/λ take and only members above it give: no cycle.
-func (a *App) Throttle(k Key, seq uint64) ([]Decision, error) {
+func (a *Books) Throttle(k Key, seq uint64) ([]Decision, error) {
 	m := a.members[k]
 	if m == nil {
 		return nil, ErrUnknown
@@ -147,7 +147,7 @@ func (a *App) Throttle(k Key, seq uint64) ([]Decision, error) {
 
 // peakDecay is the per-period factor 2^(−P/half-life) of the decaying
 // peak (0 when the half-life is 0: only the window's peak counts).
-func (a *App) peakDecay() float64 {
+func (a *Books) peakDecay() float64 {
 	if a.P.PeakHalfLife <= 0 {
 		return 0
 	}
@@ -156,7 +156,7 @@ func (a *App) peakDecay() float64 {
 
 // clampQuota enforces floor ≤ q ≤ host max and Σ ≤ Ω (a raise comes only
 // from the unallocated pool).
-func (a *App) clampQuota(m *Member, q int64) int64 {
+func (a *Books) clampQuota(m *Member, q int64) int64 {
 	if q > m.QuotaUs {
 		q = min(q, m.QuotaUs+a.CPUUnallocatedUs())
 	}

@@ -5,11 +5,11 @@ import "testing"
 // fairShareApp: Ω = 1 core, two members; member 1 idles down to a few ms,
 // then member 2's throttle events take the whole pool, as a sibling does
 // that burst first and keeps its peak's quota for a window.
-func fairShareApp(t *testing.T, fairShare, ackGated bool) (a *App, q1 int64) {
+func fairShareApp(t *testing.T, fairShare, ackGated bool) (a *Books, q1 int64) {
 	t.Helper()
 	p := DefaultParams()
 	p.FairShareOnThrottle = fairShare
-	a, err := NewApp("f", Budget{CPUCores: 1, MemoryBytes: gib}, p, Escra{})
+	a, err := NewBooks("f", Budget{CPUCores: 1, MemoryBytes: gib}, p, Escra{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestThrottleTakesEqualShareFromMembersAbove(t *testing.T) {
 	if ds, err := off.Throttle(1, 30); err != nil || len(ds) != 0 {
 		t.Fatalf("option off: %+v %v, want no decision with an empty pool", ds, err)
 	}
-	paper, err := NewApp("p", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), EscraPaper{})
+	paper, err := NewBooks("p", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), EscraPaper{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ func FuzzCPU(f *testing.F) {
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21})
 	f.Add(make([]byte, 64))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		a, _ := NewApp("f", Budget{CPUCores: 1.5, MemoryBytes: 1 << 30}, DefaultParams(), nil)
+		a, _ := NewBooks("f", Budget{CPUCores: 1.5, MemoryBytes: 1 << 30}, DefaultParams(), nil)
 		for k := Key(1); k <= 3; k++ {
 			a.Join(Join{Key: k, HostMaxUs: 100000})
 		}

@@ -59,7 +59,7 @@ type inPeriodPolicy interface{ ReactsInPeriod() bool }
 
 // LeaseFraction is the share of the unallocated CPU this app lends (0:
 // none, also when its policy does not react inside a period).
-func (a *App) LeaseFraction() float64 {
+func (a *Books) LeaseFraction() float64 {
 	if p, ok := a.Policy.(inPeriodPolicy); ok && p.ReactsInPeriod() {
 		return a.P.LeaseFraction
 	}
@@ -67,7 +67,7 @@ func (a *App) LeaseFraction() float64 {
 }
 
 // LeaseUs is host h's outstanding lease (0: none).
-func (a *App) LeaseUs(h HostID) int64 {
+func (a *Books) LeaseUs(h HostID) int64 {
 	if l := a.leases[h]; l != nil {
 		return l.us
 	}
@@ -75,13 +75,13 @@ func (a *App) LeaseUs(h HostID) int64 {
 }
 
 // LeasedUs is Σ outstanding leases.
-func (a *App) LeasedUs() int64 { return a.leaseTotal }
+func (a *Books) LeasedUs() int64 { return a.leaseTotal }
 
 // RebalanceLeases sets each host with members toward a lease of
 // frac × (Ω − Σ q) × (its members / λ): a raise is granted at once from
 // the pool; a lease more than twice its target is revoked (and granted
 // again after the return). It returns the commands to send.
-func (a *App) RebalanceLeases(frac float64) []LeaseCmd {
+func (a *Books) RebalanceLeases(frac float64) []LeaseCmd {
 	if frac <= 0 || len(a.order) == 0 {
 		return a.revokeAll()
 	}
@@ -131,7 +131,7 @@ func (a *App) RebalanceLeases(frac float64) []LeaseCmd {
 
 // revokeAll asks every lease back (a join, a leave or a budget change
 // needs the pool now).
-func (a *App) revokeAll() []LeaseCmd {
+func (a *Books) revokeAll() []LeaseCmd {
 	var out []LeaseCmd
 	for _, h := range sortedHosts(a.leases) {
 		if l := a.leases[h]; l.us > 0 && !l.revoking {
@@ -144,13 +144,13 @@ func (a *App) revokeAll() []LeaseCmd {
 
 // TakeLeaseCmds returns (and forgets) the revocations that joins, leaves
 // and budget changes queued.
-func (a *App) TakeLeaseCmds() []LeaseCmd {
+func (a *Books) TakeLeaseCmds() []LeaseCmd {
 	out := a.pendingLease
 	a.pendingLease = nil
 	return out
 }
 
-func (a *App) queueRevokeAll() {
+func (a *Books) queueRevokeAll() {
 	a.pendingLease = append(a.pendingLease, a.revokeAll()...)
 }
 
@@ -159,7 +159,7 @@ func (a *App) queueRevokeAll() {
 // is unchanged. A use beyond the lease (a daemon bug or a forged message)
 // is clamped to it and reported; the returned decision carries the new
 // quota so the daemon's and the controller's views meet again.
-func (a *App) LeaseUse(h HostID, id uint64, k Key, us int64) (Decision, error) {
+func (a *Books) LeaseUse(h HostID, id uint64, k Key, us int64) (Decision, error) {
 	l := a.leases[h]
 	m := a.members[k]
 	switch {
@@ -192,7 +192,7 @@ func (a *App) LeaseUse(h HostID, id uint64, k Key, us int64) (Decision, error) {
 
 // reassert is a decision that repeats m's counted quota under a new
 // generation: the answer to a use that added nothing.
-func (a *App) reassert(m *Member) Decision {
+func (a *Books) reassert(m *Member) Decision {
 	if m.QuotaUs <= 0 {
 		return Decision{}
 	}
@@ -203,7 +203,7 @@ func (a *App) reassert(m *Member) Decision {
 // LeaseRevoking reports whether a revoked lease has not come back yet:
 // until it does, a member may sit below the floor and, after a budget
 // cut, Σ quotas + Σ leases may exceed Ω.
-func (a *App) LeaseRevoking() bool {
+func (a *Books) LeaseRevoking() bool {
 	for _, l := range a.leases {
 		if l.revoking {
 			return true
@@ -214,7 +214,7 @@ func (a *App) LeaseRevoking() bool {
 
 // LeaseReturn ends lease id of host h: whatever is left goes back to the
 // pool, and members the revocation left below the floor are raised.
-func (a *App) LeaseReturn(h HostID, id uint64) ([]Decision, error) {
+func (a *Books) LeaseReturn(h HostID, id uint64) ([]Decision, error) {
 	l := a.leases[h]
 	if l == nil || l.id != id {
 		return nil, ErrNoLease
@@ -226,7 +226,7 @@ func (a *App) LeaseReturn(h HostID, id uint64) ([]Decision, error) {
 
 // LeaseDrop forgets host h's lease (its session ended: it can no longer
 // use it, and its members leave).
-func (a *App) LeaseDrop(h HostID) []Decision {
+func (a *Books) LeaseDrop(h HostID) []Decision {
 	l := a.leases[h]
 	if l == nil {
 		return nil

@@ -39,7 +39,7 @@ func TestLeaseInvariantOverRandomSequences(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 11))
 		p := DefaultParams()
 		p.Window = 1 + r.IntN(10)
-		a, err := NewApp("l", Budget{CPUCores: 0.3 + r.Float64()*4, MemoryBytes: gib}, p, nil)
+		a, err := NewBooks("l", Budget{CPUCores: 0.3 + r.Float64()*4, MemoryBytes: gib}, p, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,7 +163,7 @@ func TestLeaseInvariantOverRandomSequences(t *testing.T) {
 }
 
 func TestLeaseUseRejectsStrangers(t *testing.T) {
-	a, _ := NewApp("l", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), nil)
+	a, _ := NewBooks("l", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), nil)
 	k := Key(1<<32 | 1)
 	if _, err := a.Join(Join{Key: k, HostMaxUs: 200000}); err != nil {
 		t.Fatal(err)
@@ -196,8 +196,8 @@ func TestLeaseUseRejectsStrangers(t *testing.T) {
 func TestLeasesOnlyForInPeriodPolicies(t *testing.T) {
 	p := DefaultParams()
 	p.LeaseFraction = 0.5
-	esc, _ := NewApp("e", Budget{CPUCores: 1, MemoryBytes: gib}, p, Escra{})
-	paper, _ := NewApp("p", Budget{CPUCores: 1, MemoryBytes: gib}, p, EscraPaper{})
+	esc, _ := NewBooks("e", Budget{CPUCores: 1, MemoryBytes: gib}, p, Escra{})
+	paper, _ := NewBooks("p", Budget{CPUCores: 1, MemoryBytes: gib}, p, EscraPaper{})
 	if esc.LeaseFraction() != 0.5 || paper.LeaseFraction() != 0 {
 		t.Fatalf("lease fraction escra %v, escra-paper %v", esc.LeaseFraction(), paper.LeaseFraction())
 	}

@@ -21,7 +21,7 @@ type OOMOutcome struct {
 // from the unallocated pool; when the pool cannot cover it and mayReclaim,
 // ask for a reclaim of the app's other members first (§IV-C); otherwise
 // grant what the allocation needs if the pool holds that, else deny.
-func (a *App) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome {
+func (a *Books) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome {
 	m := a.members[k]
 	if m == nil {
 		return OOMOutcome{Action: OOMDeny, Reason: "unknown container"}
@@ -62,7 +62,7 @@ func (a *App) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome {
 }
 
 // UndoGrant returns a grant the daemon failed to apply.
-func (a *App) UndoGrant(k Key, gen uint64, prevLimit int64) {
+func (a *Books) UndoGrant(k Key, gen uint64, prevLimit int64) {
 	m := a.members[k]
 	if m == nil || m.Gen != gen {
 		return // superseded: the newer decision owns the limit
@@ -76,7 +76,7 @@ func (a *App) UndoGrant(k Key, gen uint64, prevLimit int64) {
 
 // ReclaimCandidates are the members other than except whose limit exceeds
 // usage + δ (§IV-C), by the last usage the controller saw.
-func (a *App) ReclaimCandidates(except Key) []Key {
+func (a *Books) ReclaimCandidates(except Key) []Key {
 	var out []Key
 	for _, k := range a.order {
 		m := a.members[k]
@@ -90,7 +90,7 @@ func (a *App) ReclaimCandidates(except Key) []Key {
 // Reclaimed records what a daemon did for one member: the limit went to
 // newLimit; the difference returns to the pool. A result that would set a
 // limit below usage is refused (returns false) and changes nothing.
-func (a *App) Reclaimed(k Key, newLimit, usage int64) bool {
+func (a *Books) Reclaimed(k Key, newLimit, usage int64) bool {
 	m := a.members[k]
 	if m == nil || newLimit <= 0 || usage < 0 || newLimit < usage || m.MemLimit == 0 {
 		return false
@@ -111,7 +111,7 @@ func (a *App) Reclaimed(k Key, newLimit, usage int64) bool {
 
 // PlanReclaim computes, from known usage, the limits reclaim would set:
 // limit → usage + δ where limit > usage + δ. Replay applies it directly.
-func (a *App) PlanReclaim(except Key) []Decision {
+func (a *Books) PlanReclaim(except Key) []Decision {
 	var out []Decision
 	for _, k := range a.ReclaimCandidates(except) {
 		m := a.members[k]
@@ -121,7 +121,7 @@ func (a *App) PlanReclaim(except Key) []Decision {
 }
 
 // Usage records a usage sample.
-func (a *App) Usage(k Key, usage int64) {
+func (a *Books) Usage(k Key, usage int64) {
 	if m := a.members[k]; m != nil && usage >= 0 {
 		m.MemUsage = usage
 	}
@@ -129,7 +129,7 @@ func (a *App) Usage(k Key, usage int64) {
 
 // FillPending assigns memory to members left unassigned at join, once
 // the pool has room again (eq. (2) share or what is left).
-func (a *App) FillPending() []Decision {
+func (a *Books) FillPending() []Decision {
 	if a.HoldRaises {
 		return nil
 	}

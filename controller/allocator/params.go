@@ -51,7 +51,7 @@ type Params struct {
 	LeaseFraction float64 `json:"lease_fraction,omitempty" yaml:"lease_fraction,omitempty"`
 	// FairShareOnThrottle: a member throttled below its equal share Ω/λ
 	// whose raise the pool cannot cover takes the rest from members above
-	// Ω/λ (App.Throttle; escra policy only). Ours.
+	// Ω/λ (Books.Throttle; escra policy only). Ours.
 	FairShareOnThrottle bool `json:"fair_share_on_throttle" yaml:"fair_share_on_throttle"`
 }
 

@@ -36,7 +36,7 @@ type OOMInput struct {
 	OtherReclaimOK bool
 }
 
-// Policy decides per-app; the App clamps every answer to the invariants
+// Policy decides per-app; the Books clamp every answer to the invariants
 // (Σ ≤ Ω, floor ≤ quota ≤ host max, grants ≤ pool), so a policy cannot
 // break them.
 type Policy interface {
@@ -158,7 +158,7 @@ func (Escra) NextQuota(in CPUInput) (int64, Reason) {
 	return paperStep(in, in.P.Headroom, max(in.PeakUsedUs, in.DecayedPeakUs))
 }
 
-// OnThrottle: q' = q + max(q, U/λ); the App caps the raise at U. One fair
+// OnThrottle: q' = q + max(q, U/λ); Books caps the raise at U. One fair
 // share, not Υ of them: several members throttled at the start of the
 // same burst each get a share instead of the first taking the pool.
 func (Escra) OnThrottle(in CPUInput) (int64, Reason) {

@@ -56,7 +56,7 @@ func TestPaperAndEscraPolicies(t *testing.T) {
 // A throttle event raises at once, never beyond the pool, and an event
 // for a period whose statistic already arrived is stale.
 func TestThrottleEvent(t *testing.T) {
-	a, err := NewApp("a", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), Escra{})
+	a, err := NewBooks("a", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), Escra{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestThrottleEvent(t *testing.T) {
 	if ds, err := a.Throttle(1, 30); err != nil || len(ds) != 0 {
 		t.Fatalf("event with an empty pool at the equal share: %+v, %v; want no decision", ds, err)
 	}
-	paper, _ := NewApp("p", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), EscraPaper{})
+	paper, _ := NewBooks("p", Budget{CPUCores: 1, MemoryBytes: gib}, DefaultParams(), EscraPaper{})
 	join(t, paper, 1, 2)
 	if ds, err := paper.Throttle(1, 0); err != nil || len(ds) != 0 {
 		t.Fatalf("escra-paper reacted to a throttle event: %+v %v", ds, err)
@@ -104,7 +104,7 @@ func TestThrottleEvent(t *testing.T) {
 func TestDecayingPeak(t *testing.T) {
 	p := DefaultParams()
 	p.PeakHalfLife = time.Second // 10 periods
-	a, err := NewApp("a", Budget{CPUCores: 2, MemoryBytes: gib}, p, Escra{})
+	a, err := NewBooks("a", Budget{CPUCores: 2, MemoryBytes: gib}, p, Escra{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,14 +128,14 @@ func TestDecayingPeak(t *testing.T) {
 }
 
 // The pema policy returns the loop's target and sums what it saw; the
-// App still clamps a target to Ω.
+// Books still clamp a target to Ω.
 func TestTargetsPolicy(t *testing.T) {
 	p, err := PolicyByName("pema")
 	if err != nil || p.Name() != "pema" {
 		t.Fatal(p, err)
 	}
 	tg := p.(*Targets)
-	a, _ := NewApp("x", Budget{CPUCores: 1, MemoryBytes: 64 * MiB}, DefaultParams(), tg)
+	a, _ := NewBooks("x", Budget{CPUCores: 1, MemoryBytes: 64 * MiB}, DefaultParams(), tg)
 	a.Join(Join{Key: 1, HostMaxUs: 200000})
 	a.Join(Join{Key: 2, HostMaxUs: 200000})
 	// No target: no change, whatever the usage.
@@ -165,7 +165,7 @@ func TestTargetsPolicy(t *testing.T) {
 // PEMA is CPU only (seed 002 §6): under the pema policy an OOM request is
 // still granted from the app's memory pool, as under Escra.
 func TestTargetsKeepsOOMRescue(t *testing.T) {
-	a, _ := NewApp("x", Budget{CPUCores: 1, MemoryBytes: 512 * MiB, Sigma: 0.5}, DefaultParams(), NewTargets())
+	a, _ := NewBooks("x", Budget{CPUCores: 1, MemoryBytes: 512 * MiB, Sigma: 0.5}, DefaultParams(), NewTargets())
 	a.Join(Join{Key: 1, HostMaxUs: 100000})
 	lim := a.Member(1).MemLimit
 	o := a.OOM(1, lim, lim, 0, false)

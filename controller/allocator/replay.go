@@ -49,12 +49,12 @@ const ReasonReclaim Reason = "reclaim"
 // runs every reclaimEvery of injected time (0: never). Same input, same
 // output: nothing here reads a clock or iterates a map.
 func Replay(p Params, pol Policy, reclaimEvery time.Duration, events []Event) ([]Record, error) {
-	apps := map[string]*App{}
+	apps := map[string]*Books{}
 	var names []string
-	owner := map[Key]*App{}
+	owner := map[Key]*Books{}
 	var out []Record
 	next := reclaimEvery
-	reclaimAll := func(at time.Duration, a *App, except Key) {
+	reclaimAll := func(at time.Duration, a *Books, except Key) {
 		for _, d := range a.PlanReclaim(except) {
 			m := a.members[d.Key]
 			if a.Reclaimed(d.Key, d.MemLimit, m.MemUsage) {
@@ -74,7 +74,7 @@ func Replay(p Params, pol Policy, reclaimEvery time.Duration, events []Event) ([
 			}
 			next += reclaimEvery
 		}
-		emit := func(a *App, ds []Decision, err error) {
+		emit := func(a *Books, ds []Decision, err error) {
 			if err != nil {
 				out = append(out, Record{At: ev.At, App: a.Name, Err: err.Error()})
 			}
@@ -90,7 +90,7 @@ func Replay(p Params, pol Policy, reclaimEvery time.Duration, events []Event) ([
 				emit(a, ds, err)
 				continue
 			}
-			a, err := NewApp(ev.App, ev.Budget, p, pol)
+			a, err := NewBooks(ev.App, ev.Budget, p, pol)
 			if err != nil {
 				return out, fmt.Errorf("replay: define %q: %w", ev.App, err)
 			}

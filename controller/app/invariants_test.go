@@ -16,9 +16,9 @@ func (c *counts) BadStat(reason string) { c.bad[reason]++ }
 func (c *counts) ThrottleEvent(string)  {}
 func (c *counts) Lease(string)          {}
 
-// newTestApp starts an app shard of cores CPU and 1 GiB with params p, stopped
+// newTestApp starts an app of cores CPU and 1 GiB with params p, stopped
 // when the test ends; its metrics count the refusals.
-func newTestApp(t *testing.T, name string, cores float64, p allocator.Params) (*Shard, *counts) {
+func newTestApp(t *testing.T, name string, cores float64, p allocator.Params) (*App, *counts) {
 	t.Helper()
 	c := &counts{bad: map[string]int{}}
 	s, err := New(name, allocator.Budget{CPUCores: cores, MemoryBytes: 1 << 30}, p, nil, false,

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/ingest"
 	"github.com/escra-dev/escra/controller/session"
-	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/proto/escrapb"
 )
 
-// recHost records what the shard sends it: pushed (the writer woken) or
+// recHost records what the app sends it: pushed (the writer woken) or
 // queued (woken by the caller).
 type recHost struct {
 	mu             sync.Mutex
@@ -26,7 +26,7 @@ func (h *recHost) Verdict(uint64, *escrapb.OomVerdict, time.Time)               
 func (h *recHost) Lease(*escrapb.CpuLease)                                       {}
 
 // take returns and forgets what was sent, acknowledging each update as
-// its daemon would (outside the shard's lock).
+// its daemon would (outside the app's lock).
 func (h *recHost) take() (pushed, queued []session.Update) {
 	h.mu.Lock()
 	pushed, queued = h.pushed, h.queued
@@ -58,7 +58,7 @@ func TestThrottleEventCutsSiblingOnAnotherHost(t *testing.T) {
 	for seq := range uint64(30) {
 		var q int64
 		s.call(func() { q = s.a.Member(k1).QuotaUs })
-		s.CPUStat(k1, telemetry.Stat{Handle: 1, Stat: allocator.Stat{Seq: seq, QuotaUs: q, PeriodUs: 100000,
+		s.CPUStat(k1, ingest.Stat{Handle: 1, Stat: allocator.Stat{Seq: seq, QuotaUs: q, PeriodUs: 100000,
 			UnusedUs: q - 1000, UsageUs: 1000}}, 0)
 		a.take()
 	}

@@ -1,4 +1,4 @@
-// Package pemaloop runs seed 002's PEMA (controller/pema) as the "pema"
+// Package pemaloop runs PEMA (controller/pema) as the "pema"
 // allocator policy of an app: every interval it reads the app's p95 and
 // request rate from the reverse proxy it owns, each member's CPU
 // utilisation and throttling from the per-period telemetry the
@@ -21,8 +21,8 @@ import (
 	"github.com/escra-dev/escra/controller/pema"
 )
 
-// Defaults: 20 s between steps with at least 2,000 requests (issue 16's
-// scaling of the paper's 2 minutes to this machine).
+// Defaults: 20 s between steps with at least 2,000 requests (the paper's
+// 2 minutes scaled to this machine).
 const (
 	DefaultInterval    = 20 * time.Second
 	DefaultMinRequests = 2000
@@ -56,8 +56,8 @@ func (c Config) Validate() error {
 	return c.PEMA.Validate()
 }
 
-// Shard is what the loop reads of the app (*app.Shard).
-type Shard interface{ Snapshot() app.State }
+// App is what the loop reads of the app (*app.App).
+type App interface{ Snapshot() app.State }
 
 // Record is one interval, for logs, tests and the benchmark.
 type Record struct {
@@ -86,7 +86,7 @@ type DB func(rangeID int) (pema.RHDb, error)
 // Loop is one app's PEMA.
 type Loop struct {
 	cfg   Config
-	shard Shard
+	app   App
 	tg    *allocator.Targets
 	proxy *Proxy
 	newDB DB
@@ -104,18 +104,18 @@ type Loop struct {
 }
 
 // Start starts the proxy and the loop.
-func Start(cfg Config, shard Shard, tg *allocator.Targets, newDB DB, log *slog.Logger) (*Loop, error) {
+func Start(cfg Config, a App, tg *allocator.Targets, newDB DB, log *slog.Logger) (*Loop, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if tg == nil || shard == nil {
+	if tg == nil || a == nil {
 		return nil, errors.New("pema: no app")
 	}
 	p, err := NewProxy(cfg.Listen, cfg.Upstream)
 	if err != nil {
 		return nil, err
 	}
-	l := &Loop{cfg: cfg, shard: shard, tg: tg, proxy: p, newDB: newDB, log: log.With("app", cfg.App, "policy", "pema"),
+	l := &Loop{cfg: cfg, app: a, tg: tg, proxy: p, newDB: newDB, log: log.With("app", cfg.App, "policy", "pema"),
 		slo: cfg.PEMA.SLO, stop: make(chan struct{}), done: make(chan struct{})}
 	l.log.Info("pema loop started", "proxy", p.Addr(), "upstream", cfg.Upstream, "interval", cfg.Interval, "slo", cfg.PEMA.SLO)
 	go l.run()
@@ -136,7 +136,7 @@ func (l *Loop) Close() {
 	_ = l.proxy.Close()
 }
 
-// SetSLO changes the latency target (seed 002 Fig 20); the history stays.
+// SetSLO changes the latency target (PEMA Fig 20); the history stays.
 func (l *Loop) SetSLO(slo float64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -176,7 +176,7 @@ func (l *Loop) run() {
 
 // Tick runs one interval (the ticker calls it; exported for tests).
 func (l *Loop) Tick() {
-	st := l.shard.Snapshot()
+	st := l.app.Snapshot()
 	w := l.proxy.Take()
 	use := l.tg.Take()
 	l.mu.Lock()

@@ -86,11 +86,11 @@ func TestProxyRecords(t *testing.T) {
 	}
 }
 
-// fakeShard is the app as the loop reads it (a unit test of the loop
-// around it; the e2e test uses the real shard).
-type fakeShard struct{ st app.State }
+// fakeApp is the app as the loop reads it (a unit test of the loop
+// around it; the e2e test uses the real one).
+type fakeApp struct{ st app.State }
 
-func (f *fakeShard) Snapshot() app.State { return f.st }
+func (f *fakeApp) Snapshot() app.State { return f.st }
 
 // A tick starts PEMA from the members' quotas, the next one steps and
 // sets targets the allocator's policy returns; an interval with too few
@@ -99,7 +99,7 @@ func TestLoopTicks(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	defer up.Close()
 	p := allocator.DefaultParams()
-	sh := &fakeShard{st: app.State{Params: p, Budget: allocator.Budget{CPUCores: 1}, Members: []app.MemberState{
+	sh := &fakeApp{st: app.State{Params: p, Budget: allocator.Budget{CPUCores: 1}, Members: []app.MemberState{
 		{Info: app.MemberInfo{Key: 2, Name: "b"}, QuotaUs: 50000},
 		{Info: app.MemberInfo{Key: 1, Name: "a"}, QuotaUs: 50000},
 	}}}

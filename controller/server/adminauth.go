@@ -2,10 +2,8 @@ package server
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/escra-dev/escra/internal/auth"
 )
@@ -45,31 +43,4 @@ func requiredRole(r *http.Request) string {
 		return auth.RoleViewer
 	}
 	return auth.RoleAdmin
-}
-
-// startMetrics serves /metrics alone on cfg.MetricsAddr, plain, for a
-// Prometheus scraping from loopback.
-func (s *Server) startMetrics() error {
-	if s.cfg.MetricsAddr == "" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", s.cfg.MetricsAddr)
-	if err != nil {
-		return fmt.Errorf("metrics listen %s: %w", s.cfg.MetricsAddr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", s.metricsHandler())
-	s.metricsLn = ln
-	s.metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.metricsSrv.Serve(ln) }()
-	return nil
-}
-
-// MetricsAddr is the plain /metrics address ("" when disabled).
-func (s *Server) MetricsAddr() string {
-	if s.metricsLn == nil {
-		return ""
-	}
-	return s.metricsLn.Addr().String()
 }

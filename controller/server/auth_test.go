@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/escra-dev/escra/controller/ingest"
 	"github.com/escra-dev/escra/controller/internal/simdaemon"
-	"github.com/escra-dev/escra/controller/telemetry"
 	"github.com/escra-dev/escra/internal/auth"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
@@ -191,13 +191,13 @@ func TestClosedSessionDatagramsAreNotForged(t *testing.T) {
 		d2.SendDatagram(b) // the old session's datagrams, arriving late
 	}
 	eventually(t, "late datagrams dropped as unknown_session", func() bool {
-		return s.Stats().Dropped[telemetry.DropUnknownSession] >= uint64(len(late))
+		return s.Stats().Dropped[ingest.DropUnknownSession] >= uint64(len(late))
 	})
-	if n := s.Stats().Dropped[telemetry.DropForged]; n != 0 {
+	if n := s.Stats().Dropped[ingest.DropForged]; n != 0 {
 		t.Fatalf("%d datagrams of a closed session reported as forged", n)
 	}
 	forger := wire.Batcher{SessionID: d2.SessionID, PeriodUs: 100000, MAC: wire.NewDatagramMAC([]byte("not the session key"))}
 	forger.Add(&pb.CpuStat{Handle: 1, PeriodSeq: 5, QuotaUs: 200000, UsageUs: 1000}, d2.SendDatagram)
 	forger.Flush(d2.SendDatagram)
-	eventually(t, "bad tag on an open session counted as forged", func() bool { return s.Stats().Dropped[telemetry.DropForged] == 1 })
+	eventually(t, "bad tag on an open session counted as forged", func() bool { return s.Stats().Dropped[ingest.DropForged] == 1 })
 }

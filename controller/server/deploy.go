@@ -194,7 +194,7 @@ func reasons(rej map[string]string, ns []*placementpkg.Node) string {
 	return strings.Join(b, "; ")
 }
 
-func (s *Server) shard(name string) bool {
+func (s *Server) hasApp(name string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.apps[name] != nil
@@ -238,7 +238,7 @@ func (s *Server) Deploy(ctx context.Context, app string, req DeployRequest) ([]P
 // DeployOrRollout is Deploy, also saying what a rollout changed (nil for
 // a fresh deploy).
 func (s *Server) DeployOrRollout(ctx context.Context, app string, req DeployRequest) ([]Placed, *adminapi.Rollout, error) {
-	if !s.shard(app) {
+	if !s.hasApp(app) {
 		return nil, nil, fmt.Errorf("%w %q: define its budget first", ErrUnknownApp, app)
 	}
 	if len(req.Containers) == 0 {
@@ -346,7 +346,7 @@ func (s *Server) removeOn(ctx context.Context, app string, hosts map[uint32]*hos
 // for them to leave, and forgets the app. It fails with ErrUnknownApp for
 // an app the controller does not hold.
 func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
-	if !s.shard(app) {
+	if !s.hasApp(app) {
 		return 0, fmt.Errorf("%w %q", ErrUnknownApp, app)
 	}
 	n := len(s.members(app))
@@ -373,7 +373,7 @@ func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 		h := v.(*host)
 		h.mu.Lock()
 		for k, r := range h.cont {
-			if r.shard == a {
+			if r.app == a {
 				delete(h.cont, k)
 			}
 		}

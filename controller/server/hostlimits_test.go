@@ -153,7 +153,7 @@ func TestReclaimDoesNotWaitOnDeadHost(t *testing.T) {
 			t.Fatalf("limits after 5 reclaims: dead %d, idle %d, hot %d MiB; want 30/100/0",
 				limit("dead")/mib, limit("idle")/mib, limit("hot")/mib)
 		}
-		s.shards()[0].PeriodicReclaim()
+		s.appList()[0].PeriodicReclaim()
 		for end := time.Now().Add(time.Second); !settled() && time.Now().Before(end); {
 			time.Sleep(5 * time.Millisecond)
 		}

@@ -11,14 +11,14 @@ import (
 )
 
 type pemaRef struct {
-	shard *app.Shard
-	loop  *pemaloop.Loop
+	app  *app.App
+	loop *pemaloop.Loop
 }
 
-// startPEMA starts the pema policy's loop and proxy for a new shard
-// (called under s.mu); the shard stops them when it stops. The RHDb goes
+// startPEMA starts the pema policy's loop and proxy for a new app
+// (called under s.mu); the app stops them when it stops. The RHDb goes
 // into the controller's bbolt store when there is one.
-func (s *Server) startPEMA(a *app.Shard, tg *allocator.Targets, spec AppSpec) error {
+func (s *Server) startPEMA(a *app.App, tg *allocator.Targets, spec AppSpec) error {
 	if spec.SLO == nil {
 		return fmt.Errorf("app %s: policy pema needs an slo", spec.Name)
 	}
@@ -51,7 +51,7 @@ func (s *Server) startPEMA(a *app.Shard, tg *allocator.Targets, spec AppSpec) er
 	if s.pema == nil {
 		s.pema = map[string]pemaRef{}
 	}
-	s.pema[spec.Name] = pemaRef{shard: a, loop: l}
+	s.pema[spec.Name] = pemaRef{app: a, loop: l}
 	a.OnStop(l.Close)
 	return nil
 }
@@ -60,7 +60,7 @@ func (s *Server) startPEMA(a *app.Shard, tg *allocator.Targets, spec AppSpec) er
 func (s *Server) PEMALoop(name string) *pemaloop.Loop {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if r, ok := s.pema[name]; ok && s.apps[name] == r.shard {
+	if r, ok := s.pema[name]; ok && s.apps[name] == r.app {
 		return r.loop
 	}
 	return nil

@@ -15,7 +15,7 @@ func TestRejoinGraceOnlyForStoredApps(t *testing.T) {
 	dir := t.TempDir()
 	app := AppSpec{Name: "shop", CPUCores: 1, MemoryBytes: 256 << 20, Sigma: 0.5}
 	holding := func(s *Server) bool {
-		for _, a := range s.shards() {
+		for _, a := range s.appList() {
 			if a.Name == "shop" {
 				return a.Holding()
 			}

@@ -211,7 +211,7 @@ func (s *Server) removeMember(ctx context.Context, app string, m ContainerState)
 func (s *Server) createOne(ctx context.Context, app string, c DeployContainer) (Placed, error) {
 	// A delete during the rollout wins: nothing is created for an app
 	// that is gone (its container would make an auto app).
-	if !s.shard(app) {
+	if !s.hasApp(app) {
 		return Placed{}, fmt.Errorf("%w %q: deleted during the rollout", ErrUnknownApp, app)
 	}
 	plan, err := s.place(app, []DeployContainer{c})

@@ -23,7 +23,7 @@ import (
 // ScaleOut places and creates more containers for a defined app; a failure
 // removes only the containers this call created.
 func (s *Server) ScaleOut(ctx context.Context, app string, cs []DeployContainer) ([]Placed, error) {
-	if !s.shard(app) {
+	if !s.hasApp(app) {
 		return nil, fmt.Errorf("%w %q: define its budget first", ErrUnknownApp, app)
 	}
 	if len(cs) == 0 {
@@ -53,7 +53,7 @@ func (s *Server) ScaleOut(ctx context.Context, app string, cs []DeployContainer)
 // ScaleIn removes one container of app by its name or container id and
 // waits (briefly) for it to leave the app.
 func (s *Server) ScaleIn(ctx context.Context, app, name string) error {
-	if !s.shard(app) {
+	if !s.hasApp(app) {
 		return fmt.Errorf("%w %q", ErrUnknownApp, app)
 	}
 	var target *ContainerState

@@ -23,7 +23,7 @@ type (
 // Snapshot collects the state of every app and host.
 func (s *Server) Snapshot() State {
 	st := State{Apps: []AppState{}, Hosts: []HostState{}, Containers: []ContainerState{}}
-	for _, a := range s.shards() {
+	for _, a := range s.appList() {
 		as := a.Snapshot()
 		pUs := float64(as.Params.PeriodUs())
 		st.Apps = append(st.Apps, AppState{Name: as.Name, Auto: as.Auto, Policy: as.Policy,

@@ -1,6 +1,6 @@
 // Command escra-controller runs the Distributed Containers: their global
 // pools and the resource allocator that decides every container's limits
-// from the daemons' telemetry and OOM requests (seed 000 §IV-C, §IV-D).
+// from the daemons' telemetry and OOM requests (Escra §IV-C, §IV-D).
 package main
 
 import (

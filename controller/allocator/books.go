@@ -10,7 +10,7 @@ import (
 // Key names a member: the controller packs (session id, handle) into it.
 type Key uint64
 
-// Budget is a Distributed Container's global limits (seed 000 §IV-A).
+// Budget is a Distributed Container's global limits (Escra §IV-A).
 type Budget struct {
 	CPUCores    float64 // Ω in cores
 	MemoryBytes int64   // global memory limit
@@ -140,8 +140,9 @@ func (m *Member) push(throttled bool, unused, used int64) {
 	m.pos = (m.pos + 1) % n
 }
 
-// App is one Distributed Container and its global pools.
-type App struct {
+// Books are the books of one Distributed Container: its global pools,
+// its members and their limits, and the decisions that change them.
+type Books struct {
 	Name   string
 	P      Params
 	Policy Policy
@@ -178,8 +179,8 @@ type App struct {
 
 type held struct{ cpuUs, mem int64 }
 
-// NewApp makes an empty app; pol nil means the Escra policy.
-func NewApp(name string, b Budget, p Params, pol Policy) (*App, error) {
+// NewBooks makes the books of an empty app; pol nil means the Escra policy.
+func NewBooks(name string, b Budget, p Params, pol Policy) (*Books, error) {
 	if err := b.Validate(); err != nil {
 		return nil, err
 	}
@@ -189,31 +190,31 @@ func NewApp(name string, b Budget, p Params, pol Policy) (*App, error) {
 	if pol == nil {
 		pol = Escra{}
 	}
-	a := &App{Name: name, P: p, Policy: pol, members: map[Key]*Member{}, leases: map[HostID]*lease{}, held: map[string]held{}}
+	a := &Books{Name: name, P: p, Policy: pol, members: map[Key]*Member{}, leases: map[HostID]*lease{}, held: map[string]held{}}
 	a.setBudget(b)
 	return a, nil
 }
 
-func (a *App) setBudget(b Budget) {
+func (a *Books) setBudget(b Budget) {
 	a.budget = b
 	a.omegaUs = int64(math.Floor(b.CPUCores * float64(a.P.PeriodUs())))
 }
 
 // Budget is the app's current budget.
-func (a *App) Budget() Budget { return a.budget }
+func (a *Books) Budget() Budget { return a.budget }
 
 // OmegaUs is Ω in µs per period.
-func (a *App) OmegaUs() int64 { return a.omegaUs }
+func (a *Books) OmegaUs() int64 { return a.omegaUs }
 
 // CPUAllocatedUs is Σ member quotas.
-func (a *App) CPUAllocatedUs() int64 { return a.cpuAlloc }
+func (a *Books) CPUAllocatedUs() int64 { return a.cpuAlloc }
 
 // MemAllocated is Σ assigned member memory limits.
-func (a *App) MemAllocated() int64 { return a.memAlloc }
+func (a *Books) MemAllocated() int64 { return a.memAlloc }
 
 // CPUUnallocatedUs is Ω − Σ quotas − Σ leases − Σ held − Σ unacknowledged
 // cuts.
-func (a *App) CPUUnallocatedUs() int64 {
+func (a *Books) CPUUnallocatedUs() int64 {
 	return max(0, a.omegaUs-a.CountedCPUUs())
 }
 
@@ -221,19 +222,19 @@ func (a *App) CPUUnallocatedUs() int64 {
 // cuts already decided make room for, acknowledged or not. Paths that cut
 // others to make room measure against it, so a cut waiting for its
 // acknowledgement is not taken twice.
-func (a *App) targetFreeUs() int64 {
+func (a *Books) targetFreeUs() int64 {
 	return max(0, a.omegaUs-a.cpuAlloc-a.leaseTotal-a.heldCPU)
 }
 
 // MemUnallocated is the global memory limit minus Σ limits, Σ held and Σ
 // unacknowledged cuts.
-func (a *App) MemUnallocated() int64 { return max(0, a.budget.MemoryBytes-a.CountedMem()) }
+func (a *Books) MemUnallocated() int64 { return max(0, a.budget.MemoryBytes-a.CountedMem()) }
 
 // LeaveHeld removes member k like Leave but keeps its quota and memory
 // limit out of the pools under id until Unhold(id): its host is out of
 // reach and may still apply them (a partition), so handing them to others
 // would put Σ applied limits over the budget.
-func (a *App) LeaveHeld(k Key, id string) ([]Decision, error) {
+func (a *Books) LeaveHeld(k Key, id string) ([]Decision, error) {
 	m, ok := a.members[k]
 	if !ok {
 		return nil, ErrUnknown
@@ -245,7 +246,7 @@ func (a *App) LeaveHeld(k Key, id string) ([]Decision, error) {
 }
 
 // Unhold gives a held share back to the pools; false when none is held.
-func (a *App) Unhold(id string) bool {
+func (a *Books) Unhold(id string) bool {
 	h, ok := a.held[id]
 	if !ok {
 		return false
@@ -257,16 +258,16 @@ func (a *App) Unhold(id string) bool {
 }
 
 // Held is Σ held CPU (µs per period) and memory.
-func (a *App) Held() (cpuUs, mem int64) { return a.heldCPU, a.heldMem }
+func (a *Books) Held() (cpuUs, mem int64) { return a.heldCPU, a.heldMem }
 
 // Len is λ, the number of members.
-func (a *App) Len() int { return len(a.order) }
+func (a *Books) Len() int { return len(a.order) }
 
 // Member returns a member or nil.
-func (a *App) Member(k Key) *Member { return a.members[k] }
+func (a *Books) Member(k Key) *Member { return a.members[k] }
 
 // Members returns the members in key order.
-func (a *App) Members() []*Member {
+func (a *Books) Members() []*Member {
 	out := make([]*Member, 0, len(a.order))
 	for _, k := range a.order {
 		out = append(out, a.members[k])
@@ -276,7 +277,7 @@ func (a *App) Members() []*Member {
 
 // floorUs is the floor, lowered to Ω/λ when the budget cannot give every
 // member the configured floor (so Σ ≤ Ω always wins).
-func (a *App) floorUs(lambda int) int64 {
+func (a *Books) floorUs(lambda int) int64 {
 	f := a.P.CPUFloorUs
 	if lambda > 0 {
 		f = min(f, a.omegaUs/int64(lambda))
@@ -284,7 +285,7 @@ func (a *App) floorUs(lambda int) int64 {
 	return max(f, 1)
 }
 
-func (a *App) decide(m *Member, quota, mem int64, r Reason) Decision {
+func (a *Books) decide(m *Member, quota, mem int64, r Reason) Decision {
 	d := Decision{Key: m.Key, Reason: r}
 	if quota > 0 && quota != m.QuotaUs {
 		a.cpuAlloc += quota - m.QuotaUs
@@ -311,14 +312,14 @@ var (
 	ErrUnknown   = errors.New("allocator: unknown member")
 )
 
-// Join bootstraps a member per seed 000 §IV-A eq. (2): CPU Ω/λ and memory
+// Join bootstraps a member per Escra §IV-A eq. (2): CPU Ω/λ and memory
 // (1−σ)·M/λ with λ counting the newcomer. CPU it cannot take from the pool
 // it takes from members above that fair share (their excess always
 // covers it), so Σ quotas ≤ Ω holds. Memory is never taken by force (that
 // would OOM-kill): the newcomer gets min(fair share, unallocated); when the
 // pool is empty its limit stays unassigned until reclaim refills the pool
 // (FillPending) or an OOM request is granted.
-func (a *App) Join(j Join) ([]Decision, error) {
+func (a *Books) Join(j Join) ([]Decision, error) {
 	if _, ok := a.members[j.Key]; ok {
 		return nil, ErrDuplicate
 	}
@@ -396,7 +397,7 @@ func (a *App) Join(j Join) ([]Decision, error) {
 
 // takeCPU lowers members above fairUs toward it, in proportion to their
 // excess, until need µs are free. It returns the decisions.
-func (a *App) takeCPU(need, fairUs int64) []Decision {
+func (a *Books) takeCPU(need, fairUs int64) []Decision {
 	var excess int64
 	for _, k := range a.order {
 		if m := a.members[k]; m.QuotaUs > fairUs {
@@ -426,7 +427,7 @@ func (a *App) takeCPU(need, fairUs int64) []Decision {
 // Leave returns a member's quota and memory to the pools. With fewer
 // members the floor may rise (it is min(floor, Ω/λ)); members below it are
 // raised.
-func (a *App) Leave(k Key) ([]Decision, error) {
+func (a *Books) Leave(k Key) ([]Decision, error) {
 	m, ok := a.members[k]
 	if !ok {
 		return nil, ErrUnknown
@@ -443,7 +444,7 @@ func (a *App) Leave(k Key) ([]Decision, error) {
 
 // ensureFloor raises members below the floor, from the pool first and then
 // from members above the floor. It always succeeds: λ·floor ≤ Ω.
-func (a *App) ensureFloor() []Decision {
+func (a *Books) ensureFloor() []Decision {
 	floor := a.floorUs(len(a.order))
 	var need int64
 	for _, k := range a.order {
@@ -481,7 +482,7 @@ func (a *App) ensureFloor() []Decision {
 // are scaled down (proportionally, then the largest first) so the
 // invariant holds again. Memory above a smaller budget is not cut (that
 // would kill); it returns through reclaim, and grants wait until then.
-func (a *App) SetBudget(b Budget) ([]Decision, error) {
+func (a *Books) SetBudget(b Budget) ([]Decision, error) {
 	if err := b.Validate(); err != nil {
 		return nil, err
 	}
@@ -492,7 +493,7 @@ func (a *App) SetBudget(b Budget) ([]Decision, error) {
 	return append(a.fitCPU(), a.ensureFloor()...), nil
 }
 
-func (a *App) fitCPU() []Decision {
+func (a *Books) fitCPU() []Decision {
 	if a.cpuAlloc <= a.omegaUs || len(a.order) == 0 {
 		return nil
 	}
@@ -531,7 +532,7 @@ func (a *App) fitCPU() []Decision {
 }
 
 // SetHostMax changes a member's ceiling (host cores × period).
-func (a *App) SetHostMax(k Key, maxUs int64) []Decision {
+func (a *Books) SetHostMax(k Key, maxUs int64) []Decision {
 	m := a.members[k]
 	if m == nil || maxUs <= 0 {
 		return nil

@@ -1,8 +1,8 @@
-// Package telemetry ingests the daemons' per-period CPU statistics (seed
-// 000 §IV-B): one TelemetryBatch per UDP datagram, decoded with
+// Package ingest reads the daemons' per-period CPU statistics (Escra
+// §IV-B): one TelemetryBatch per UDP datagram, decoded with
 // wire.DecodeBatch, checked, and handed to a Sink. The sliding windows
 // over the last n periods live with each member in the allocator.
-package telemetry
+package ingest
 
 import (
 	"context"

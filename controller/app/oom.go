@@ -1,0 +1,86 @@
+package app
+
+import (
+	"time"
+
+	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/events"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+type oomReq struct {
+	key      allocator.Key
+	id       uint64
+	req      *pb.OomRequest
+	received time.Time
+}
+
+// OOM handles a blocking OOM request (§IV-D-2). The verdict is sent only
+// after the daemon acked the raised limit.
+func (s *App) OOM(k allocator.Key, requestID uint64, req *pb.OomRequest, received time.Time) {
+	s.do(func() { s.oom(oomReq{k, requestID, req, received}, true) })
+}
+
+func (s *App) oom(r oomReq, mayReclaim bool) {
+	m := s.members[r.key]
+	if m == nil {
+		return
+	}
+	want := int64(min(r.req.GetPagesWanted(), 1<<28)) * 4096
+	prev := m0(s.a.Member(r.key))
+	o := s.a.OOM(r.key, int64(min(r.req.GetUsageBytes(), 1<<50)), int64(min(r.req.GetLimitBytes(), 1<<50)), want,
+		mayReclaim && s.reclaiming == 0)
+	// A reclaim in flight is waited for until its stragglers are late
+	// (reclaimGrace after the first answer): a dead host must not hold
+	// healthy hosts' verdicts until its RPC times out.
+	if o.Action == allocator.OOMReclaim || (mayReclaim && s.reclaiming > 0 && !s.late && o.Action == allocator.OOMDeny) {
+		// Wait for the reclaim (ours or one in flight), then decide again.
+		s.oomQueue = append(s.oomQueue, r)
+		if s.reclaiming == 0 {
+			s.startReclaim(o.Reclaim)
+		}
+		return
+	}
+	if o.Action != allocator.OOMGrant {
+		s.verdict(m, r, false, m0(s.a.Member(r.key)), o.Reason)
+		return
+	}
+	d := o.Decision
+	// Callbacks come from session goroutines (or from Push on a closed
+	// session, i.e. from this goroutine): hand over asynchronously.
+	s.apply(d, 0, func(err error) {
+		go s.do(func() {
+			mm := s.members[r.key]
+			if mm == nil {
+				return
+			}
+			if err != nil {
+				s.a.UndoGrant(r.key, d.Gen, max(prev, 0))
+				s.verdict(mm, r, false, m0(s.a.Member(r.key)), "limit not applied: "+err.Error())
+				return
+			}
+			s.verdict(mm, r, true, d.MemLimit, o.Reason)
+		})
+	})
+}
+
+func m0(m *allocator.Member) int64 {
+	if m == nil {
+		return 0
+	}
+	return m.MemLimit
+}
+
+func (s *App) verdict(m *member, r oomReq, granted bool, limit int64, reason string) {
+	m.Host.Verdict(r.id, &pb.OomVerdict{Handle: m.Handle, Granted: granted, NewLimitBytes: limit, Reason: reason}, r.received)
+	kind := "oom-denied"
+	if granted {
+		kind = "oom-granted"
+	}
+	s.cnt.Decision(kind)
+	if s.hub.Active() {
+		g := granted
+		s.hub.Publish(events.Event{Time: time.Now(), App: s.Name, Host: m.HostID, ContainerID: m.ContainerID,
+			Handle: m.Handle, Kind: "oom-verdict", MemoryBytes: limit, Granted: &g, Reason: reason})
+	}
+}

@@ -1,0 +1,162 @@
+package server
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/app"
+	"github.com/escra-dev/escra/controller/ingest"
+	placementpkg "github.com/escra-dev/escra/controller/placement"
+	"github.com/escra-dev/escra/controller/session"
+	"github.com/escra-dev/escra/internal/auth"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// host is one daemon session: its hello, its containers by handle and
+// its telemetry key.
+type host struct {
+	id    uint32
+	sess  *session.Session
+	hello *pb.HostHello
+	maxUs int64
+	since time.Time
+
+	mu   sync.RWMutex
+	cont map[uint32]*ref
+
+	// deps is the host's image and layer state (dependency-aware
+	// scheduling), nil until its daemon reports it.
+	deps atomic.Pointer[placementpkg.HostDeps]
+
+	// Authenticated telemetry (nil in plain mode); used by the UDP
+	// goroutine only.
+	tauth *ingest.SessionAuth
+}
+
+// ref is a registered container: its app and allocator key.
+type ref struct {
+	app     *app.App
+	key     allocator.Key
+	appName string
+	id      string
+}
+
+func key(session, handle uint32) allocator.Key {
+	return allocator.Key(uint64(session)<<32 | uint64(handle))
+}
+
+func (s *Server) host(id uint32) *host {
+	v, ok := s.hosts.Load(id)
+	if !ok {
+		return nil
+	}
+	return v.(*host)
+}
+
+// Hello registers a host and answers with its session id.
+func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, error) {
+	if !s.leading.Load() {
+		return nil, s.notLeader()
+	}
+	cores := int64(h.GetCores())
+	if cores <= 0 || cores > 1<<16 {
+		cores = 1
+	}
+	hs := &host{id: ss.ID, sess: ss, hello: h, maxUs: cores * s.cfg.Params.PeriodUs(), since: time.Now(),
+		cont: map[uint32]*ref{}}
+	if s.cfg.TLS != nil {
+		cs, ok := ss.TLS()
+		if !ok {
+			return nil, errors.New("plain session on a TLS controller")
+		}
+		if err := auth.PeerHost(cs, h.GetHostId()); err != nil {
+			s.met.bad("identity", 1)
+			return nil, err
+		}
+		key, err := auth.TelemetryKey(cs, ss.ID)
+		if err != nil {
+			return nil, err
+		}
+		hs.tauth = ingest.NewSessionAuth(key)
+	}
+	// A host reconnecting (after a partition its old session may not have
+	// timed out yet) replaces its old session: one session per host id, and
+	// the old one's members stop holding budget now.
+	var stale []*session.Session
+	s.hosts.Range(func(_, v any) bool {
+		if o := v.(*host); o.hello.GetHostId() == h.GetHostId() {
+			stale = append(stale, o.sess)
+		}
+		return true
+	})
+	for _, o := range stale {
+		s.log.Warn("a new session of the host replaces its old one", "host", h.GetHostId(), "old_session", o.ID, "session", ss.ID)
+		s.Closed(o)
+		o.Close()
+	}
+	s.hosts.Store(ss.ID, hs)
+	if !s.leading.Load() { // stepped down meanwhile
+		s.hosts.Delete(ss.ID)
+		return nil, s.notLeader()
+	}
+	s.log.Info("daemon connected", "host", h.GetHostId(), "session", ss.ID, "cores", h.GetCores(),
+		"backend", h.GetBackend().String(), "peer", ss.Peer)
+	taddr := s.UDPAddr()
+	if s.cfg.TelemetryAdvertise != "" {
+		taddr = s.cfg.TelemetryAdvertise
+	}
+	return &pb.HelloAck{SessionId: ss.ID, PeriodUs: uint32(s.cfg.Params.PeriodUs()), TelemetryAddr: taddr, Term: s.term.Load()}, nil
+}
+
+// Closed removes the host and its containers.
+func (s *Server) Closed(ss *session.Session) {
+	h := s.host(ss.ID)
+	if h == nil {
+		return
+	}
+	s.hosts.Delete(ss.ID)
+	h.mu.Lock()
+	refs := h.cont
+	h.cont = map[uint32]*ref{}
+	h.mu.Unlock()
+	// The daemon may still apply its last limits (a partition, or an
+	// escrad that died): its shares stay out of the pools until it puts
+	// Docker's back or its containers rejoin. Otherwise a partitioned host
+	// and its siblings would exceed the budget together.
+	hold := s.cfg.DeadHold
+	if ms := h.hello.GetRestoreAfterMs(); ms > 0 {
+		hold = time.Duration(ms)*time.Millisecond + time.Second
+	}
+	for _, r := range refs {
+		r.app.LeaveHeld(r.key, "daemon session closed", hold)
+	}
+	for _, r := range refs {
+		s.reap(r.app)
+	}
+	// The daemon dropped its lease credit with the session (host-local leases).
+	for _, a := range s.appList() {
+		a.HostClosed(allocator.HostID(ss.ID), hold)
+	}
+	s.log.Info("daemon disconnected", "host", h.hello.GetHostId(), "session", ss.ID, "containers", len(refs))
+}
+
+// BadInput counts and logs (rate-limited) a dropped message.
+func (s *Server) BadInput(ss *session.Session, reason string, err error) {
+	s.met.bad(reason, 1)
+	s.rl.Warn(ss.Peer, "bad input from daemon dropped", "reason", reason, "err", err)
+}
+
+// DecisionSent implements session.Observer.
+func (s *Server) DecisionSent(d time.Duration) {
+	s.decLat.Observe(d)
+	s.met.decisionLatency.Observe(d.Seconds())
+}
+
+// VerdictSent implements session.Observer.
+func (s *Server) VerdictSent(d time.Duration) {
+	s.oomLat.Observe(d)
+	s.met.verdictLatency.Observe(d.Seconds())
+}
