@@ -27,8 +27,9 @@ import (
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/limits"
 	"github.com/escra-dev/escra/daemon/link"
-	"github.com/escra-dev/escra/daemon/oom"
-	"github.com/escra-dev/escra/daemon/telemetry"
+	"github.com/escra-dev/escra/daemon/rescue"
+	"github.com/escra-dev/escra/daemon/source"
+	"github.com/escra-dev/escra/daemon/source/cgroupfs"
 	"github.com/escra-dev/escra/internal/version"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -42,8 +43,8 @@ const (
 )
 
 // KernelSourceFunc builds the escra.ko (generic netlink) Source
-// (genl.NewSource).
-type KernelSourceFunc func(period time.Duration, log *slog.Logger) (telemetry.Source, error)
+// (kmod.NewSource).
+type KernelSourceFunc func(period time.Duration, log *slog.Logger) (source.Source, error)
 
 // Config configures an agent.
 type Config struct {
@@ -53,7 +54,7 @@ type Config struct {
 	OOMDeadline time.Duration // verdict deadline, 200 ms
 	Heartbeat   time.Duration // heartbeat and usage snapshot interval, 1 s
 	Backend     string        // auto, kernel, cgroupfs
-	// KernelSource builds the kernel backend (genl.NewSource); with Backend
+	// KernelSource builds the kernel backend (kmod.NewSource); with Backend
 	// auto it is tried first. Nil: no kernel backend in this binary.
 	KernelSource KernelSourceFunc
 	// BPFSource builds the bpf backend (bpf.NewSource): stock kernels
@@ -75,12 +76,12 @@ type Config struct {
 	// TLS is the controller link's mutual TLS (nil: plain, escrad --insecure).
 	TLS *tls.Config
 	// ThrottlePoll is the cgroupfs throttle watcher's poll interval
-	// (telemetry.Cgroupfs.ThrottlePoll; 0: off; escrad defaults to 2 ms).
+	// (cgroupfs.Source.ThrottlePoll; 0: off; escrad defaults to 2 ms).
 	// The kernel backend has no watcher yet: it ignores this.
 	ThrottlePoll time.Duration
 	// ThrottleNear is the share of its quota a group may use within a CFS
 	// period before the watcher reports it as about to be throttled
-	// (telemetry.Cgroupfs.ThrottleNear; 0: the default 0.95; < 0: off).
+	// (cgroupfs.Source.ThrottleNear; 0: the default 0.95; < 0: off).
 	ThrottleNear float64
 	// OnThrottleRaise, when set, sees every quota raise that answers a
 	// throttle event: the event seen to the raising write returned.
@@ -123,7 +124,7 @@ type Config struct {
 type Agent struct {
 	cfg     Config
 	log     *slog.Logger
-	src     telemetry.Source
+	src     source.Source
 	app     *limits.Applier
 	cpu     *cpuMgr // nil: CPU placement off
 	rec     *limits.Reconciler
@@ -304,7 +305,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 	}
 	if a.src == nil {
-		cs, err := telemetry.NewCgroupfs(cfg.Period, cfg.Log)
+		cs, err := cgroupfs.NewSource(cfg.Period, cfg.Log)
 		if err != nil {
 			return nil, err
 		}
@@ -365,7 +366,7 @@ func (a *Agent) Backend() string {
 	return BackendCgroupfs
 }
 
-// stockOOM: OOMs are trapped from user space (package oom: v1 eventfd,
+// stockOOM: OOMs are trapped from user space (source/cgroupfs: v1 eventfd,
 // v2 memory.high brake), as the cgroupfs and bpf backends do; escra.ko
 // holds the charge in the kernel instead.
 func (a *Agent) stockOOM() bool {
@@ -678,7 +679,7 @@ func (a *Agent) applyPlaced(u *pb.LimitUpdate) error {
 // on v2 moves its memory.high brake with it; a limit lowered by reclaim
 // must not leave the brake above memory.max, where it never fires).
 func (a *Agent) followLimit(m *managed) {
-	if f, ok := a.src.(telemetry.LimitFollower); ok {
+	if f, ok := a.src.(source.LimitFollower); ok {
 		cur, _ := m.e.Current()
 		f.MemoryLimitChanged(m.h, cur.MemoryBytes)
 	}
@@ -718,9 +719,9 @@ func (a *Agent) MemoryUsage() *pb.MemoryUsage {
 	return mu
 }
 
-// --- telemetry.Sink -------------------------------------------------------
+// --- source.Sink -------------------------------------------------------
 
-// CPU implements telemetry.Sink.
+// CPU implements source.Sink.
 func (a *Agent) CPU(s *pb.CpuStat) {
 	if s.MidPeriod {
 		a.m.thrEvents.Inc()
@@ -877,12 +878,12 @@ func (a *Agent) noteQuota(h uint32, quota int64, done time.Time) {
 	}
 }
 
-// Flush implements telemetry.Sink.
+// Flush implements source.Sink.
 func (a *Agent) Flush() { a.link.Flush() }
 
-// OOM implements telemetry.Sink: ask the controller, and make sure the
+// OOM implements source.Sink: ask the controller, and make sure the
 // group is resolved one way or the other within the deadline.
-func (a *Agent) OOM(ev oom.Event) {
+func (a *Agent) OOM(ev rescue.Event) {
 	a.mu.Lock()
 	m := a.byH[ev.Handle]
 	a.mu.Unlock()
@@ -1011,7 +1012,7 @@ func (a *Agent) recheck(m *managed) {
 	default:
 		return
 	}
-	ev := oom.Event{Handle: m.h, At: time.Now()}
+	ev := rescue.Event{Handle: m.h, At: time.Now()}
 	if u, err := m.g.ReadInt(cgroups.MemUsage); err == nil && u > 0 {
 		ev.Usage = uint64(u)
 	}
@@ -1024,7 +1025,7 @@ func (a *Agent) recheck(m *managed) {
 func (a *Agent) oomWatchdog(ctx context.Context) {
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
-	f, _ := a.src.(telemetry.LimitFollower)
+	f, _ := a.src.(source.LimitFollower)
 	a.oomBeat.Store(time.Now().UnixNano())
 	for {
 		select {

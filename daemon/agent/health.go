@@ -7,7 +7,7 @@ import (
 )
 
 // ticker is a source with a period loop whose progress can be checked
-// (telemetry.Cgroupfs; the kernel backend's loop is in escra.ko).
+// (cgroupfs.Source; the kernel backend's loop is in escra.ko).
 type ticker interface{ LastTick() time.Time }
 
 // healthSlack is how far behind a loop may fall before escrad counts as
