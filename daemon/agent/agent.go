@@ -134,8 +134,8 @@ type Agent struct {
 	cgVer   cgroups.Version
 	started chan struct{}
 	ping    chan chan struct{} // Healthy's probe of the event loop
-	oomBeat atomic.Int64       // unix ns of oomWatchdog's last round
-	sampler ticker             // the cgroupfs period loop (nil: kernel backend)
+	rescue  *rescue.Rescuer
+	sampler ticker // the cgroupfs period loop (nil: kernel backend)
 
 	mu    sync.Mutex
 	byID  map[string]*managed
@@ -158,51 +158,19 @@ type leaseCredit struct {
 }
 
 type managed struct {
-	h       uint32
-	c       containers.Container
-	g       *cgroups.Group
-	e       *limits.Entry
-	cgID    uint64
-	orig    limits.Current // the limits to put back without a controller
-	pending atomic.Bool    // an OOM request is out
-	armed   atomic.Bool    // telemetry and OOM trap set up
-	again   atomic.Bool    // an OOM event came while one was pending
+	h    uint32
+	c    containers.Container
+	g    *cgroups.Group
+	e    *limits.Entry
+	cgID uint64
+	orig limits.Current    // the limits to put back without a controller
+	oom  *rescue.Container // its OOM episodes; oom.Armed: telemetry and OOM trap set up
 	// restored: its limits were put back since the last session ended.
 	restored atomic.Bool
 
 	thrMu    sync.Mutex
 	thrAt    time.Time // last throttle event not yet answered by a raise
 	thrQuota int64     // the quota it was throttled at
-
-	oomMu    sync.Mutex
-	oomAt    time.Time // wake-up of the pending OOM
-	oomLimit int64     // limit it hit
-	rescued  bool      // limit raised since
-}
-
-// noteRaise records the rescue moment of a pending OOM when its limit has
-// just been raised above the one it hit (by a SetLimits or a verdict).
-func (a *Agent) noteRaise(m *managed, limit int64) {
-	if !m.pending.Load() {
-		return
-	}
-	m.oomMu.Lock()
-	if m.rescued || m.oomAt.IsZero() || (limit != cgroups.Max && limit <= m.oomLimit) {
-		m.oomMu.Unlock()
-		return
-	}
-	m.rescued = true
-	at := m.oomAt
-	m.oomMu.Unlock()
-	returned := time.Since(at)
-	issued := returned
-	if w := m.e.MemoryWriteIssued(); w.After(at) {
-		issued = w.Sub(at)
-	}
-	a.m.oomRescue.Observe(issued.Seconds())
-	if a.cfg.OnOOMRescue != nil {
-		a.cfg.OnOOMRescue(issued, returned)
-	}
 }
 
 // Validate checks what New checks without touching the host: the
@@ -346,6 +314,10 @@ func New(cfg Config) (*Agent, error) {
 		},
 	}, a)
 	a.link.SetPeriod(uint32(cfg.Period / time.Microsecond))
+	a.rescue = rescue.New(rescue.Config{
+		Deadline: cfg.OOMDeadline, StockOOM: a.stockOOM(), OnRescue: cfg.OnOOMRescue, Log: cfg.Log,
+		Metrics: rescue.Metrics{Rescue: a.m.oomRescue, Events: a.m.oomEvents, Outcome: a.m.oomOutcome},
+	}, a.link, a.app, a.src)
 	return a, nil
 }
 
@@ -392,7 +364,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	goRun(func() { a.link.Run(ctx) })
 	if a.stockOOM() {
-		goRun(func() { a.oomWatchdog(ctx) })
+		goRun(func() { a.rescue.Watchdog(ctx) })
 	}
 	if a.rec != nil {
 		goRun(func() { a.rec.Run(ctx) })
@@ -506,7 +478,9 @@ func (a *Agent) add(c containers.Container) {
 	a.mu.Lock()
 	a.nextH++
 	m.h = a.nextH
+	m.oom = &rescue.Container{H: m.h, Name: c.Name, G: g, Mem: e}
 	a.byID[c.ID], a.byH[m.h] = m, m
+	a.rescue.Add(m.oom)
 	a.mu.Unlock()
 	a.app.Add(m.h, e)
 	if a.cpu != nil {
@@ -516,7 +490,7 @@ func (a *Agent) add(c containers.Container) {
 	if err := a.src.Watch(m.h, g); err != nil {
 		a.log.Warn("container managed without OOM trap", "name", c.Name, "err", err)
 	}
-	m.armed.Store(true)
+	m.oom.Armed.Store(true)
 	a.log.Info("managing container", "name", c.Name, "id", short(c.ID), "app", c.App, "handle", m.h, "cgroup", p.Key())
 	_ = a.link.Register(a.registration(m))
 }
@@ -527,6 +501,7 @@ func (a *Agent) remove(m *managed, why string) {
 		delete(a.byID, m.c.ID)
 	}
 	delete(a.byH, m.h)
+	a.rescue.Remove(m.h)
 	a.mu.Unlock()
 	a.src.Unwatch(m.h)
 	if a.cpu != nil {
@@ -573,7 +548,7 @@ func (a *Agent) list() []*managed {
 func (a *Agent) Managed() map[uint32]string {
 	out := map[uint32]string{}
 	for _, m := range a.list() {
-		if m.armed.Load() {
+		if m.oom.Armed.Load() {
 			out[m.h] = m.c.ID
 		}
 	}
@@ -585,7 +560,7 @@ func (a *Agent) IsManaged(id string) bool {
 	a.mu.Lock()
 	m := a.byID[id]
 	a.mu.Unlock()
-	return m != nil && m.armed.Load()
+	return m != nil && m.oom.Armed.Load()
 }
 
 // --- link.Handler ---------------------------------------------------------
@@ -600,7 +575,7 @@ func (a *Agent) Registrations() []*pb.ContainerRegister {
 	ms := a.list()
 	out := make([]*pb.ContainerRegister, 0, len(ms))
 	for _, m := range ms {
-		if m.armed.Load() {
+		if m.oom.Armed.Load() {
 			out = append(out, a.registration(m))
 		}
 	}
@@ -641,7 +616,7 @@ func (a *Agent) SetLimits(recv time.Time, s *pb.SetLimits) *pb.SetLimitsAck {
 				a.mu.Unlock()
 				if m != nil {
 					a.followLimit(m)
-					a.noteRaise(m, u.Limits.GetMemoryLimitBytes())
+					a.rescue.LimitRaised(m.oom, u.Limits.GetMemoryLimitBytes())
 				}
 			}
 		}
@@ -881,167 +856,8 @@ func (a *Agent) noteQuota(h uint32, quota int64, done time.Time) {
 // Flush implements source.Sink.
 func (a *Agent) Flush() { a.link.Flush() }
 
-// OOM implements source.Sink: ask the controller, and make sure the
-// group is resolved one way or the other within the deadline.
-func (a *Agent) OOM(ev rescue.Event) {
-	a.mu.Lock()
-	m := a.byH[ev.Handle]
-	a.mu.Unlock()
-	if m == nil {
-		return
-	}
-	if !m.pending.CompareAndSwap(false, true) {
-		// The tasks that resumed after a raise can hit the new limit
-		// before the previous request is resolved: look again then.
-		m.again.Store(true)
-		return
-	}
-	a.m.oomEvents.Inc()
-	m.oomMu.Lock()
-	m.oomAt, m.oomLimit, m.rescued = ev.At, ev.Limit, false
-	m.oomMu.Unlock()
-	var once sync.Once
-	var timer *time.Timer
-	var reqID atomic.Uint64
-	resolve := func(granted bool, limit int64, why string) {
-		once.Do(func() {
-			if timer != nil {
-				timer.Stop()
-			}
-			if granted {
-				a.noteRaise(m, limit)
-				a.m.oomOutcome.WithLabelValues("granted").Inc()
-			} else {
-				a.m.oomOutcome.WithLabelValues(why).Inc()
-				if m.g.Paths.Version == cgroups.V2 && a.stockOOM() {
-					a.log.Warn("memory not granted: memory.high brake released, the kernel acts at memory.max", "name", m.c.Name, "why", why)
-				} else {
-					a.log.Warn("OOM not rescued: kernel OOM killer re-enabled", "name", m.c.Name, "why", why)
-				}
-			}
-			if err := a.src.Resolve(ev, granted, limit); err != nil {
-				a.log.Warn("resolving OOM", "name", m.c.Name, "err", err)
-			}
-			m.pending.Store(false)
-			if m.again.Swap(false) {
-				a.recheck(m)
-			}
-		})
-	}
-	// raised reports whether the limit is above the one that was hit (a
-	// grant applied through the verdict or a SetLimits).
-	raised := func() (int64, bool) {
-		cur, _ := m.e.Current()
-		return cur.MemoryBytes, ev.Limit > 0 && (cur.MemoryBytes == cgroups.Max || cur.MemoryBytes > ev.Limit)
-	}
-	req := &pb.OomRequest{Handle: m.h, UsageBytes: ev.Usage, LimitBytes: uint64(max(ev.Limit, 0))}
-	timer = time.AfterFunc(a.cfg.OOMDeadline, func() {
-		a.link.Cancel(reqID.Load())
-		if lim, ok := raised(); ok {
-			resolve(true, lim, "")
-			return
-		}
-		resolve(false, 0, "deadline")
-	})
-	id, err := a.link.RequestOOM(req, func(v *pb.OomVerdict) {
-		switch {
-		case v == nil:
-			resolve(false, 0, "controller_lost")
-		case v.Granted:
-			if lim, ok := raised(); ok {
-				// The grant's SetLimits came first (the controller sends
-				// the verdict once it is acknowledged). Writing the
-				// verdict's limit again could undo a reclaim the
-				// controller sent in between and has counted (issue 12:
-				// Σ applied over the budget).
-				resolve(true, lim, "")
-				return
-			}
-			lim, err := a.app.RaiseMemory(m.h, v.NewLimitBytes)
-			if err != nil {
-				a.log.Warn("raising memory limit failed", "name", m.c.Name, "err", err)
-				resolve(false, 0, "write_failed")
-				return
-			}
-			if _, ok := raised(); ok {
-				resolve(true, lim, "")
-			} // else: wait for a SetLimits raise until the deadline
-		default:
-			resolve(false, 0, "denied")
-		}
-	})
-	if err != nil {
-		resolve(false, 0, "controller_unreachable")
-		return
-	}
-	reqID.Store(id)
-}
-
-// recheck delivers an OOM event for m if it needs a verdict now and none
-// is pending (an event swallowed while another was pending, or missed):
-// on v1 its tasks wait in an OOM with the killer disabled; on v2 (cgroupfs)
-// its usage is above the memory.high brake, so its tasks are throttled —
-// after a grant the resumed tasks may already be past the new brake, and
-// memory.events' next "high" increment may be long in coming. Nobody is
-// left waiting for a verdict that no request asked for.
-func (a *Agent) recheck(m *managed) {
-	if m.pending.Load() || !m.armed.Load() {
-		return
-	}
-	switch {
-	case m.g.Paths.Version == cgroups.V1 && m.g.Has(cgroups.OOMControl):
-		var buf [256]byte
-		b, err := m.g.Read(cgroups.OOMControl, buf[:])
-		if err != nil {
-			return
-		}
-		if v, ok := cgroups.KeyedValue(b, "under_oom"); !ok || v == 0 {
-			return
-		}
-		if v, ok := cgroups.KeyedValue(b, "oom_kill_disable"); !ok || v == 0 {
-			return // released: the kernel OOM killer handles it
-		}
-	case m.g.Paths.Version == cgroups.V2 && m.g.Has(cgroups.MemHigh) && a.stockOOM():
-		high, err := m.g.ReadInt(cgroups.MemHigh)
-		if err != nil || high == cgroups.Max {
-			return // no brake (unlimited, or released after a denial)
-		}
-		if u, err := m.g.ReadInt(cgroups.MemUsage); err != nil || u <= high {
-			return
-		}
-	default:
-		return
-	}
-	ev := rescue.Event{Handle: m.h, At: time.Now()}
-	if u, err := m.g.ReadInt(cgroups.MemUsage); err == nil && u > 0 {
-		ev.Usage = uint64(u)
-	}
-	ev.Limit, _ = m.g.ReadInt(cgroups.MemLimit)
-	a.OOM(ev)
-}
-
-// oomWatchdog rechecks every trapped group now and then, and lets the
-// source set released traps again (v1 oom_kill_disable, v2 brakes).
-func (a *Agent) oomWatchdog(ctx context.Context) {
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	f, _ := a.src.(source.LimitFollower)
-	a.oomBeat.Store(time.Now().UnixNano())
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		a.oomBeat.Store(time.Now().UnixNano())
-		for _, m := range a.list() {
-			if f != nil && m.armed.Load() && !m.pending.Load() {
-				f.Maintain(m.h)
-			}
-			a.recheck(m)
-		}
-	}
-}
+// OOM implements source.Sink: the episode is the rescue's.
+func (a *Agent) OOM(ev rescue.Event) { a.rescue.OOM(ev) }
 
 // Started is closed once Run has started its goroutines.
 func (a *Agent) Started() <-chan struct{} { return a.started }

@@ -45,8 +45,8 @@ func (a *Agent) Healthy(ctx context.Context) error {
 		}
 	}
 	if a.sampler != nil {
-		if ns := a.oomBeat.Load(); ns != 0 {
-			if behind := now.Sub(time.Unix(0, ns)); behind > healthSlack+2*time.Second {
+		if last := a.rescue.LastRound(); !last.IsZero() {
+			if behind := now.Sub(last); behind > healthSlack+2*time.Second {
 				return fmt.Errorf("OOM trap watchdog last ran %v ago", behind.Round(time.Millisecond))
 			}
 		}
