@@ -60,7 +60,7 @@ func (r *Rescuer) OOM(ev Event) {
 		cur, _ := m.Mem.Current()
 		return cur.MemoryBytes, ev.Limit > 0 && (cur.MemoryBytes == cgroups.Max || cur.MemoryBytes > ev.Limit)
 	}
-	req := &pb.OomRequest{Handle: m.H, UsageBytes: ev.Usage, LimitBytes: uint64(max(ev.Limit, 0))}
+	req := &pb.OomRequest{Handle: m.H, UsageBytes: ev.Usage, LimitBytes: uint64(max(ev.Limit, 0)), PagesWanted: ev.Pages}
 	timer = time.AfterFunc(r.cfg.Deadline, func() {
 		r.link.Cancel(reqID.Load())
 		if lim, ok := raised(); ok {

@@ -42,6 +42,7 @@ func (r *Rescuer) recheck(m *Container) {
 	default:
 		return
 	}
+	// Pages stays 0: a group found under OOM says nothing of the charge.
 	ev := Event{Handle: m.H, At: time.Now()}
 	if u, err := m.G.ReadInt(cgroups.MemUsage); err == nil && u > 0 {
 		ev.Usage = uint64(u)

@@ -115,6 +115,7 @@ var scenarios = []scenario{
 	{"bad-input", scenarioBadInput, false, false},
 	{"kernel-source", scenarioKernelSource, false, false},
 	{"escrad-e2e", scenarioEscradE2E, false, false},
+	{"kmod-oom-pages", scenarioKmodOOMPages, false, false},
 	{"cgroupfs-telemetry", scenarioCgroupfsTelemetry, false, true},
 	{"cgroupfs-oom-grant", scenarioCgroupfsOOMGrant, false, true},
 	{"cgroupfs-oom-deny", scenarioCgroupfsOOMDeny, false, true},

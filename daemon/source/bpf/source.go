@@ -4,7 +4,7 @@
 // throttle events from context switches. It produces the same record as
 // the escra.ko backend (source.Record, numbered by source.SeqState) and
 // traps OOMs the stock-kernel way with source/cgroupfs's Watcher, since a
-// BPF program cannot make a charge wait.
+// BPF program cannot make a charge wait (so its events carry no Pages).
 package bpf
 
 import (

@@ -350,6 +350,7 @@ func (w *Watcher) check(wt *watch, buf []byte) (rescue.Event, bool) {
 		}
 	}
 	e.Limit, _ = wt.g.ReadInt(cgroups.MemLimit)
+	// e.Pages stays 0: the kernel does not say what the charge wanted.
 	return e, true
 }
 

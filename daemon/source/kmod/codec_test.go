@@ -2,10 +2,11 @@ package kmod
 
 import (
 	"errors"
-	"github.com/escra-dev/escra/daemon/source"
 	"testing"
 
 	"github.com/mdlayher/netlink"
+
+	"github.com/escra-dev/escra/daemon/source"
 )
 
 // kernelRecord encodes a record the way escra.ko's escra_put_rec does,

@@ -3,12 +3,13 @@ package kmod
 import (
 	"errors"
 	"fmt"
-	"github.com/escra-dev/escra/daemon/source"
 	"os"
 	"time"
 
 	"github.com/mdlayher/genetlink"
 	"github.com/mdlayher/netlink"
+
+	"github.com/escra-dev/escra/daemon/source"
 )
 
 // ErrNoFamily means the escra family is not registered: escra.ko is not

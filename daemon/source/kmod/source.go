@@ -206,7 +206,7 @@ func (s *Source) oom(req OOMRequest, sink source.Sink) {
 	var ev rescue.Event
 	deliver := false
 	if ok {
-		ev = rescue.Event{Handle: w.h, At: now, Usage: req.UsageBytes, Limit: int64(req.MaxBytes)}
+		ev = rescue.Event{Handle: w.h, At: now, Usage: req.UsageBytes, Limit: int64(req.MaxBytes), Pages: uint64(req.NrPages)}
 		p := s.pending[w.h]
 		if p == nil {
 			// First request of an episode: the agent decides for all.
