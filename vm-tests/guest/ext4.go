@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/escra-dev/escra/daemon/source/kmod"
 	"os"
 	"os/exec"
 	"strconv"
@@ -12,6 +11,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/source/kmod"
 )
 
 // ext4Disk is the virtio disk vm-tests/run.sh attaches to the debug

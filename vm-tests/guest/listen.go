@@ -3,10 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
+
+	"golang.org/x/sys/unix"
+
 	"github.com/escra-dev/escra/daemon/source"
 	"github.com/escra-dev/escra/daemon/source/kmod"
-	"golang.org/x/sys/unix"
-	"net"
 )
 
 // listener owns a multicast socket. Commands go over a second socket:

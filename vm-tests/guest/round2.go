@@ -9,9 +9,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"github.com/escra-dev/escra/daemon/source"
-	"github.com/escra-dev/escra/daemon/source/kmod"
-	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +16,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/source"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 )
 
 // scenarioThrottleAlternate: a group that needs 25 ms of CPU every 230 ms

@@ -4,9 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/escra-dev/escra/daemon/source"
-	"github.com/escra-dev/escra/daemon/source/kmod"
-	"golang.org/x/sys/unix"
 	"os"
 	"os/exec"
 	"sort"
@@ -14,6 +11,11 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/source"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 )
 
 // tick is one scheduler tick of the test kernel (CONFIG_HZ=250): the

@@ -3,13 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/escra-dev/escra/daemon/source/kmod"
-	"github.com/escra-dev/escra/internal/telebench"
-	"golang.org/x/sys/unix"
 	"os"
 	"runtime"
 	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/source/kmod"
+	"github.com/escra-dev/escra/internal/telebench"
 )
 
 // workloads are subcommands the scenarios start inside cgroups.
