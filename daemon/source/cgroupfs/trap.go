@@ -189,7 +189,7 @@ func (w *Watcher) Follow(h uint32, newMax int64) error {
 
 // Maintain sets a released trap again: on v1 once the group has left the
 // OOM state (under_oom 0: the kernel killed a task or it freed memory), on
-// v2 once its usage is two margins below memory.max. The agent's watchdog
+// v2 once its usage is two margins below memory.max. The rescue's watchdog
 // calls it every few seconds while no request of h is pending.
 func (w *Watcher) Maintain(h uint32) {
 	wt := w.get(h)
