@@ -100,8 +100,8 @@ dashboard-png: ## docs/escra-dashboard.png: the Grafana dashboard's PromQL again
 	@scripts/dashboard-png.sh
 
 .PHONY: bpf bench-bpf
-bpf: ## regenerate daemon/bpf's BPF object and Go bindings (clang, llvm, libbpf-dev; builds use the committed ones)
-	$(GO) generate ./daemon/bpf
+bpf: ## regenerate daemon/source/bpf's BPF object and Go bindings (clang, llvm, libbpf-dev; builds use the committed ones)
+	$(GO) generate ./daemon/source/bpf
 
 bench-bpf: ## bpf vs cgroupfs telemetry on this host's kernel, 100 groups at 100 ms -> results/kernel (~1 min; root)
 	$(GO) run ./daemon/cmd/bench-bpf -out results/kernel

@@ -18,8 +18,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 
 	"github.com/escra-dev/escra/daemon/agent"
-	"github.com/escra-dev/escra/daemon/bpf"
 	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/daemon/source/bpf"
 	"github.com/escra-dev/escra/internal/dockertest"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )

@@ -11,7 +11,7 @@
  * answers an OOM request with ESCRA_CMD_OOM_REPLY; until then (or a
  * timeout) the faulting task waits at the end of its page fault.
  *
- * The Go side keeps the same numbers in daemon/genl/abi.go; a test there
+ * The Go side keeps the same numbers in daemon/source/kmod/abi.go; a test there
  * parses this file and fails when the two disagree.
  */
 #ifndef _UAPI_LINUX_ESCRA_H

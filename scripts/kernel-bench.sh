@@ -20,7 +20,7 @@ VMTEST_TIMEOUT=${VMTEST_TIMEOUT:-1200} VMTEST_BENCH=$out/summary.json vm-tests/r
 	echo "Telemetry (internal/telebench; the host part, make bench-bpf, measures bpf the same way):"
 	echo "  100 cgroup v2 groups at a 100 ms CFS period: 10 busy loops under a 1 ms quota (throttled every"
 	echo "  period), 90 light loads (0.3 ms every 100 ms) under 50 ms (never throttled)."
-	echo "  kernel_*: escrad's kernel backend (genl.Source over escra.ko); cgroupfs_*: escrad's cgroupfs"
+	echo "  kernel_*: escrad's kernel backend (kmod.Source over escra.ko); cgroupfs_*: escrad's cgroupfs"
 	echo "  backend (period sampler only; cgroupfs_watcher_*: with its default 10 ms throttle watcher)."
 	echo "  <b>_records_delivered_per_s: period records that reached the sink, both backends at once"
 	echo "  <b>_cpu_us_per_record: the guest process's user + system CPU with the backend alone, plus"

@@ -24,7 +24,7 @@ pkgs=(
 	etcd-server
 	# wire contract
 	protobuf-compiler
-	# BPF backend: only to regenerate daemon/bpf's committed object (make bpf)
+	# BPF backend: only to regenerate daemon/source/bpf's committed object (make bpf)
 	clang llvm libbpf-dev
 	# benchmarks: real third-party servers and clients (bench/, scripts/bench/)
 	nginx-light redis-server redis-tools wrk

@@ -17,7 +17,8 @@ import (
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/internal/cgtest"
 	"github.com/escra-dev/escra/daemon/internal/peer"
-	"github.com/escra-dev/escra/daemon/telemetry"
+	"github.com/escra-dev/escra/daemon/source"
+	"github.com/escra-dev/escra/daemon/source/cgroupfs"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -160,7 +161,7 @@ func TestBadConfigRefused(t *testing.T) {
 // stubSource stands in for a backend in the choice below (the real ones
 // need escra.ko or BPF privileges).
 type stubSource struct {
-	telemetry.Source
+	source.Source
 	b pb.Backend
 }
 
@@ -170,9 +171,9 @@ func (s stubSource) Backend() pb.Backend { return s.b }
 // start is an error, not a fallback.
 func TestBackendChoice(t *testing.T) {
 	up := func(b pb.Backend) KernelSourceFunc {
-		return func(time.Duration, *slog.Logger) (telemetry.Source, error) { return stubSource{b: b}, nil }
+		return func(time.Duration, *slog.Logger) (source.Source, error) { return stubSource{b: b}, nil }
 	}
-	down := func(time.Duration, *slog.Logger) (telemetry.Source, error) {
+	down := func(time.Duration, *slog.Logger) (source.Source, error) {
 		return nil, errors.New("bpf backend: not permitted")
 	}
 	for _, c := range []struct {
@@ -232,7 +233,7 @@ func TestHealthy(t *testing.T) {
 	if err := a.Healthy(context.Background()); err != nil {
 		t.Fatalf("a running agent is unhealthy: %v", err)
 	}
-	if _, ok := a.src.(*telemetry.Cgroupfs); !ok || a.sampler == nil {
+	if _, ok := a.src.(*cgroupfs.Source); !ok || a.sampler == nil {
 		t.Fatal("the cgroupfs backend's period loop is not watched")
 	}
 	real := a.sampler

@@ -7,7 +7,7 @@ import (
 )
 
 // ticker is a source with a period loop whose progress can be checked
-// (telemetry.Cgroupfs; the kernel backend's loop is in escra.ko).
+// (cgroupfs.Source; the kernel backend's loop is in escra.ko).
 type ticker interface{ LastTick() time.Time }
 
 // healthSlack is how far behind a loop may fall before escrad counts as
@@ -45,8 +45,8 @@ func (a *Agent) Healthy(ctx context.Context) error {
 		}
 	}
 	if a.sampler != nil {
-		if ns := a.oomBeat.Load(); ns != 0 {
-			if behind := now.Sub(time.Unix(0, ns)); behind > healthSlack+2*time.Second {
+		if last := a.rescue.LastRound(); !last.IsZero() {
+			if behind := now.Sub(last); behind > healthSlack+2*time.Second {
 				return fmt.Errorf("OOM trap watchdog last ran %v ago", behind.Round(time.Millisecond))
 			}
 		}

@@ -35,8 +35,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
-	"github.com/escra-dev/escra/daemon/oom"
-	"github.com/escra-dev/escra/daemon/telemetry"
+	"github.com/escra-dev/escra/daemon/rescue"
+	"github.com/escra-dev/escra/daemon/source"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -72,7 +72,7 @@ type Counters struct {
 
 // Backend is one telemetry source under test.
 type Backend struct {
-	Src   telemetry.Source
+	Src   source.Source
 	Probe func() Counters // nil: nothing outside the process
 	Close func()          // nil, or called after the window
 }
@@ -236,8 +236,8 @@ func (s *sink) CPU(st *pb.CpuStat) {
 		}
 	}
 }
-func (s *sink) Flush()        {}
-func (s *sink) OOM(oom.Event) {}
+func (s *sink) Flush()           {}
+func (s *sink) OOM(rescue.Event) {}
 
 // RusageUs is this process's user + system CPU time in microseconds.
 func RusageUs() float64 {

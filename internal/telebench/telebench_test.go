@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
-	"github.com/escra-dev/escra/daemon/oom"
-	"github.com/escra-dev/escra/daemon/telemetry"
+	"github.com/escra-dev/escra/daemon/rescue"
+	"github.com/escra-dev/escra/daemon/source"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -34,8 +34,8 @@ func (f *fake) Unwatch(h uint32) {
 	delete(f.watched, h)
 	f.mu.Unlock()
 }
-func (f *fake) Resolve(oom.Event, bool, int64) error { return nil }
-func (f *fake) Run(ctx context.Context, sink telemetry.Sink) error {
+func (f *fake) Resolve(rescue.Event, bool, int64) error { return nil }
+func (f *fake) Run(ctx context.Context, sink source.Sink) error {
 	t := time.NewTicker(f.tick)
 	defer t.Stop()
 	seq := uint64(0)

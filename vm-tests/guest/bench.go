@@ -18,8 +18,8 @@ import (
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/genl"
-	"github.com/escra-dev/escra/daemon/telemetry"
+	"github.com/escra-dev/escra/daemon/source/cgroupfs"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 	"github.com/escra-dev/escra/internal/telebench"
 )
 
@@ -79,13 +79,13 @@ const (
 
 // benchTelemetry: 100 groups at a 100 ms CFS period, 10 busy loops under
 // a 1 % quota and 90 light duty loads, watched by the kernel backend
-// (genl.Source over escra.ko) and the cgroupfs backend at once (records,
+// (kmod.Source over escra.ko) and the cgroupfs backend at once (records,
 // flags), then each alone (CPU). The kernel backend's CPU is this
 // process's (receiving, decoding, the usage probe) plus the module's own
 // kernel time: the CFS hook and the drain work (hook_ns_total,
 // drain_ns_total), which no process's rusage sees.
 func benchTelemetry(sum map[string]any) error {
-	ctl, err := genl.Dial()
+	ctl, err := kmod.Dial()
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func benchTelemetry(sum map[string]any) error {
 	time.Sleep(2 * time.Second) // workloads settle
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	kernel := telebench.Spec{Name: "kernel", New: func(bool) (telebench.Backend, error) {
-		src, err := genl.NewSource(benchPeriod, quiet)
+		src, err := kmod.NewSource(benchPeriod, quiet)
 		if err != nil {
 			return telebench.Backend{}, err
 		}
@@ -150,7 +150,7 @@ func benchTelemetry(sum map[string]any) error {
 			name = "cgroupfs_watcher"
 		}
 		return telebench.Spec{Name: name, New: func(bool) (telebench.Backend, error) {
-			src, err := telemetry.NewCgroupfs(benchPeriod, quiet)
+			src, err := cgroupfs.NewSource(benchPeriod, quiet)
 			if err != nil {
 				return telebench.Backend{}, err
 			}
@@ -245,7 +245,7 @@ func benchOOM(sum map[string]any) error {
 	if err := cg.set("memory.max", strconv.Itoa(16<<20)); err != nil {
 		return err
 	}
-	ctl, err := genl.DialOwner()
+	ctl, err := kmod.DialOwner()
 	if err != nil {
 		return err
 	}
@@ -356,8 +356,8 @@ func benchOOMEscrad(sum map[string]any, prefix string, raised bool) error {
 		deadline = time.Second
 	}
 	sum[prefix+"oom_rescue_timeout_ms"], _ = strconv.Atoi(strings.TrimSpace(readProc("/sys/module/escra/parameters/oom_timeout_ms")))
-	var st0 genl.Stats
-	if c, err := genl.Dial(); err == nil {
+	var st0 kmod.Stats
+	if c, err := kmod.Dial(); err == nil {
 		st0, _ = c.Stats()
 		c.Close()
 	}
@@ -374,7 +374,7 @@ func benchOOMEscrad(sum map[string]any, prefix string, raised bool) error {
 		return err
 	}
 	a, err := agent.New(agent.Config{HostID: "vm", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
-		Backend: agent.BackendKernel, KernelSource: genl.NewSource, Log: quiet, OOMDeadline: deadline,
+		Backend: agent.BackendKernel, KernelSource: kmod.NewSource, Log: quiet, OOMDeadline: deadline,
 		Cgroups: []containers.CgroupSpec{{Name: "bench-e2e", App: "benchapp", Path: "/bench-e2e"}}})
 	if err != nil {
 		return err
@@ -403,8 +403,8 @@ func benchOOMEscrad(sum map[string]any, prefix string, raised bool) error {
 		}
 	}
 	if !ps.Success() {
-		var ks genl.Stats
-		if c, err := genl.Dial(); err == nil {
+		var ks kmod.Stats
+		if c, err := kmod.Dial(); err == nil {
 			ks, _ = c.Stats()
 			c.Close()
 		}
@@ -421,8 +421,8 @@ func benchOOMEscrad(sum map[string]any, prefix string, raised bool) error {
 	if err != nil {
 		return err
 	}
-	var st1 genl.Stats
-	if c, err := genl.Dial(); err == nil {
+	var st1 kmod.Stats
+	if c, err := kmod.Dial(); err == nil {
 		st1, _ = c.Stats()
 		c.Close()
 	}

@@ -32,7 +32,7 @@ import (
 
 const escradBin = "/escrad"
 
-// brakeMargin is escrad's memory.high margin below memory.max (oom.Watcher).
+// brakeMargin is escrad's memory.high margin below memory.max (cgroupfs.Watcher).
 const brakeMargin = 8 << 20
 
 // absentLimit is memory.max in the no-controller cases: the brake sits at

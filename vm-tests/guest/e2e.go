@@ -11,7 +11,7 @@ import (
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/genl"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 )
 
 // scenarioEscradE2E runs the whole data path in the guest: escra.ko →
@@ -47,7 +47,7 @@ func scenarioEscradE2E(*env) error {
 	}
 	a, err := agent.New(agent.Config{
 		HostID: "vm", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
-		Backend: agent.BackendKernel, KernelSource: genl.NewSource, Log: quiet, OOMDeadline: time.Second,
+		Backend: agent.BackendKernel, KernelSource: kmod.NewSource, Log: quiet, OOMDeadline: time.Second,
 		Cgroups: []containers.CgroupSpec{
 			{Name: "e2e-cpu", App: "vmapp", Path: "/e2e-cpu"},
 			{Name: "e2e-mem", App: "vmapp", Path: "/e2e-mem"},

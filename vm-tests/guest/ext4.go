@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/escra-dev/escra/daemon/genl"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 )
 
 // ext4Disk is the virtio disk vm-tests/run.sh attaches to the debug
@@ -65,7 +65,7 @@ func scenarioPageCacheOOMExt4(*env) error {
 		return err
 	}
 	defer restore()
-	own, err := genl.DialOwner()
+	own, err := kmod.DialOwner()
 	if err != nil {
 		return err
 	}
@@ -137,8 +137,8 @@ func scenarioPageCacheOOMExt4(*env) error {
 		return err
 	}
 	defer func() { _ = own.Unwatch(cg2.id) }()
-	var st0 genl.Stats
-	if c, err := genl.Dial(); err == nil {
+	var st0 kmod.Stats
+	if c, err := kmod.Dial(); err == nil {
 		st0, _ = c.Stats()
 		c.Close()
 	}
@@ -154,7 +154,7 @@ func scenarioPageCacheOOMExt4(*env) error {
 		ps, grants, must(cg2.get("memory.max")))
 	_ = os.Remove(dir + "/m")
 	if !ps.Success() || grants == 0 {
-		if c, err := genl.Dial(); err == nil {
+		if c, err := kmod.Dial(); err == nil {
 			st1, _ := c.Stats()
 			c.Close()
 			fmt.Printf("    module: requests +%d, granted +%d, timeouts +%d, unsent +%d\n", st1.OOMRequests-st0.OOMRequests,
@@ -168,7 +168,7 @@ func scenarioPageCacheOOMExt4(*env) error {
 
 // denyPending answers "not granted" to the requests already queued on the
 // owner socket and returns how many there were.
-func denyPending(own *genl.Owner) int {
+func denyPending(own *kmod.Owner) int {
 	n := 0
 	for {
 		select {
@@ -184,7 +184,7 @@ func denyPending(own *genl.Owner) int {
 // grantUntilExit answers every OOM request of the owner by raising cg's
 // memory.max 16 MiB above the limit the request saw, then granting, until
 // cmd exits (or is killed after d). It returns cmd's state and the grants.
-func grantUntilExit(own *genl.Owner, cg *cgroup, cmd *exec.Cmd, d time.Duration) (*os.ProcessState, int, error) {
+func grantUntilExit(own *kmod.Owner, cg *cgroup, cmd *exec.Cmd, d time.Duration) (*os.ProcessState, int, error) {
 	var ps *os.ProcessState
 	var err error
 	exited := make(chan struct{})

@@ -5,22 +5,24 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/escra-dev/escra/daemon/genl"
 	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/source"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 )
 
 // listener owns a multicast socket. Commands go over a second socket:
 // a request's acknowledgement must not race a blocked Receive.
 type listener struct {
-	c       *genl.Conn
-	recs    chan genl.Record
-	oom     chan genl.OOMRequest
+	c       *kmod.Conn
+	recs    chan source.Record
+	oom     chan kmod.OOMRequest
 	overrun chan struct{}
 	done    chan struct{}
 }
 
 func listen(groups ...string) (*listener, error) {
-	c, err := genl.Dial()
+	c, err := kmod.Dial()
 	if err != nil {
 		return nil, err
 	}
@@ -33,8 +35,8 @@ func listen(groups ...string) (*listener, error) {
 	}
 	l := &listener{
 		c:       c,
-		recs:    make(chan genl.Record, 1<<16),
-		oom:     make(chan genl.OOMRequest, 1024),
+		recs:    make(chan source.Record, 1<<16),
+		oom:     make(chan kmod.OOMRequest, 1024),
 		overrun: make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
@@ -54,7 +56,7 @@ func (l *listener) loop() {
 			default:
 			}
 			continue
-		case errors.Is(err, genl.ErrMalformed):
+		case errors.Is(err, kmod.ErrMalformed):
 			fmt.Println("listener: malformed message:", err)
 			continue
 		case errors.Is(err, net.ErrClosed), err != nil:

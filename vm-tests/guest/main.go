@@ -1,6 +1,6 @@
 // Command escra-vmtest is the guest half of vm-tests/run.sh: /init of the
 // QEMU guest runs it on the patched kernel. It loads escra.ko, drives it
-// through daemon/genl the way escrad does, and checks what users care
+// through daemon/source/kmod the way escrad does, and checks what users care
 // about: per-period CPU records (seed 000 §III, §IV-B), OOM rescue before
 // the kill, clean unloads and strict netlink input handling.
 //
@@ -115,6 +115,7 @@ var scenarios = []scenario{
 	{"bad-input", scenarioBadInput, false, false},
 	{"kernel-source", scenarioKernelSource, false, false},
 	{"escrad-e2e", scenarioEscradE2E, false, false},
+	{"kmod-oom-pages", scenarioKmodOOMPages, false, false},
 	{"cgroupfs-telemetry", scenarioCgroupfsTelemetry, false, true},
 	{"cgroupfs-oom-grant", scenarioCgroupfsOOMGrant, false, true},
 	{"cgroupfs-oom-deny", scenarioCgroupfsOOMDeny, false, true},

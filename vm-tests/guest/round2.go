@@ -17,8 +17,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/escra-dev/escra/daemon/genl"
 	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/source"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 )
 
 // scenarioThrottleAlternate: a group that needs 25 ms of CPU every 230 ms
@@ -37,12 +39,12 @@ func scenarioThrottleAlternate(*env) error {
 	if err := cg.set("cpu.max", "20000 100000"); err != nil {
 		return err
 	}
-	l, err := listen(genl.GroupTelemetry)
+	l, err := listen(kmod.GroupTelemetry)
 	if err != nil {
 		return err
 	}
 	defer l.close()
-	ctl, err := genl.Dial()
+	ctl, err := kmod.Dial()
 	if err != nil {
 		return err
 	}
@@ -59,7 +61,7 @@ func scenarioThrottleAlternate(*env) error {
 
 	time.Sleep(time.Second)
 	l.drainRecords()
-	var recs []genl.Record
+	var recs []source.Record
 	deadline := time.After(8 * time.Second)
 collect:
 	for {
@@ -173,7 +175,7 @@ func scenarioOwner(*env) error {
 		return err
 	}
 
-	b, err := genl.DialOwner()
+	b, err := kmod.DialOwner()
 	if err != nil {
 		return err
 	}
@@ -349,12 +351,12 @@ func scenarioV1ID(*env) (err error) {
 	// shows no v1 group reaches the hook.
 	watchID := v2id
 
-	l, err := listen(genl.GroupTelemetry)
+	l, err := listen(kmod.GroupTelemetry)
 	if err != nil {
 		return err
 	}
 	defer l.close()
-	ctl, err := genl.Dial()
+	ctl, err := kmod.Dial()
 	if err != nil {
 		return err
 	}
@@ -459,7 +461,7 @@ func scenarioPageCacheOOM(*env) error {
 	if err := cg.set("memory.max", strconv.Itoa(32<<20)); err != nil {
 		return err
 	}
-	own, err := genl.DialOwner()
+	own, err := kmod.DialOwner()
 	if err != nil {
 		return err
 	}
@@ -521,7 +523,7 @@ func scenarioTelemetryDrops(*env) error {
 	if err := cg.set("cpu.max", "1000 2000"); err != nil { // 500 periods a second
 		return err
 	}
-	ctl, err := genl.Dial()
+	ctl, err := kmod.Dial()
 	if err != nil {
 		return err
 	}
@@ -537,12 +539,12 @@ func scenarioTelemetryDrops(*env) error {
 	defer func() { _ = hog.Process.Kill(); _, _ = hog.Process.Wait() }()
 
 	// A listener that never reads, with the smallest buffer.
-	deaf, err := genl.Dial()
+	deaf, err := kmod.Dial()
 	if err != nil {
 		return err
 	}
 	_ = deaf.SetReadBuffer(1)
-	if err := deaf.Join(genl.GroupTelemetry); err != nil {
+	if err := deaf.Join(kmod.GroupTelemetry); err != nil {
 		deaf.Close()
 		return err
 	}

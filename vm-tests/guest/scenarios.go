@@ -12,8 +12,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/escra-dev/escra/daemon/genl"
 	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/source"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 )
 
 // tick is one scheduler tick of the test kernel (CONFIG_HZ=250): the
@@ -38,7 +40,7 @@ func scenarioLoadUnload(e *env) error {
 		if err := loadModule(e.module, params); err != nil {
 			return fmt.Errorf("load %d: %w", i, err)
 		}
-		c, err := genl.Dial()
+		c, err := kmod.Dial()
 		if err != nil {
 			return fmt.Errorf("load %d: family not visible: %w", i, err)
 		}
@@ -58,7 +60,7 @@ func scenarioLoadUnload(e *env) error {
 		if moduleLoaded() {
 			return fmt.Errorf("unload %d: /sys/module/escra still present", i)
 		}
-		if _, err := genl.Dial(); !errors.Is(err, genl.ErrNoFamily) {
+		if _, err := kmod.Dial(); !errors.Is(err, kmod.ErrNoFamily) {
 			return fmt.Errorf("unload %d: family still resolvable (%v)", i, err)
 		}
 	}
@@ -75,7 +77,7 @@ func unloadWithWaiter() error {
 	if err := cg.set("memory.max", strconv.Itoa(16<<20)); err != nil {
 		return err
 	}
-	ctl, err := genl.DialOwner()
+	ctl, err := kmod.DialOwner()
 	if err != nil {
 		return err
 	}
@@ -133,12 +135,12 @@ func scenarioTelemetry(*env) error {
 			return err
 		}
 	}
-	l, err := listen(genl.GroupTelemetry)
+	l, err := listen(kmod.GroupTelemetry)
 	if err != nil {
 		return err
 	}
 	defer l.close()
-	ctl, err := genl.Dial()
+	ctl, err := kmod.Dial()
 	if err != nil {
 		return err
 	}
@@ -168,7 +170,7 @@ func scenarioTelemetry(*env) error {
 	}
 	t0 := time.Now()
 	window := 4 * time.Second
-	recs := map[uint64][]genl.Record{}
+	recs := map[uint64][]source.Record{}
 	deadline := time.After(window)
 collect:
 	for {
@@ -268,13 +270,13 @@ type oomResult struct {
 	elapsed  time.Duration
 	requests int
 	oomKills uint64
-	before   genl.Stats
-	after    genl.Stats
+	before   kmod.Stats
+	after    kmod.Stats
 }
 
 // runOOM puts a 64 MiB hog in a cgroup with memory.max 32 MiB while a
 // handler (escrad's role) answers the module's OOM requests.
-func runOOM(name string, timeoutMs int, handle func(ctl *genl.Owner, cg *cgroup, req genl.OOMRequest) error) (*oomResult, error) {
+func runOOM(name string, timeoutMs int, handle func(ctl *kmod.Owner, cg *cgroup, req kmod.OOMRequest) error) (*oomResult, error) {
 	restore, err := setOOMTimeout(timeoutMs)
 	if err != nil {
 		return nil, err
@@ -288,7 +290,7 @@ func runOOM(name string, timeoutMs int, handle func(ctl *genl.Owner, cg *cgroup,
 	if err := cg.set("memory.max", strconv.Itoa(32<<20)); err != nil {
 		return nil, err
 	}
-	ctl, err := genl.DialOwner()
+	ctl, err := kmod.DialOwner()
 	if err != nil {
 		return nil, err
 	}
@@ -352,7 +354,7 @@ func must(s string, _ error) string { return s }
 // scenarioOOMGrant: the handler raises memory.max, then grants; the hog
 // completes with exit 0 and no OOM kill (seed 000 §III, reactive memory).
 func scenarioOOMGrant(*env) error {
-	res, err := runOOM("oom-grant", 2000, func(ctl *genl.Owner, cg *cgroup, req genl.OOMRequest) error {
+	res, err := runOOM("oom-grant", 2000, func(ctl *kmod.Owner, cg *cgroup, req kmod.OOMRequest) error {
 		newMax := req.MaxBytes + 16<<20
 		if err := cg.set("memory.max", strconv.FormatUint(newMax, 10)); err != nil {
 			_ = ctl.ReplyOOM(req.ID, false)
@@ -377,7 +379,7 @@ func scenarioOOMGrant(*env) error {
 
 // scenarioOOMDeny: a denial lets the normal OOM path kill the hog.
 func scenarioOOMDeny(*env) error {
-	res, err := runOOM("oom-deny", 2000, func(ctl *genl.Owner, _ *cgroup, req genl.OOMRequest) error {
+	res, err := runOOM("oom-deny", 2000, func(ctl *kmod.Owner, _ *cgroup, req kmod.OOMRequest) error {
 		return ctl.ReplyOOM(req.ID, false)
 	})
 	if err != nil {
@@ -396,7 +398,7 @@ func scenarioOOMDeny(*env) error {
 // memory.max cannot keep a task faulting forever: the kernel gives a task
 // four verdicts per value of memory.max, then the OOM path runs.
 func scenarioOOMGrantNoRaise(*env) error {
-	res, err := runOOM("oom-noraise", 2000, func(ctl *genl.Owner, _ *cgroup, req genl.OOMRequest) error {
+	res, err := runOOM("oom-noraise", 2000, func(ctl *kmod.Owner, _ *cgroup, req kmod.OOMRequest) error {
 		err := ctl.ReplyOOM(req.ID, true)
 		if errors.Is(err, unix.ENOENT) {
 			return nil // the task was killed meanwhile
@@ -419,7 +421,7 @@ func scenarioOOMGrantNoRaise(*env) error {
 // scenarioOOMTimeout: nobody answers (controller absent); after
 // oom_timeout_ms the OOM killer runs, well within the deadline.
 func scenarioOOMTimeout(*env) error {
-	res, err := runOOM("oom-timeout", 100, func(*genl.Owner, *cgroup, genl.OOMRequest) error { return nil })
+	res, err := runOOM("oom-timeout", 100, func(*kmod.Owner, *cgroup, kmod.OOMRequest) error { return nil })
 	if err != nil {
 		return err
 	}
@@ -470,7 +472,7 @@ func scenarioBadInput(*env) error {
 		return err
 	}
 	defer cg.remove()
-	ctl, err := genl.Dial()
+	ctl, err := kmod.Dial()
 	if err != nil {
 		return err
 	}
@@ -482,23 +484,23 @@ func scenarioBadInput(*env) error {
 		attrs []byte
 		want  unix.Errno
 	}{
-		{"watch without attributes", genl.CmdWatch, nil, unix.EINVAL},
-		{"watch with u32 cgroup id", genl.CmdWatch, u32(genl.AttrCgroupID, uint32(cg.id)), unix.EINVAL},
-		{"watch with u8 cgroup id", genl.CmdWatch, u8(genl.AttrCgroupID, 1), unix.EINVAL},
-		{"watch of unknown cgroup id", genl.CmdWatch, u64(genl.AttrCgroupID, 1<<50), unix.ENOENT},
-		{"watch with unknown attribute", genl.CmdWatch, cat(u64(genl.AttrCgroupID, cg.id), u32(200, 1)), unix.EINVAL},
-		{"watch with kernel-only attribute", genl.CmdWatch, cat(u64(genl.AttrCgroupID, cg.id), u64(genl.AttrUsageBytes, 1)), unix.EINVAL},
-		{"watch with truncated attribute", genl.CmdWatch, []byte{12, 0, genl.AttrCgroupID, 0, 1, 2, 3, 4}, unix.EINVAL},
-		{"watch with 60000-byte attribute", genl.CmdWatch, nlattr(genl.AttrCgroupID, make([]byte, 60000)), unix.EINVAL},
-		{"unwatch of unwatched cgroup", genl.CmdUnwatch, u64(genl.AttrCgroupID, cg.id), unix.ENOENT},
-		{"oom reply without verdict", genl.CmdOOMReply, u64(genl.AttrRequestID, 1), unix.EINVAL},
-		{"oom reply without request id", genl.CmdOOMReply, u8(genl.AttrGranted, 1), unix.EINVAL},
-		{"oom reply with verdict 2", genl.CmdOOMReply, cat(u64(genl.AttrRequestID, 1), u8(genl.AttrGranted, 2)), unix.ERANGE},
-		{"oom reply with u64 verdict", genl.CmdOOMReply, cat(u64(genl.AttrRequestID, 1), u64(genl.AttrGranted, 1)), unix.EINVAL},
-		{"oom reply to unknown request", genl.CmdOOMReply, cat(u64(genl.AttrRequestID, 1<<60), u8(genl.AttrGranted, 1)), unix.ENOENT},
+		{"watch without attributes", kmod.CmdWatch, nil, unix.EINVAL},
+		{"watch with u32 cgroup id", kmod.CmdWatch, u32(kmod.AttrCgroupID, uint32(cg.id)), unix.EINVAL},
+		{"watch with u8 cgroup id", kmod.CmdWatch, u8(kmod.AttrCgroupID, 1), unix.EINVAL},
+		{"watch of unknown cgroup id", kmod.CmdWatch, u64(kmod.AttrCgroupID, 1<<50), unix.ENOENT},
+		{"watch with unknown attribute", kmod.CmdWatch, cat(u64(kmod.AttrCgroupID, cg.id), u32(200, 1)), unix.EINVAL},
+		{"watch with kernel-only attribute", kmod.CmdWatch, cat(u64(kmod.AttrCgroupID, cg.id), u64(kmod.AttrUsageBytes, 1)), unix.EINVAL},
+		{"watch with truncated attribute", kmod.CmdWatch, []byte{12, 0, kmod.AttrCgroupID, 0, 1, 2, 3, 4}, unix.EINVAL},
+		{"watch with 60000-byte attribute", kmod.CmdWatch, nlattr(kmod.AttrCgroupID, make([]byte, 60000)), unix.EINVAL},
+		{"unwatch of unwatched cgroup", kmod.CmdUnwatch, u64(kmod.AttrCgroupID, cg.id), unix.ENOENT},
+		{"oom reply without verdict", kmod.CmdOOMReply, u64(kmod.AttrRequestID, 1), unix.EINVAL},
+		{"oom reply without request id", kmod.CmdOOMReply, u8(kmod.AttrGranted, 1), unix.EINVAL},
+		{"oom reply with verdict 2", kmod.CmdOOMReply, cat(u64(kmod.AttrRequestID, 1), u8(kmod.AttrGranted, 2)), unix.ERANGE},
+		{"oom reply with u64 verdict", kmod.CmdOOMReply, cat(u64(kmod.AttrRequestID, 1), u64(kmod.AttrGranted, 1)), unix.EINVAL},
+		{"oom reply to unknown request", kmod.CmdOOMReply, cat(u64(kmod.AttrRequestID, 1<<60), u8(kmod.AttrGranted, 1)), unix.ENOENT},
 		{"unknown command", 99, nil, unix.EOPNOTSUPP},
-		{"event command sent to the kernel", genl.CmdTelemetry, nil, unix.EOPNOTSUPP},
-		{"1 MiB message", genl.CmdWatch, make([]byte, 1<<20), unix.EMSGSIZE},
+		{"event command sent to the kernel", kmod.CmdTelemetry, nil, unix.EOPNOTSUPP},
+		{"1 MiB message", kmod.CmdWatch, make([]byte, 1<<20), unix.EMSGSIZE},
 	}
 	bad := 0
 	for _, tc := range cases {
@@ -558,7 +560,7 @@ func scenarioDmesgClean(*env) error {
 
 // scenarioStockRefusal runs on Debian's stock kernel with escra.ko built
 // against its headers: the stub refuses to load with EOPNOTSUPP and a log
-// line, and user space sees no family (genl.ErrNoFamily) — escrad's cue
+// line, and user space sees no family (kmod.ErrNoFamily) — escrad's cue
 // to fall back to cgroupfs.
 func scenarioStockRefusal(e *env) error {
 	err := loadModule(e.module, "")
@@ -569,10 +571,10 @@ func scenarioStockRefusal(e *env) error {
 	if moduleLoaded() {
 		return errors.New("/sys/module/escra exists after the refusal")
 	}
-	if _, err := genl.Dial(); !errors.Is(err, genl.ErrNoFamily) {
-		return fmt.Errorf("genl.Dial on a stock kernel: got %v, want ErrNoFamily", err)
+	if _, err := kmod.Dial(); !errors.Is(err, kmod.ErrNoFamily) {
+		return fmt.Errorf("kmod.Dial on a stock kernel: got %v, want ErrNoFamily", err)
 	}
-	fmt.Println("    genl.Dial:", genl.ErrNoFamily)
+	fmt.Println("    kmod.Dial:", kmod.ErrNoFamily)
 	log, err := dmesg()
 	if err != nil {
 		return err

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
-	"github.com/escra-dev/escra/daemon/genl"
-	"github.com/escra-dev/escra/daemon/oom"
+	"github.com/escra-dev/escra/daemon/rescue"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -18,7 +18,7 @@ import (
 type recSink struct {
 	mu    sync.Mutex
 	stats []*pb.CpuStat
-	onOOM func(oom.Event)
+	onOOM func(rescue.Event)
 }
 
 func (s *recSink) CPU(st *pb.CpuStat) {
@@ -28,16 +28,16 @@ func (s *recSink) CPU(st *pb.CpuStat) {
 	s.stats = append(s.stats, c)
 	s.mu.Unlock()
 }
-func (s *recSink) Flush()           {}
-func (s *recSink) OOM(ev oom.Event) { s.onOOM(ev) }
+func (s *recSink) Flush()              {}
+func (s *recSink) OOM(ev rescue.Event) { s.onOOM(ev) }
 func (s *recSink) snapshot() []*pb.CpuStat {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]*pb.CpuStat(nil), s.stats...)
 }
 
-// scenarioKernelSource drives escrad's kernel backend (genl.Source, the
-// telemetry.Source the agent uses) on the real module: per-period stats
+// scenarioKernelSource drives escrad's kernel backend (kmod.Source, the
+// source.Source the agent uses) on the real module: per-period stats
 // for a throttled hog, and an OOM event resolved as the agent does (raise
 // memory.max, then Resolve granted). The controller leg is not in the VM.
 func scenarioKernelSource(*env) error {
@@ -46,7 +46,7 @@ func scenarioKernelSource(*env) error {
 		return err
 	}
 	defer restore()
-	src, err := genl.NewSource(100*time.Millisecond, nil)
+	src, err := kmod.NewSource(100*time.Millisecond, nil)
 	if err != nil {
 		return err
 	}
@@ -84,7 +84,7 @@ func scenarioKernelSource(*env) error {
 	}
 	var resolveErr error
 	granted := 0
-	sink := &recSink{onOOM: func(ev oom.Event) {
+	sink := &recSink{onOOM: func(ev rescue.Event) {
 		if ev.Handle != hMem {
 			return
 		}

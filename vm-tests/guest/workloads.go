@@ -8,9 +8,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/escra-dev/escra/daemon/genl"
-	"github.com/escra-dev/escra/internal/telebench"
 	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/source/kmod"
+	"github.com/escra-dev/escra/internal/telebench"
 )
 
 // workloads are subcommands the scenarios start inside cgroups.
@@ -126,7 +127,7 @@ func hogMem(args []string) int {
 // unpriv runs as an unprivileged user: mutating commands must fail with
 // EPERM, reading statistics must work. Exit 0 when both hold.
 func unpriv(args []string) int {
-	c, err := genl.Dial()
+	c, err := kmod.Dial()
 	if err != nil {
 		fmt.Println("unpriv: dial:", err)
 		return 1
@@ -150,8 +151,8 @@ func unpriv(args []string) int {
 		rc = 1
 	}
 	// Telemetry tells about every watched cgroup: joining is for admins.
-	if err := c.Join(genl.GroupTelemetry); !errors.Is(err, unix.EPERM) {
-		fmt.Printf("unpriv: join %q: got %v, want EPERM\n", genl.GroupTelemetry, err)
+	if err := c.Join(kmod.GroupTelemetry); !errors.Is(err, unix.EPERM) {
+		fmt.Printf("unpriv: join %q: got %v, want EPERM\n", kmod.GroupTelemetry, err)
 		rc = 1
 	}
 	return rc
@@ -188,7 +189,7 @@ func ownerHold(args []string) int {
 		fmt.Println("owner-hold:", err)
 		return 2
 	}
-	o, err := genl.DialOwner()
+	o, err := kmod.DialOwner()
 	if err != nil {
 		fmt.Println("owner-hold:", err)
 		return 1

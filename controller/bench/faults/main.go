@@ -535,7 +535,7 @@ func round(f float64) float64 { return float64(int(f*1000+0.5)) / 1000 }
 // --- D: cgroup v1 trap re-armed (the real-cgroup test) --------------------
 
 func v1Rearm() {
-	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestV1TrapRearmedAfterRelease$", "./daemon/oom")
+	cmd := exec.Command("go", "test", "-count=1", "-run", "^TestV1TrapRearmedAfterRelease$", "./daemon/source/cgroupfs")
 	b, err := cmd.CombinedOutput()
 	ok := err == nil && bytes.Contains(b, []byte("ok ")) && !bytes.Contains(b, []byte("no tests to run")) && !bytes.Contains(b, []byte("SKIP"))
 	summary["v1_rearmed"] = b2i(ok)

@@ -29,14 +29,13 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
-	"github.com/escra-dev/escra/daemon/bpf"
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/internal/cgtest"
-	"github.com/escra-dev/escra/daemon/telemetry"
+	"github.com/escra-dev/escra/daemon/source/bpf"
+	"github.com/escra-dev/escra/daemon/source/cgroupfs"
 	"github.com/escra-dev/escra/internal/dockertest"
 	"github.com/escra-dev/escra/internal/telebench"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -145,7 +144,7 @@ func run() error {
 			name = "host_cgroupfs_watcher"
 		}
 		return telebench.Spec{Name: name, New: func(bool) (telebench.Backend, error) {
-			cg, err := telemetry.NewCgroupfs(*period, log)
+			cg, err := cgroupfs.NewSource(*period, log)
 			if err != nil {
 				return telebench.Backend{}, err
 			}

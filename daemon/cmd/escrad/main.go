@@ -24,11 +24,11 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/escra-dev/escra/daemon/agent"
-	"github.com/escra-dev/escra/daemon/bpf"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/genl"
 	"github.com/escra-dev/escra/daemon/limits"
-	"github.com/escra-dev/escra/daemon/oom"
+	"github.com/escra-dev/escra/daemon/source/bpf"
+	"github.com/escra-dev/escra/daemon/source/cgroupfs"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
 	"github.com/escra-dev/escra/internal/wysiwyg"
@@ -57,8 +57,8 @@ type fileConfig struct {
 }
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == oom.GuardArg {
-		oom.RunGuard(os.Stdin)
+	if len(os.Args) == 2 && os.Args[1] == cgroupfs.GuardArg {
+		cgroupfs.RunGuard(os.Stdin)
 		return
 	}
 	args, restoreOnly := os.Args[1:], false
@@ -269,7 +269,7 @@ func run(args []string, restoreOnly bool) error {
 		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline,
 		// --backend auto/kernel use escra.ko when its genetlink family exists;
 		// auto/bpf then the CO-RE program when the kernel has BTF.
-		Backend: *backend, KernelSource: genl.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
+		Backend: *backend, KernelSource: kmod.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
 		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
 		RestoreAfter: *restoreAft, DockerSync: syncOrOff(*dockerSync), CPUPlacement: *cpuPlace, ViewDir: *viewDir, CPUProfileDir: *cpuProfiles, ImageBudget: *imageBudget,
 		CFSBurst: *cfsBurst,
@@ -291,7 +291,7 @@ func run(args []string, restoreOnly bool) error {
 		defer cli.Close()
 		cfg.Docker = cli
 	}
-	g := oom.NewRecorder()
+	g := cgroupfs.NewRecorder()
 	if !*noGuard {
 		// The guard clears oom_kill_disable of every trapped group when
 		// escrad is gone, even by SIGKILL (docs/daemon.md).
@@ -299,7 +299,7 @@ func run(args []string, restoreOnly bool) error {
 		if err != nil {
 			return fmt.Errorf("oom guard: %w", err)
 		}
-		if g, err = oom.StartGuard(exe); err != nil {
+		if g, err = cgroupfs.StartGuard(exe); err != nil {
 			return err
 		}
 	}
@@ -317,7 +317,7 @@ func run(args []string, restoreOnly bool) error {
 	if err := g.RecordIn(*oomState); err != nil {
 		log.Error("oom state file not written; escrad and its guard killed together would leave trapped groups until escrad restore-oom", "err", err)
 	}
-	oom.SetGuard(g)
+	cgroupfs.SetGuard(g)
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/oom"
+	"github.com/escra-dev/escra/daemon/source/cgroupfs"
 )
 
 // RestoreCmd is the subcommand that only re-enables the kernel OOM killer
@@ -59,7 +59,7 @@ func restoreOOM(log *slog.Logger, src restoreSources, settle time.Duration) int 
 		}
 		extra = append(extra, ps...)
 	}
-	res, err := oom.RestoreRecorded(src.State, extra)
+	res, err := cgroupfs.RestoreRecorded(src.State, extra)
 	if err != nil {
 		log.Error("oom restore: state file unreadable; labelled containers only", "state", src.State, "err", err)
 	}
@@ -91,7 +91,7 @@ func restoreOOM(log *slog.Logger, src restoreSources, settle time.Duration) int 
 		for {
 			left = 0
 			for _, p := range waiting {
-				if oom.UnderOOM(p) {
+				if cgroupfs.UnderOOM(p) {
 					left++
 				}
 			}
@@ -106,7 +106,7 @@ func restoreOOM(log *slog.Logger, src restoreSources, settle time.Duration) int 
 	return failed
 }
 
-// labelledTrapFiles lists the trap file (oom.TrapFile) of every running or
+// labelledTrapFiles lists the trap file (cgroupfs.TrapFile) of every running or
 // paused container labelled escra.app (of apps, when given).
 func labelledTrapFiles(ctx context.Context, host string, apps []string) ([]string, error) {
 	cli, err := containers.NewDockerClient(host)
@@ -132,7 +132,7 @@ func labelledTrapFiles(ctx context.Context, host string, apps []string) ([]strin
 		if err != nil {
 			continue
 		}
-		if f, ok := oom.TrapFile(p); ok {
+		if f, ok := cgroupfs.TrapFile(p); ok {
 			out = append(out, f)
 		}
 	}
@@ -148,7 +148,7 @@ func configuredTrapFiles(log *slog.Logger, specs []containers.CgroupSpec) []stri
 			log.Debug("oom restore: configured cgroup not found", "path", c.Path, "err", err)
 			continue
 		}
-		if f, ok := oom.TrapFile(p); ok {
+		if f, ok := cgroupfs.TrapFile(p); ok {
 			out = append(out, f)
 		}
 	}

@@ -1,0 +1,113 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/escra-dev/escra/daemon/source"
+	"github.com/escra-dev/escra/daemon/source/cgroupfs"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// Backend choices.
+const (
+	BackendAuto     = "auto"
+	BackendKernel   = "kernel"
+	BackendBPF      = "bpf"
+	BackendCgroupfs = "cgroupfs"
+)
+
+// KernelSourceFunc builds the escra.ko (generic netlink) Source
+// (kmod.NewSource).
+type KernelSourceFunc func(period time.Duration, log *slog.Logger) (source.Source, error)
+
+// Backend names the telemetry source in use.
+func (a *Agent) Backend() string {
+	switch a.src.Backend() {
+	case pb.Backend_BACKEND_KERNEL:
+		return BackendKernel
+	case pb.Backend_BACKEND_BPF:
+		return BackendBPF
+	}
+	return BackendCgroupfs
+}
+
+// stockOOM: OOMs are trapped from user space (source/cgroupfs: v1 eventfd,
+// v2 memory.high brake), as the cgroupfs and bpf backends do; escra.ko
+// holds the charge in the kernel instead.
+func (a *Agent) stockOOM() bool {
+	b := a.src.Backend()
+	return b == pb.Backend_BACKEND_CGROUPFS || b == pb.Backend_BACKEND_BPF
+}
+
+// chooseSource sets a.src to the backend cfg.Backend names (with auto:
+// the first that works) and configures it from cfg.
+func (a *Agent) chooseSource(cfg Config) error {
+	// auto prefers kernel > bpf > cgroupfs.
+	auto := false
+	switch cfg.Backend {
+	case BackendAuto, "":
+		auto = true
+	case BackendKernel, BackendBPF, BackendCgroupfs:
+	default:
+		return fmt.Errorf("unknown backend %q (want auto, kernel, bpf or cgroupfs)", cfg.Backend)
+	}
+	if auto || cfg.Backend == BackendKernel {
+		if cfg.KernelSource != nil {
+			src, err := cfg.KernelSource(cfg.Period, cfg.Log)
+			if err == nil {
+				a.src = src
+			} else if !auto {
+				return fmt.Errorf("kernel backend: %w", err)
+			} else {
+				cfg.Log.Info("kernel backend unavailable", "err", err)
+			}
+		} else if !auto {
+			return errors.New("kernel backend: not built into this escrad (use --backend cgroupfs or auto)")
+		}
+	}
+	if a.src == nil && (auto || cfg.Backend == BackendBPF) {
+		if cfg.BPFSource != nil {
+			src, err := cfg.BPFSource(cfg.Period, cfg.Log)
+			if err == nil {
+				a.src = src
+				// --throttle-poll 0 turns throttle events off here too.
+				if te, ok := src.(interface{ SetThrottleEvents(bool) }); ok {
+					te.SetThrottleEvents(cfg.ThrottlePoll > 0)
+				}
+				// --throttle-near applies to the program's near records.
+				if tn, ok := src.(interface{ SetThrottleNear(float64) error }); ok && cfg.ThrottleNear != 0 {
+					if err := tn.SetThrottleNear(max(cfg.ThrottleNear, 0)); err != nil {
+						cfg.Log.Warn("throttle-near not applied to the bpf backend; throttle records only", "err", err)
+					}
+				}
+			} else if !auto {
+				return err // already says "bpf backend: ..."
+			} else {
+				cfg.Log.Info("bpf backend unavailable; using cgroupfs", "err", err)
+			}
+		} else if !auto {
+			return errors.New("bpf backend: not built into this escrad (use --backend cgroupfs or auto)")
+		}
+	}
+	if a.src == nil {
+		cs, err := cgroupfs.NewSource(cfg.Period, cfg.Log)
+		if err != nil {
+			return err
+		}
+		cs.Limits = a.cpuLimits
+		cs.NoParentShortcut = cfg.NoParentShortcut
+		cs.ThrottlePoll = cfg.ThrottlePoll
+		switch {
+		case cfg.ThrottleNear < 0:
+			cs.ThrottleNear = 0
+		case cfg.ThrottleNear > 0:
+			cs.ThrottleNear = cfg.ThrottleNear
+		}
+		a.src = cs
+		a.sampler = cs
+	}
+	return nil
+}

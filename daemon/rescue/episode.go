@@ -1,0 +1,129 @@
+package rescue
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+)
+
+// OOM asks the controller for memory, and makes sure the group is
+// resolved one way or the other within the deadline (source.Sink.OOM).
+func (r *Rescuer) OOM(ev Event) {
+	m := r.get(ev.Handle)
+	if m == nil {
+		return
+	}
+	if !m.pending.CompareAndSwap(false, true) {
+		// The tasks that resumed after a raise can hit the new limit
+		// before the previous request is resolved: look again then.
+		m.again.Store(true)
+		return
+	}
+	r.cfg.Metrics.Events.Inc()
+	m.mu.Lock()
+	m.at, m.limit, m.rescued = ev.At, ev.Limit, false
+	m.mu.Unlock()
+	var once sync.Once
+	var timer *time.Timer
+	var reqID atomic.Uint64
+	resolve := func(granted bool, limit int64, why string) {
+		once.Do(func() {
+			if timer != nil {
+				timer.Stop()
+			}
+			if granted {
+				r.LimitRaised(m, limit)
+				r.cfg.Metrics.Outcome.WithLabelValues("granted").Inc()
+			} else {
+				r.cfg.Metrics.Outcome.WithLabelValues(why).Inc()
+				if m.G.Paths.Version == cgroups.V2 && r.cfg.StockOOM {
+					r.log.Warn("memory not granted: memory.high brake released, the kernel acts at memory.max", "name", m.Name, "why", why)
+				} else {
+					r.log.Warn("OOM not rescued: kernel OOM killer re-enabled", "name", m.Name, "why", why)
+				}
+			}
+			if err := r.src.Resolve(ev, granted, limit); err != nil {
+				r.log.Warn("resolving OOM", "name", m.Name, "err", err)
+			}
+			m.pending.Store(false)
+			if m.again.Swap(false) {
+				r.recheck(m)
+			}
+		})
+	}
+	// raised reports whether the limit is above the one that was hit (a
+	// grant applied through the verdict or a SetLimits).
+	raised := func() (int64, bool) {
+		cur, _ := m.Mem.Current()
+		return cur.MemoryBytes, ev.Limit > 0 && (cur.MemoryBytes == cgroups.Max || cur.MemoryBytes > ev.Limit)
+	}
+	req := &pb.OomRequest{Handle: m.H, UsageBytes: ev.Usage, LimitBytes: uint64(max(ev.Limit, 0)), PagesWanted: ev.Pages}
+	timer = time.AfterFunc(r.cfg.Deadline, func() {
+		r.link.Cancel(reqID.Load())
+		if lim, ok := raised(); ok {
+			resolve(true, lim, "")
+			return
+		}
+		resolve(false, 0, "deadline")
+	})
+	id, err := r.link.RequestOOM(req, func(v *pb.OomVerdict) {
+		switch {
+		case v == nil:
+			resolve(false, 0, "controller_lost")
+		case v.Granted:
+			if lim, ok := raised(); ok {
+				// The grant's SetLimits came first (the controller sends
+				// the verdict once it is acknowledged). Writing the
+				// verdict's limit again could undo a reclaim the
+				// controller sent in between and has counted (the sum
+				// applied would exceed the host's memory budget).
+				resolve(true, lim, "")
+				return
+			}
+			lim, err := r.lim.RaiseMemory(m.H, v.NewLimitBytes)
+			if err != nil {
+				r.log.Warn("raising memory limit failed", "name", m.Name, "err", err)
+				resolve(false, 0, "write_failed")
+				return
+			}
+			if _, ok := raised(); ok {
+				resolve(true, lim, "")
+			} // else: wait for a SetLimits raise until the deadline
+		default:
+			resolve(false, 0, "denied")
+		}
+	})
+	if err != nil {
+		resolve(false, 0, "controller_unreachable")
+		return
+	}
+	reqID.Store(id)
+}
+
+// LimitRaised records the rescue moment of a pending OOM when its limit
+// has just been raised above the one it hit (by a SetLimits or a verdict).
+func (r *Rescuer) LimitRaised(m *Container, limit int64) {
+	if !m.pending.Load() {
+		return
+	}
+	m.mu.Lock()
+	if m.rescued || m.at.IsZero() || (limit != cgroups.Max && limit <= m.limit) {
+		m.mu.Unlock()
+		return
+	}
+	m.rescued = true
+	at := m.at
+	m.mu.Unlock()
+	returned := time.Since(at)
+	issued := returned
+	if w := m.Mem.MemoryWriteIssued(); w.After(at) {
+		issued = w.Sub(at)
+	}
+	r.cfg.Metrics.Rescue.Observe(issued.Seconds())
+	if r.cfg.OnRescue != nil {
+		r.cfg.OnRescue(issued, returned)
+	}
+}

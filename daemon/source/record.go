@@ -1,0 +1,22 @@
+package source
+
+// Record is one CFS bandwidth period of one watched cgroup, taken by the
+// scheduler hook before the refill (Escra §IV-B). An idle group's period
+// timer stops, so idle periods produce no record: a gap in Seq or
+// TimestampNs is a run of fully unused periods.
+type Record struct {
+	CgroupID    uint64
+	Seq         uint64 // per-cgroup period counter; advances by the periods elapsed
+	QuotaNs     uint64
+	PeriodNs    uint64
+	UnusedNs    uint64 // runtime left in the group's pool at the period's end
+	Throttled   bool   // throttled during the period
+	NrThrottled uint32 // cumulative
+	ThrottledNs uint64 // cumulative
+	TimestampNs uint64 // kernel ktime at the period boundary
+	// UsedNs, when HasUsed, is the CPU the group used in the period,
+	// measured by the reader (the bpf backend after a quota write); else
+	// the usage is QuotaNs − UnusedNs.
+	UsedNs  uint64
+	HasUsed bool
+}
