@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 )
 
 // cgroup v1: after a denial (Release) the kernel OOM killer takes the hog,

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/escra-dev/escra/bench/telebench"
 	"github.com/escra-dev/escra/daemon/genl"
-	"github.com/escra-dev/escra/internal/telebench"
 	"golang.org/x/sys/unix"
 )
 

@@ -1,4 +1,4 @@
-// Command bench-pema reproduces seed 002's comparison (issue 16) at this
+// Command bench-pema reproduces PEMA's comparison at this
 // machine's scale: a six-service demo-http app under open-loop Poisson
 // load from a pinned client, with PEMA, RULE, OPTM and Escra sizing its
 // CPU. It writes results/pema/summary.json, per-interval series and SVG
@@ -90,7 +90,7 @@ func main() {
 	flag.DurationVar(&o.interval, "interval", 10*time.Second, "PEMA interval (and RULE's, and the SLO window)")
 	flag.DurationVar(&o.slo, "slo", 0, "p95 SLO (0: 3 × the p95 at the ample start, measured first)")
 	flag.Float64Var(&o.omega, "omega", 1.5, "the app's CPU budget Ω in cores (the ample start is Ω/6 each)")
-	flag.IntVar(&o.pemaSteps, "pema-steps", 36, "PEMA intervals at the fixed load (seed 002 §3.3: \"a few tens of iterations\"; its CPU is the mean of the last third)")
+	flag.IntVar(&o.pemaSteps, "pema-steps", 36, "PEMA intervals at the fixed load (PEMA §3.3: \"a few tens of iterations\"; its CPU is the mean of the last third)")
 	flag.IntVar(&o.sloSteps, "slo-steps", 6, "further PEMA intervals after the SLO is cut to 0.6× (Fig 20)")
 	flag.IntVar(&o.ruleSteps, "rule-steps", 10, "RULE and Escra intervals at the fixed load")
 	flag.IntVar(&o.dailySteps, "daily-steps", 14, "intervals of the compressed daily curve per policy")
@@ -109,7 +109,7 @@ func main() {
 	flag.DurationVar(&o.curveDur, "curve-duration", 20*time.Second, "-only curve: time at each point (at least 5 s)")
 	flag.IntVar(&o.hashesPerMs, "hashes-per-ms", 0, "SHA-256 rounds per ms of this machine's CPU time (0: measured once by this process)")
 	flag.Float64Var(&o.msCPU, "ms-cpu", 0.15, "CPU time, in ms, that one ms of -ms costs in every container (demo-http -hashes-per-ms = hashes-per-ms × this; 0.15 at 200 rps keeps the app near 0.3 core of usage, light enough for the shared app CPU at the daily curve's 1.3× peak)")
-	flag.Float64Var(&o.burst, "burst", 0, "CFS burst of every policy's containers as a share of the quota, in [0, 1] (escrad --cfs-burst for PEMA and Escra; written beside Docker's quota for RULE and OPTM); 0: none, as seed 002")
+	flag.Float64Var(&o.burst, "burst", 0, "CFS burst of every policy's containers as a share of the quota, in [0, 1] (escrad --cfs-burst for PEMA and Escra; written beside Docker's quota for RULE and OPTM); 0: none, as PEMA")
 	resum := flag.Bool("summarize-only", false, "recompute summary.json and the plots from -out's phases.json")
 	flag.Parse()
 	if *resum {
@@ -444,7 +444,7 @@ func fixedRate(r float64) func(time.Duration) float64 {
 }
 
 // daily is a compressed diurnal curve with a 1:5.5 range and two bursts
-// of ~1.9× and ~1.6× (the shape of seed 002 Figs 14/18; the Wikipedia
+// of ~1.9× and ~1.6× (the shape of PEMA Figs 14/18; the Wikipedia
 // trace they used is not available offline).
 func daily(peak float64, span time.Duration) func(time.Duration) float64 {
 	lo := peak / 5.5
@@ -584,7 +584,7 @@ func (e *env) setQuota(g *bp.Group, cores float64) error {
 	return err
 }
 
-// optm is seed 002's OPTM: local search with the SLO checked over two
+// optm is PEMA's OPTM: local search with the SLO checked over two
 // windows per trial, on containers resized through Docker.
 func (e *env) optm() (*Phase, error) {
 	r, err := e.start("")
@@ -770,11 +770,11 @@ func load(name string) string {
 	return "fixed"
 }
 
-// summarize computes issue 16's keys. A policy's CPU is the mean Σ
+// summarize computes the comparison's keys. A policy's CPU is the mean Σ
 // quota once it has settled: RULE and Escra (which settle within an
 // interval or two) over the second half of their fixed-load run, PEMA
 // over the last third of its fixed-load intervals, before the SLO change
-// (seed 002 Fig 15 compares the allocation PEMA finds; the 2026-11-25
+// (PEMA Fig 15 compares the allocation PEMA finds; the 2026-11-25
 // run averaged intervals 10–19 of 20, most of them still on the way down,
 // which is also reported, as pema_cpu_cores_second_half). Usage beside
 // each: what the app burnt under that allocation.
@@ -866,7 +866,7 @@ func fixedSteps(p *Phase) int {
 }
 
 // converge is the first interval after which Σx stays within 5 % of the
-// run's final value (seed 002 Fig 11's "settles").
+// run's final value (PEMA Fig 11's "settles").
 func converge(cpu []float64) int {
 	if len(cpu) == 0 {
 		return 0

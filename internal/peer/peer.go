@@ -278,7 +278,7 @@ func (p *Peer) WaitRegistered(id string, timeout time.Duration) *pb.ContainerReg
 
 var errNoSession = errors.New("peer: no daemon session")
 
-// Lease sends a CpuLease (issue 11, host-local leases).
+// Lease sends a CpuLease (a host-local lease).
 func (p *Peer) Lease(l *pb.CpuLease) error {
 	p.mu.Lock()
 	s := p.sess

@@ -54,7 +54,7 @@ type Daemon struct {
 	NoReclaim atomic.Bool
 	// HeartbeatsIn counts heartbeats the controller echoed.
 	HeartbeatsIn atomic.Uint64
-	// cpuPlacement answers the deployer's CpuPlacementQuery (seed 001
+	// cpuPlacement answers the deployer's CpuPlacementQuery (WYSIWYG
 	// §IV-D); nil: no answer, like an escrad without CPU placement.
 	cpuPlacement func(*pb.CpuPlacementQuery) *pb.CpuPlacementAnswer
 
@@ -73,7 +73,7 @@ type Daemon struct {
 	credit map[string]*Credit
 }
 
-// Credit is a host-local lease as a daemon holds it (issue 11).
+// Credit is a host-local lease as a daemon holds it.
 type Credit struct {
 	ID uint64
 	Us int64

@@ -1,4 +1,4 @@
-// Command bench-wysiwyg is `make bench-wysiwyg` (issue 14, seed 001):
+// Command bench-wysiwyg is `make bench-wysiwyg` (WYSIWYG containers):
 //
 //  1. real programs at a 1-core allocation, as CFS quota only (stock
 //     Docker, --cpus 1) and as a WYSIWYG container placed by escrad
@@ -11,7 +11,7 @@
 //     sent every 100 ms by a scripted controller), with the invariants
 //     sampled from the cgroup files every 100 ms and the cost of each
 //     cpuset change;
-//  3. seed 001 §V's simulation (bench/wysiwygsim) over C1 fractions
+//  3. WYSIWYG §V's simulation (bench/wysiwygsim) over C1 fractions
 //     10-100 %, principle-hard and best-effort, default and optimized
 //     placement, and its plots.
 //

@@ -1,9 +1,9 @@
-// Package telebench measures escrad's telemetry backends like for like
-// (issue 13, item 9): the same groups, the same workloads, the same sink
+// Package telebench measures escrad's telemetry backends like for like:
+// the same groups, the same workloads, the same sink
 // and the same CPU accounting for every backend. make bench-kernel uses it
 // twice: inside the QEMU guest on the patched kernel (vm-tests/guest: the
 // kernel backend and cgroupfs) and on this host's own kernel
-// (daemon/cmd/bench-bpf: the bpf backend and cgroupfs). cgroupfs runs in
+// (bench/cmd/bench-bpf: the bpf backend and cgroupfs). cgroupfs runs in
 // both places, so each backend's figures can be read against it.
 //
 // What it measures, per backend, over one window:

@@ -1,4 +1,4 @@
-// Command faults is make bench-faults: issue 12's fault checks against the
+// Command faults is make bench-faults: the trust and durability fault checks against the
 // real binaries (bin/), a real etcd and real Docker engines (two private
 // dockerd started by scripts/hosts.sh, one escrad per engine, labelled
 // containers), on kernel-picked ports. It writes

@@ -30,8 +30,8 @@ import (
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/internal/peer"
 	"github.com/escra-dev/escra/internal/dockertest"
+	"github.com/escra-dev/escra/internal/peer"
 	"github.com/escra-dev/escra/internal/wysiwyg"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -236,7 +236,7 @@ http {
 var goworkImg = images.Spec{
 	Name: "wys-gowork",
 	Fill: func(repo string, r *images.Rootfs) error {
-		b, err := images.GoBinary(repo, "daemon/cmd/bench-wysiwyg/gowork")
+		b, err := images.GoBinary(repo, "bench/cmd/bench-wysiwyg/gowork")
 		if err != nil {
 			return err
 		}

@@ -25,9 +25,9 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/adminclient"
-	"github.com/escra-dev/escra/controller/internal/errtally"
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/errtally"
+	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
 type opts struct {

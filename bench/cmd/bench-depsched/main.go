@@ -1,4 +1,4 @@
-// Command depsched is make bench-depsched: seed 004's simulation (§6) at
+// Command depsched is make bench-depsched: dependency-aware scheduling's simulation (§6) at
 // its default setting through the controller/placement profiles, the
 // scheduling-time measurement of §7.2, and (with -real) the benchmark on
 // real engines and a real registry. It writes results/depsched/summary.json
@@ -100,7 +100,7 @@ func simulate() error {
 		return err
 	}
 	st := cp.Stats()
-	say("sim corpus: %d images, %d unique of %d layer references (%.0f %% unique; seed 004: 57 %%), %.2f layers/image (11.95), mean image %.0f MB (590), mean layer pull %.2f s (1.75), mean image pull %.1f s (19.2)",
+	say("sim corpus: %d images, %d unique of %d layer references (%.0f %% unique; dependency-aware scheduling: 57 %%), %.2f layers/image (11.95), mean image %.0f MB (590), mean layer pull %.2f s (1.75), mean image pull %.1f s (19.2)",
 		st.Images, st.Layers, st.LayerRefs, 100*st.UniqueFrac, st.LayersPerImage, st.MeanImageBytes/1e6, st.MeanLayerPullS, st.MeanImagePullS)
 	summary["sim_corpus_images"] = st.Images
 	summary["sim_corpus_unique_layer_frac"] = st.UniqueFrac
@@ -152,13 +152,13 @@ func simulate() error {
 		}
 	}
 	summary["sim_lru_image_startup_s"] = res["layer-match"].MeanStartupS
-	say("sim speedup vs agnostic (seed 004 §6.2: image-match 1.44, layer-match 2.33): image-match %.2f, layer-match %.2f, ImageLocality %.2f, least-loaded %.2f",
+	say("sim speedup vs agnostic (dependency-aware scheduling §6.2: image-match 1.44, layer-match 2.33): image-match %.2f, layer-match %.2f, ImageLocality %.2f, least-loaded %.2f",
 		summary["sim_image_match_speedup"], summary["sim_layer_match_speedup"], summary["sim_imagelocality_speedup"], summary["sim_least_loaded_speedup"])
 	var cdfs []series
 	for _, p := range pols {
 		cdfs = append(cdfs, cdf(p, res[p].Startups))
 	}
-	if err := linePlot(filepath.Join(*out, "fig3.svg"), "Startup latency CDF (sim, defaults; cf. seed 004 Fig 3)", "startup latency (s, log)", "CDF", cdfs, true); err != nil {
+	if err := linePlot(filepath.Join(*out, "fig3.svg"), "Startup latency CDF (sim, defaults; cf. dependency-aware scheduling Fig 3)", "startup latency (s, log)", "CDF", cdfs, true); err != nil {
 		return err
 	}
 
@@ -174,7 +174,7 @@ func simulate() error {
 		summary["sim_"+key(ev)+"_compute_usage"] = r.ComputeUsage
 		summary["sim_"+key(ev)+"_cached_images"] = r.CachedImages
 	}
-	say("sim eviction under layer-match (seed 004 Table 3: 6.5 / 5.65 / 5.42 s): LRU-image %.2f s, LRU-layer %.2f s, LFU-layer %.2f s",
+	say("sim eviction under layer-match (dependency-aware scheduling Table 3: 6.5 / 5.65 / 5.42 s): LRU-image %.2f s, LRU-layer %.2f s, LFU-layer %.2f s",
 		summary["sim_lru_image_startup_s"], summary["sim_lru_layer_startup_s"], summary["sim_lfu_layer_startup_s"])
 
 	// Fig 6: the access pattern.
@@ -201,9 +201,9 @@ func simulate() error {
 			}
 		}
 	}
-	say("sim access pattern speedups (seed 004 Fig 6; popularity: 19x / 21x): uniform %.2f / %.2f, popularity %.2f / %.2f (image-/layer-match)",
+	say("sim access pattern speedups (dependency-aware scheduling Fig 6; popularity: 19x / 21x): uniform %.2f / %.2f, popularity %.2f / %.2f (image-/layer-match)",
 		sp["image-match"][1], sp["layer-match"][1], sp["image-match"][2], sp["layer-match"][2])
-	if err := barPlot(filepath.Join(*out, "fig6.svg"), "Speedup vs agnostic by access pattern (cf. seed 004 Fig 6)", "speedup (x)", groups,
+	if err := barPlot(filepath.Join(*out, "fig6.svg"), "Speedup vs agnostic by access pattern (cf. dependency-aware scheduling Fig 6)", "speedup (x)", groups,
 		[]series{{name: "image-match", y: sp["image-match"]}, {name: "layer-match", y: sp["layer-match"]}}); err != nil {
 		return err
 	}
@@ -277,7 +277,7 @@ func sweeps(base depsim.Config, cp *depsim.Corpus, run func(depsim.Config) (*dep
 	return nil
 }
 
-// schedTime is seed 004 §7.2's scheduling computation time: every host
+// schedTime is dependency-aware scheduling §7.2's scheduling computation time: every host
 // pre-warmed with 100 images (~1,000 layers), 1,000 consecutive requests,
 // the wall time of one placement.Schedule each.
 func schedTime() error {

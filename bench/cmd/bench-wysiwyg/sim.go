@@ -23,7 +23,7 @@ type simCurve struct {
 	s, r plotter.XYs
 }
 
-// simulate runs seed 001 §V's sweep and draws Fig. 4 (a: s, b: r).
+// simulate runs WYSIWYG §V's sweep and draws Fig. 4 (a: s, b: r).
 func simulate(sum summary, rep *strings.Builder) error {
 	t0 := time.Now()
 	tr := wysiwygsim.Synthesize(wysiwygsim.TraceConfig{Machines: *machines, Tasks: *tasks, Seed: 1})
@@ -33,7 +33,7 @@ func simulate(sum summary, rep *strings.Builder) error {
 		{name: "best-effort, optimized", mode: wysiwyg.BestEffort, opt: true},
 		{name: "best-effort, default", mode: wysiwyg.BestEffort, opt: false},
 	}
-	fmt.Fprintf(rep, "## Simulation (seed 001 §V)\n\nSynthetic trace shaped like the Google trace (not available offline): %d machines, %d tasks, offered load 1.3x capacity, no overcommit.\n\n", *machines, *tasks)
+	fmt.Fprintf(rep, "## Simulation (WYSIWYG §V)\n\nSynthetic trace shaped like the Google trace (not available offline): %d machines, %d tasks, offered load 1.3x capacity, no overcommit.\n\n", *machines, *tasks)
 	fmt.Fprintf(rep, "| C1 %% | s hard opt | s hard default | s best-effort opt | r hard opt | r hard default | refused for CPU (hard opt) |\n|---|---|---|---|---|---|---|\n")
 	for f := 10; f <= 100; f += 10 {
 		var row []wysiwygsim.Result

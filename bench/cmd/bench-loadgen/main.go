@@ -27,10 +27,10 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/adminclient"
-	"github.com/escra-dev/escra/controller/internal/errtally"
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/errtally"
+	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
 const mib = 1 << 20

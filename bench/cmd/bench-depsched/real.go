@@ -32,7 +32,7 @@ import (
 	"github.com/escra-dev/escra/internal/dockertest"
 )
 
-// The real benchmark (seed 004 §7.1 at this machine's scale): engines
+// The real benchmark (dependency-aware scheduling §7.1 at this machine's scale): engines
 // started by scripts/hosts.sh, Debian's docker-registry on 127.0.0.1:5000,
 // a corpus of synthetic multi-layer images with shared bases, Poisson
 // submissions through the controller's admin API (what escractl apply
@@ -323,7 +323,7 @@ func realBench() error {
 				cdfs = append(cdfs, cdf(p, r))
 			}
 		}
-		_ = linePlot(filepath.Join(*out, "fig8.svg"), "Real startup latency CDF (cf. seed 004 Fig 8a)", "startup (s, log)", "CDF", cdfs, true)
+		_ = linePlot(filepath.Join(*out, "fig8.svg"), "Real startup latency CDF (cf. dependency-aware scheduling Fig 8a)", "startup (s, log)", "CDF", cdfs, true)
 	}
 	if a, ok := means["random"]; ok {
 		if v, ok := means["image-match"]; ok {
@@ -335,7 +335,7 @@ func realBench() error {
 		if v, ok := means["prefix-match"]; ok {
 			summary["real_prefix_match_speedup"] = a / v
 		}
-		say("real speedup vs random (seed 004 §7.1, low load: 1.83 / 2.34): image-match %v, layer-match %v",
+		say("real speedup vs random (dependency-aware scheduling §7.1, low load: 1.83 / 2.34): image-match %v, layer-match %v",
 			summary["real_image_match_speedup"], summary["real_layer_match_speedup"])
 	}
 	return nil

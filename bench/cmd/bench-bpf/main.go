@@ -2,7 +2,7 @@
 // own kernel (make bench-kernel, after the VM part; or make bench-bpf):
 // the bpf backend and, in the same run on the same groups, the cgroupfs
 // backend, both at a 100 ms period with -groups cgroup v1 groups. The
-// measuring is internal/telebench's, the same code the VM part runs for
+// measuring is bench/telebench's, the same code the VM part runs for
 // the kernel backend: records delivered to the same sink per second, CPU
 // per record (this process's user + system time, plus for bpf the BPF
 // programs' run time from BPF_STATS_RUN_TIME), throttle flag errors
@@ -31,12 +31,12 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/escra-dev/escra/bench/telebench"
 	"github.com/escra-dev/escra/daemon/bpf"
 	"github.com/escra-dev/escra/daemon/cgroups"
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 	"github.com/escra-dev/escra/daemon/telemetry"
 	"github.com/escra-dev/escra/internal/dockertest"
-	"github.com/escra-dev/escra/internal/telebench"
 )
 
 var (
@@ -237,7 +237,7 @@ func write(b, c, w telebench.Result) error {
 	rep := fmt.Sprintf(`escrad telemetry backends on this host's kernel (%s), %s
 %d cgroup v1 groups at a %v period, same groups and workloads; records and
 flag errors with both backends running at once for %.0f s (same load), CPU with
-each alone for as long (internal/telebench, as the VM part of make bench-kernel):
+each alone for as long (bench/telebench, as the VM part of make bench-kernel):
 %d busy loops under a %d us quota (throttled every period), %d at %.1f %% duty under %d us (never)
 
 backend   records/s  CPU us/record (alone)  user+sys us  kernel us  flag errors (busy, light)
