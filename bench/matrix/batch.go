@@ -17,6 +17,7 @@ import (
 	"github.com/escra-dev/escra/bench/policy"
 	"github.com/escra-dev/escra/bench/sampler"
 	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/internal/procstat"
 )
 
 // batchRun is a best-effort CPU spinner co-located with the app under
@@ -183,21 +184,14 @@ func cpuBusy(cpus []int) float64 {
 	return total
 }
 
-// userHZ is the clock tick of /proc/PID/stat (100 on Linux).
-const userHZ = 100
-
 // selfCPU is this process's CPU plus that of its waited-for children
 // (wrk, redis-benchmark), in seconds.
 func selfCPU() float64 {
-	p, err := procfs.Self()
+	st, err := procstat.Read(os.Getpid())
 	if err != nil {
 		return 0
 	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0
-	}
-	return st.CPUTime() + float64(st.CUTime+st.CSTime)/userHZ
+	return (st.CPU() + st.ChildrenCPU()).Seconds()
 }
 
 func (c Config) clientRun(w Workload, cell Cell, seed int64, progress func(string)) ClientRun {

@@ -1,11 +1,7 @@
 package matrix
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,6 +10,7 @@ import (
 
 	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/controller/recommender"
+	"github.com/escra-dev/escra/internal/procstat"
 )
 
 func TestCellsAndValidate(t *testing.T) {
@@ -205,18 +202,12 @@ func TestBatchSuspendedBetweenRuns(t *testing.T) {
 
 // allStopped: every thread of pid is in group stop (state T).
 func allStopped(t *testing.T, pid int) bool {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	tasks, err := procstat.Threads(pid)
 	if err != nil || len(tasks) == 0 {
 		t.Fatalf("threads of %d: %v", pid, err)
 	}
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return false
-		}
-		// state is the first field after the parenthesised command
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+	for _, s := range tasks {
+		if s.State != 'T' {
 			return false
 		}
 	}

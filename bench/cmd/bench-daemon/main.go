@@ -42,6 +42,7 @@ import (
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/dockertest"
 	"github.com/escra-dev/escra/internal/peer"
+	"github.com/escra-dev/escra/internal/procstat"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -495,16 +496,11 @@ func schedNs(pid int) int64 {
 }
 
 func cpuTicks(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return 0
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	// fields after "(comm) ": state is f[0]; utime f[11], stime f[12].
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + st
+	return int64(st.CPUTicks())
 }
 
 func kernel() string {

@@ -37,6 +37,7 @@ import (
 
 	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/procstat"
 )
 
 var (
@@ -163,9 +164,8 @@ func waitProcs() {
 }
 
 func zombie(pid int) bool {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z'
+	st, err := procstat.Read(pid)
+	return err != nil || st.Zombie()
 }
 
 var ready = regexp.MustCompile(`escra-controller ready.* sessions=(\S+) telemetry=\S+ admin=(\S+)`)

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/escra-dev/escra/internal/procstat"
 )
 
 // --- make soak FAULTS=1: a randomized fault schedule -----------------------
@@ -58,14 +60,8 @@ type procSample struct {
 }
 
 func threadsOf(pid int) int {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
+	st, _ := procstat.Read(pid)
+	return st.NumThreads
 }
 
 var faultKinds = []faultKind{
@@ -123,9 +119,7 @@ func guardOf(pid int) int {
 		if err != nil {
 			continue
 		}
-		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		f := strings.Fields(string(st[min(len(st), strings.LastIndexByte(string(st), ')')+1):]))
-		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+		if st, err := procstat.Read(c); err != nil || st.PPID != pid {
 			continue
 		}
 		if cl, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); strings.Contains(string(cl), "oom-guard") {
@@ -404,7 +398,6 @@ func metricOf(c *http.Client, url, name string) float64 {
 
 // Stopped reports whether pid is stopped (SIGSTOP).
 func Stopped(pid int) bool {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't')
+	st, err := procstat.Read(pid)
+	return err == nil && st.Stopped()
 }

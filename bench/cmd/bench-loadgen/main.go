@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -20,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +28,7 @@ import (
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/errtally"
+	"github.com/escra-dev/escra/internal/procstat"
 	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
@@ -83,19 +82,11 @@ type sim struct {
 }
 
 func procCPU(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return 0, err
 	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("bad /proc stat")
-	}
-	f := strings.Fields(s[i+2:])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return ut + st, nil
+	return float64(st.CPUTicks()), nil
 }
 
 func getJSON(url string, v any) error {

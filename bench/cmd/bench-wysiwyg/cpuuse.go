@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/internal/procstat"
 	"github.com/escra-dev/escra/internal/wysiwyg"
 )
 
@@ -103,18 +102,11 @@ func (e *env) procTimes(ctx context.Context, id string) map[int]uint64 {
 	m := map[int]uint64{}
 	for _, f := range strings.Fields(string(b)) {
 		pid, _ := strconv.Atoi(f)
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		st, err := procstat.Read(pid)
 		if err != nil {
 			continue
 		}
-		// Fields after the command's closing parenthesis: utime is the 12th, stime the 13th.
-		rest := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
-		if len(rest) < 13 {
-			continue
-		}
-		ut, _ := strconv.ParseUint(rest[11], 10, 64)
-		stt, _ := strconv.ParseUint(rest[12], 10, 64)
-		m[pid] = ut + stt
+		m[pid] = st.CPUTicks()
 	}
 	return m
 }
