@@ -8,14 +8,13 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -89,48 +88,25 @@ func procCPU(pid int) (float64, error) {
 	return float64(st.CPUTicks()), nil
 }
 
-func getJSON(url string, v any) error {
-	r, err := adminHTTP.Get(url)
+// adminClient is the controller's admin API: HTTPS with the admin's
+// certificate when the controller runs with certificates (escractl certs
+// wrote admin.pem beside the hosts'), plain HTTP otherwise.
+func adminClient(o opts) (*adminclient.Client, error) {
+	if o.certs == "" {
+		return adminclient.New(o.admin)
+	}
+	tc, err := adminclient.OperatorTLS(o.certs, auth.RoleAdmin)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer r.Body.Close()
-	return json.NewDecoder(r.Body).Decode(v)
+	return adminclient.NewTLS(o.admin, tc)
 }
-
-func postJSON(method, url string, body, v any) error {
-	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest(method, url, bytes.NewReader(b))
-	r, err := adminHTTP.Do(req)
-	if err != nil {
-		return err
-	}
-	defer r.Body.Close()
-	if r.StatusCode != 200 {
-		return fmt.Errorf("%s %s: %s", method, url, r.Status)
-	}
-	if v != nil {
-		return json.NewDecoder(r.Body).Decode(v)
-	}
-	return nil
-}
-
-// The admin API is HTTPS with the admin's certificate when the controller
-// runs with certificates (escractl certs wrote admin.pem beside the hosts').
-var adminHTTP = http.DefaultClient
 
 func run(o opts) error {
-	admin := "http://" + o.admin
-	if o.certs != "" {
-		tc, err := adminclient.OperatorTLS(o.certs, auth.RoleAdmin)
-		if err != nil {
-			return err
-		}
-		c, err := adminclient.NewTLS(o.admin, tc)
-		if err != nil {
-			return err
-		}
-		adminHTTP, admin = c.HTTPClient(), c.URL()
+	ctx := context.Background()
+	admin, err := adminClient(o)
+	if err != nil {
+		return err
 	}
 	perApp := (o.containers + o.apps - 1) / o.apps
 	fmt.Printf("bench-controller: %d containers, %d hosts, %d apps, period %v, OOM %.0f/s\n",
@@ -138,7 +114,7 @@ func run(o opts) error {
 	for a := range o.apps {
 		spec := server.AppSpec{Name: fmt.Sprintf("app%03d", a), CPUCores: 0.5 * float64(perApp),
 			MemoryBytes: int64(perApp) * 256 * mib, Sigma: 0.2}
-		if err := postJSON("PUT", admin+"/v1/apps/"+spec.Name, spec, nil); err != nil {
+		if err := admin.PutApp(ctx, spec); err != nil {
 			return err
 		}
 	}
@@ -172,8 +148,8 @@ func run(o opts) error {
 	fmt.Printf("bench-controller: registered %d containers; waiting for bootstrap\n", o.containers)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var apps []server.AppState
-		if err := getJSON(admin+"/v1/apps", &apps); err != nil {
+		apps, err := admin.Apps(ctx)
+		if err != nil {
 			return err
 		}
 		n := 0
@@ -279,8 +255,8 @@ func run(o opts) error {
 	}
 	fmt.Printf("bench-controller: warming up for %v\n", o.warmup)
 	time.Sleep(o.warmup)
-	var before server.Stats
-	if err := postJSON("POST", admin+"/v1/stats/reset", nil, &before); err != nil {
+	before, err := admin.ResetStats(ctx)
+	if err != nil {
 		return err
 	}
 	cpu0, err := procCPU(o.pid)
@@ -296,24 +272,22 @@ func run(o opts) error {
 	for el := time.Duration(0); el < o.run; el += 5 * time.Second {
 		time.Sleep(min(5*time.Second, o.run-el))
 		c, _ := procCPU(o.pid)
-		var st server.Stats
-		getJSON(admin+"/v1/stats", &st)
+		st, _ := admin.Stats(ctx)
 		fmt.Printf("  t=%4.0fs controller %.3f cores, decisions %d (p99 %d us), stats %d\n",
 			time.Since(t0).Seconds(), (c-cpu0)/o.clkTck/time.Since(t0).Seconds(), st.Decisions, st.DecisionLatencyP99Us,
 			st.TelemetryStats-before.TelemetryStats)
 	}
 	cpu1, _ := procCPU(o.pid)
 	wall := time.Since(t0).Seconds()
-	var after server.Stats
-	if err := getJSON(admin+"/v1/stats", &after); err != nil {
+	after, err := admin.Stats(ctx)
+	if err != nil {
 		return err
 	}
 	sent1 := uint64(0)
 	for _, s := range sims {
 		sent1 += s.d.UDPStats.Load()
 	}
-	var state server.State
-	getJSON(admin+"/v1/state", &state)
+	apps, _ := admin.Apps(ctx)
 	close(stop)
 	wg.Wait()
 
@@ -325,7 +299,7 @@ func run(o opts) error {
 		dropped += v - before.Dropped[k]
 	}
 	overOmega := 0
-	for _, a := range state.Apps {
+	for _, a := range apps {
 		if a.CPUAllocatedCores > a.CPUCores+1e-9 {
 			overOmega++
 		}
