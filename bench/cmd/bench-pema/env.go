@@ -16,6 +16,7 @@ import (
 	"github.com/escra-dev/escra/controller/pemaloop"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/internal/pemaapp"
 )
 
 // env is what every phase shares.
@@ -24,7 +25,7 @@ type env struct {
 	cli   *client.Client
 	img   string
 	srv   *server.Server
-	svcs  []bp.Service
+	svcs  []pemaapp.Service
 	slo   time.Duration
 	ctx   context.Context
 	phase int
@@ -67,9 +68,9 @@ func removeOurs(cli *client.Client) {
 }
 
 // start runs the app's containers (labelled into app when app != "").
-func (e *env) start(app string) (*bp.Running, error) {
+func (e *env) start(app string) (*pemaapp.Running, error) {
 	e.phase++
-	ports, err := bp.AssignPorts(e.svcs)
+	ports, err := pemaapp.AssignPorts(e.svcs)
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +79,7 @@ func (e *env) start(app string) (*bp.Running, error) {
 		labels[containers.AppLabel] = app
 	}
 	prefix := fmt.Sprintf("pema-bench-%d-%d", os.Getpid(), e.phase)
-	r, err := bp.Start(e.ctx, e.cli, e.img, prefix, labels, e.svcs, e.o.omega/float64(len(e.svcs)), ports)
+	r, err := pemaapp.Start(e.ctx, e.cli, e.img, prefix, labels, e.svcs, e.o.omega/float64(len(e.svcs)), ports)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +98,7 @@ func (e *env) start(app string) (*bp.Running, error) {
 // measure runs the client against url for steps intervals while the
 // sampler records the allocation; during(i) runs at the start of each
 // interval i (RULE acts there).
-func (e *env) measure(name, policy string, r *bp.Running, url string, rate func(time.Duration) float64, steps int,
+func (e *env) measure(name, policy string, r *pemaapp.Running, url string, rate func(time.Duration) float64, steps int,
 	during func(i int, s *bp.Sampler)) (*Phase, error) {
 	gs, err := bp.Groups(e.ctx, e.cli, r)
 	if err != nil {
@@ -117,7 +118,7 @@ func (e *env) measure(name, policy string, r *bp.Running, url string, rate func(
 	wait()
 	span := time.Duration(steps) * e.o.interval
 	ph := &Phase{Name: name, Policy: policy}
-	for _, w := range bp.Windows(cl.Samples(), e.o.interval, span) {
+	for _, w := range pemaapp.Windows(cl.Samples(), e.o.interval, span) {
 		ph.P95ms = append(ph.P95ms, float64(w.P95)/1e6)
 		ph.RPS = append(ph.RPS, w.RPS)
 		ph.SLOms = append(ph.SLOms, float64(e.slo)/1e6)
@@ -145,7 +146,7 @@ func (e *env) measure(name, policy string, r *bp.Running, url string, rate func(
 }
 
 // died lists the app's services that stopped during a phase, and says so.
-func (e *env) died(phase string, r *bp.Running) []string {
+func (e *env) died(phase string, r *pemaapp.Running) []string {
 	d, err := r.Died(e.ctx)
 	if err != nil {
 		logf("%s: could not inspect the app's containers: %v", phase, err)
@@ -158,8 +159,8 @@ func (e *env) died(phase string, r *bp.Running) []string {
 
 // drive starts the open-loop client against url and a sampler of gs
 // every second, both until ctx ends; wait returns once both stopped.
-func drive(ctx context.Context, url string, rate func(time.Duration) float64, seed uint64, gs []*bp.Group, start time.Time) (*bp.Client, *bp.Sampler, func()) {
-	cl := &bp.Client{URL: url, Rate: rate, Seed: seed, Timeout: 3 * time.Second}
+func drive(ctx context.Context, url string, rate func(time.Duration) float64, seed uint64, gs []*bp.Group, start time.Time) (*pemaapp.Client, *bp.Sampler, func()) {
+	cl := &pemaapp.Client{URL: url, Rate: rate, Seed: seed, Timeout: 3 * time.Second}
 	smp := &bp.Sampler{Groups: gs}
 	var wg sync.WaitGroup
 	wg.Add(2)

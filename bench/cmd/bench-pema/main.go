@@ -28,11 +28,11 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/escra-dev/escra/bench/images"
-	bp "github.com/escra-dev/escra/bench/pema"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/controller/store"
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/internal/pemaapp"
 )
 
 type opts struct {
@@ -237,7 +237,7 @@ func run(o opts) error {
 	unit := max(1, int(math.Round(float64(o.hashesPerMs)*o.msCPU)))
 	loads := sampleLoad(ctx, 10*time.Second)
 	e := &env{o: o, cli: cli, img: img, srv: srv, ctx: ctx,
-		svcs: bp.WithArgs(bp.SixServices(), "-hashes-per-ms", fmt.Sprint(unit))}
+		svcs: pemaapp.WithArgs(pemaapp.SixServices(), "-hashes-per-ms", fmt.Sprint(unit))}
 	begin := time.Now()
 	logf("work unit: %d SHA-256 rounds per ms of CPU time; every container burns %d per ms of -ms (%.2f ms of CPU)", o.hashesPerMs, unit, o.msCPU)
 	logf("machine: %d CPUs online; client on %q, app on cpuset %q; the machine is shared with other engineers' jobs", numCPU(), o.clientCPUs, o.appCPUs)
@@ -358,7 +358,7 @@ func resummarize(o opts) error {
 	if err := json.Unmarshal(b, &ps); err != nil {
 		return err
 	}
-	e := &env{o: o, svcs: bp.SixServices()}
+	e := &env{o: o, svcs: pemaapp.SixServices()}
 	for _, p := range ps {
 		if p.Name == "rule" && len(p.SLOms) > 0 {
 			e.slo = time.Duration(p.SLOms[0] * 1e6)

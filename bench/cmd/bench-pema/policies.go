@@ -11,6 +11,7 @@ import (
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/internal/pemaapp"
 )
 
 // floorCores is every policy's smallest limit (the controller's cpu_floor
@@ -41,7 +42,7 @@ func (e *env) optm() (*Phase, error) {
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	cl := &bp.Client{URL: e.url(r.Entry()), Rate: fixedRate(e.o.rps), Seed: e.o.seed + 1000, Timeout: 3 * time.Second}
+	cl := &pemaapp.Client{URL: e.url(r.Entry()), Rate: fixedRate(e.o.rps), Seed: e.o.seed + 1000, Timeout: 3 * time.Second}
 	done := make(chan struct{})
 	t0 := time.Now()
 	go func() { defer close(done); cl.Run(ctx) }()
@@ -58,7 +59,7 @@ func (e *env) optm() (*Phase, error) {
 				lat = append(lat, s.Latency)
 			}
 		}
-		return bp.P95(lat)
+		return pemaapp.P95(lat)
 	}
 	// A trial holds when the p95 of two consecutive windows pooled meets
 	// the SLO: "repeated runs", without one noisy window of this shared
@@ -138,7 +139,7 @@ func (e *env) escra(name, app string, rate func(time.Duration) float64, steps in
 // pemaRun runs the pema policy for steps intervals, then cuts the SLO to
 // 0.6× for sloSteps more (Fig 20).
 func (e *env) pemaRun(name, app string, rate func(time.Duration) float64, steps, sloSteps int, ranges []float64) (*Phase, error) {
-	ports, err := bp.AssignPorts(e.svcs)
+	ports, err := pemaapp.AssignPorts(e.svcs)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +155,7 @@ func (e *env) pemaRun(name, app string, rate func(time.Duration) float64, steps,
 	}
 	e.phase++
 	labels := map[string]string{"escra.bench": "pema", containers.AppLabel: app}
-	r, err := bp.Start(e.ctx, e.cli, e.img, fmt.Sprintf("pema-bench-%d-%d", os.Getpid(), e.phase), labels, e.svcs,
+	r, err := pemaapp.Start(e.ctx, e.cli, e.img, fmt.Sprintf("pema-bench-%d-%d", os.Getpid(), e.phase), labels, e.svcs,
 		e.o.omega/float64(len(e.svcs)), ports)
 	if err != nil {
 		return nil, err

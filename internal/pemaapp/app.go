@@ -1,9 +1,9 @@
-// Package pema is issue 16's reproduction of seed 002 at this machine's
-// scale: a multi-service app of demo-http containers (a frontend fanning
-// out to chains), an open-loop Poisson client, and the policies compared
-// (PEMA, RULE, OPTM, Escra). cmd/bench-pema drives it; the daemon's e2e
-// test reuses the app.
-package pema
+// Package pemaapp is the multi-service app of the PEMA experiments at
+// this machine's scale: demo-http containers (a frontend fanning out to
+// chains) and an open-loop Poisson client that measures its latency.
+// bench/cmd/bench-pema compares the policies on it; the daemon's e2e
+// test of the pema policy reuses it.
+package pemaapp
 
 import (
 	"context"
@@ -37,7 +37,7 @@ func WithArgs(svcs []Service, args ...string) []Service {
 }
 
 // SixServices: front → {a1 → a2 → a3, b1 → b2}, uneven costs, so the
-// distribution of CPU matters (seed 002 Fig 5).
+// distribution of CPU matters (PEMA Fig 5).
 func SixServices() []Service {
 	return []Service{
 		{Name: "front", Next: []string{"a1", "b1"}, Scale: 0.5},

@@ -1,4 +1,4 @@
-package pema
+package pemaapp
 
 import (
 	"context"
