@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/pema"
 	"github.com/escra-dev/escra/controller/pemaloop"
@@ -23,13 +22,14 @@ import (
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/dockertest"
 	"github.com/escra-dev/escra/internal/pemaapp"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 func TestPEMACutsCPUWhileSLOHoldsThenRollsBackOnViolation(t *testing.T) {
 	cli := dockertest.Client(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	img, err := (&images.Builder{Docker: cli, RepoRoot: dockertest.RepoRoot()}).Build(ctx, images.DemoHTTP)
+	img, err := (&workloadimages.Builder{Docker: cli, RepoRoot: dockertest.RepoRoot()}).Build(ctx, workloadimages.DemoHTTP)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,11 +13,11 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/prometheus/procfs"
 
-	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/bench/policy"
 	"github.com/escra-dev/escra/bench/sampler"
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/internal/procstat"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 // batchRun is a best-effort CPU spinner co-located with the app under
@@ -88,7 +88,7 @@ func (b *batchRun) suspend(ctx context.Context) {
 func (c Config) startBatch(ctx context.Context) (*batchRun, error) {
 	name := "escra-bench-batch"
 	c.Docker.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
-	cr, err := c.Docker.ContainerCreate(ctx, &container.Config{Image: c.Images[images.Spin.Name],
+	cr, err := c.Docker.ContainerCreate(ctx, &container.Config{Image: c.Images[workloadimages.Spin.Name],
 		Cmd: []string{"-threads", strconv.Itoa(max(1, int(math.Ceil(c.AppCores))))}, Labels: map[string]string{"escra.bench": "1"}},
 		&container.HostConfig{NetworkMode: "none", Resources: container.Resources{CPUShares: 2, CpusetCpus: c.AppCPUs,
 			NanoCPUs: int64(0.01 * 1e9)}}, nil, nil, name)

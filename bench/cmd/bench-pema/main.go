@@ -27,12 +27,12 @@ import (
 
 	"github.com/docker/docker/client"
 
-	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/controller/store"
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/pemaapp"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 type opts struct {
@@ -164,11 +164,11 @@ func run(o opts) error {
 		return err
 	}
 	defer cli.Close()
-	root, err := images.RepoRoot(".")
+	root, err := workloadimages.RepoRoot(".")
 	if err != nil {
 		return err
 	}
-	img, err := (&images.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { logf("%s", s) }}).Build(ctx, images.DemoHTTP)
+	img, err := (&workloadimages.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { logf("%s", s) }}).Build(ctx, workloadimages.DemoHTTP)
 	if err != nil {
 		return err
 	}

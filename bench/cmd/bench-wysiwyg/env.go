@@ -21,12 +21,12 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	"golang.org/x/sys/unix"
 
-	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/dockertest"
 	"github.com/escra-dev/escra/internal/peer"
+	"github.com/escra-dev/escra/internal/workloadimages"
 	"github.com/escra-dev/escra/internal/wysiwyg"
 )
 
@@ -61,11 +61,11 @@ func newEnv(ctx context.Context, log *slog.Logger) (*env, error) {
 		return nil, errors.New("needs the cgroup v1 cpuset controller at /sys/fs/cgroup/cpuset")
 	}
 	e := &env{cli: cli}
-	repo, err := images.RepoRoot(".")
+	repo, err := workloadimages.RepoRoot(".")
 	if err != nil {
 		return nil, err
 	}
-	b := &images.Builder{Docker: cli, RepoRoot: repo, Log: func(s string) { say("%s", s) }}
+	b := &workloadimages.Builder{Docker: cli, RepoRoot: repo, Log: func(s string) { say("%s", s) }}
 	if e.nginx, err = b.Build(ctx, nginxAuto); err != nil {
 		return nil, err
 	}

@@ -14,10 +14,10 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
-	"github.com/escra-dev/escra/bench/load"
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/dockertest"
+	"github.com/escra-dev/escra/internal/load"
 	"github.com/escra-dev/escra/internal/wysiwyg"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )

@@ -3,12 +3,12 @@ package main
 import (
 	"fmt"
 
-	"github.com/escra-dev/escra/bench/images"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 var busyboxLinks = []string{"sh", "nproc", "sed", "cat", "sleep", "grep", "wc"}
 
-func fillBusybox(r *images.Rootfs) error {
+func fillBusybox(r *workloadimages.Rootfs) error {
 	if err := r.HostFile("/bin/busybox", "/bin/busybox"); err != nil {
 		return fmt.Errorf("busybox (Debian busybox-static): %w", err)
 	}
@@ -24,9 +24,9 @@ func fillBusybox(r *images.Rootfs) error {
 // nginxAuto is Debian's nginx with worker_processes auto: nginx counts
 // sysconf(_SC_NPROCESSORS_ONLN), which glibc reads from
 // /sys/devices/system/cpu/online.
-var nginxAuto = images.Spec{
+var nginxAuto = workloadimages.Spec{
 	Name: "wys-nginx",
-	Fill: func(_ string, r *images.Rootfs) error {
+	Fill: func(_ string, r *workloadimages.Rootfs) error {
 		if err := r.HostBinary("/usr/sbin/nginx"); err != nil {
 			return fmt.Errorf("nginx (Debian nginx-light): %w", err)
 		}
@@ -35,8 +35,8 @@ var nginxAuto = images.Spec{
 		}
 		r.Dir("/var/log/nginx", 0o755)
 		r.Dir("/var/lib/nginx", 0o755)
-		for p, n := range images.NginxFiles {
-			r.File(p, 0o644, images.CompressibleText(n, int64(n)))
+		for p, n := range workloadimages.NginxFiles {
+			r.File(p, 0o644, workloadimages.CompressibleText(n, int64(n)))
 		}
 		r.File("/etc/wys-nginx.conf.in", 0o644, []byte(nginxConf))
 		return nil
@@ -77,10 +77,10 @@ http {
 `
 
 // goworkImg is a Go program with the runtime's defaults (gowork/).
-var goworkImg = images.Spec{
+var goworkImg = workloadimages.Spec{
 	Name: "wys-gowork",
-	Fill: func(repo string, r *images.Rootfs) error {
-		b, err := images.GoBinary(repo, "bench/cmd/bench-wysiwyg/gowork")
+	Fill: func(repo string, r *workloadimages.Rootfs) error {
+		b, err := workloadimages.GoBinary(repo, "bench/cmd/bench-wysiwyg/gowork")
 		if err != nil {
 			return err
 		}
@@ -90,9 +90,9 @@ var goworkImg = images.Spec{
 	Changes: []string{`ENTRYPOINT ["/bin/sh", "-c"]`},
 }
 
-var sysbenchImg = images.Spec{
+var sysbenchImg = workloadimages.Spec{
 	Name: "wys-sysbench",
-	Fill: func(_ string, r *images.Rootfs) error {
+	Fill: func(_ string, r *workloadimages.Rootfs) error {
 		if err := r.HostBinary("/usr/bin/sysbench"); err != nil {
 			return fmt.Errorf("sysbench (Debian sysbench): %w", err)
 		}

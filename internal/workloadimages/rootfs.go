@@ -1,9 +1,10 @@
-// Package images builds the benchmark's container images locally, without
-// a registry (house rule): a root filesystem assembled in memory — static Go
+// Package workloadimages builds the container images of the workloads the
+// benchmarks, the e2e tests and the demo run, locally, without a registry
+// (house rule): a root filesystem assembled in memory — static Go
 // binaries, or Debian programs copied with their shared-library closure —
 // is tarred deterministically and `docker import`ed. The tag is the content
-// hash, so building again is a no-op (issue 7, workloads).
-package images
+// hash, so building again is a no-op.
+package workloadimages
 
 import (
 	"archive/tar"

@@ -11,7 +11,7 @@ import (
 	"syscall"
 )
 
-// gzip at level 9 of multi-MiB text makes every request CPU-bound (issue 7).
+// gzip at level 9 of multi-MiB text makes every request CPU-bound.
 const conf = `worker_processes %d;
 daemon off;
 master_process on;

@@ -1,6 +1,6 @@
-package images
+package workloadimages
 
-// MuFunction is a Mu function replica (issue 15): the queue proxy as the
+// MuFunction is a Mu function replica: the queue proxy as the
 // entrypoint, supervising demo-http as its child (the sidecar process
 // shares the replica's cgroup, so its CPU is charged to the function's
 // budget, and it starts and dies with it). Name carries the mu- prefix of

@@ -1,4 +1,4 @@
-package images
+package workloadimages
 
 import (
 	"bytes"
@@ -85,7 +85,7 @@ func fillNginx(repoRoot string, r *Rootfs) error {
 	if err := r.HostBinary("/usr/sbin/nginx"); err != nil {
 		return fmt.Errorf("nginx (Debian nginx-light, installed by scripts/setup.sh): %w", err)
 	}
-	entry, err := GoBinary(repoRoot, "bench/images/nginxentry")
+	entry, err := GoBinary(repoRoot, "internal/workloadimages/nginxentry")
 	if err != nil {
 		return err
 	}

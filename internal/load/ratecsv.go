@@ -14,7 +14,7 @@ import (
 
 // RateCSV replays a per-second rate trace: Poisson arrivals at Rates[i]
 // req/s during second i (a real trace, e.g. Azure Functions' per-minute
-// counts replayed one minute per second as seed 003 §4 does, drops in as a
+// counts replayed one minute per second as Mu §4 does, drops in as a
 // CSV file). After the last second the rate is 0.
 type RateCSV struct {
 	Label string

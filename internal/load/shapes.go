@@ -2,7 +2,7 @@
 // HTTP load through vegeta (no coordinated omission: requests leave on a
 // precomputed schedule whatever the server does), and wrappers around wrk
 // (nginx) and redis-benchmark (redis) that parse their output into the same
-// Result. Load shapes follow seed 000 §VI-A, scaled to this machine.
+// Result. Load shapes follow Escra §VI-A, scaled to this machine.
 package load
 
 import (
@@ -21,7 +21,7 @@ type Shape interface {
 	Schedule(d time.Duration) []time.Duration
 }
 
-// Fixed sends at a constant rate, evenly spaced (seed 000: 400 req/s).
+// Fixed sends at a constant rate, evenly spaced (Escra: 400 req/s).
 type Fixed struct{ RPS float64 }
 
 func (f Fixed) Name() string               { return "fixed" }
@@ -42,7 +42,7 @@ func (f Fixed) Schedule(d time.Duration) []time.Duration {
 }
 
 // Exp sends with exponentially distributed inter-arrival times of mean
-// 1/RPS, a Poisson process (seed 000: λ = 300 req/s).
+// 1/RPS, a Poisson process (Escra: λ = 300 req/s).
 type Exp struct {
 	RPS  float64
 	Seed int64
@@ -55,7 +55,7 @@ func (e Exp) Schedule(d time.Duration) []time.Duration {
 }
 
 // Burst sends Base req/s evenly plus, for BurstLen of every Every, an
-// additional Poisson stream of BurstRPS (seed 000: 50 req/s plus a 10 s
+// additional Poisson stream of BurstRPS (Escra: 50 req/s plus a 10 s
 // burst at λ = 600 every 20 s).
 type Burst struct {
 	Base, BurstRPS  float64
@@ -186,7 +186,7 @@ func merge(a, b []time.Duration) []time.Duration {
 	return out
 }
 
-// SeedShapes returns the four shapes of seed 000 §VI-A with every rate
+// SeedShapes returns the four shapes of Escra §VI-A with every rate
 // multiplied by scale (the seed's rates are for 3 × 20-core workers; the
 // driver picks scale per workload so the app needs ~0.3–1 of our 2 cores).
 func SeedShapes(scale float64, seed int64) []Shape {
