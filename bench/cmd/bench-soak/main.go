@@ -8,13 +8,13 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -55,7 +55,7 @@ func main() {
 	flag.Float64Var(&o.churnRate, "churn-rate", 5, "containers replaced per second (all hosts)")
 	flag.DurationVar(&o.reconnectEvery, "reconnect-every", time.Minute, "one host drops its session and reconnects this often")
 	flag.Parse()
-	if err := adminClient(o.certs); err != nil {
+	if err := adminClient(o.certs, o.admin); err != nil {
 		fmt.Fprintln(os.Stderr, "soak:", err)
 		os.Exit(1)
 	}
@@ -110,7 +110,7 @@ type sample struct {
 }
 
 func scrape(admin string) (sample, error) {
-	r, err := adminHTTP.Get(adminScheme + admin + "/metrics")
+	r, err := ctl.HTTPClient().Get(ctl.URL() + "/metrics")
 	if err != nil {
 		return sample{}, err
 	}
@@ -287,7 +287,7 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	drops0, err := controllerDrops(o.admin)
+	drops0, err := controllerDrops()
 	if err != nil {
 		return err
 	}
@@ -314,7 +314,7 @@ func run(o opts) error {
 	if err != nil {
 		return err
 	}
-	drops1, err := controllerDrops(o.admin)
+	drops1, err := controllerDrops()
 	if err != nil {
 		return err
 	}
@@ -407,40 +407,29 @@ var expectedKinds = map[string]string{
 
 // controllerDrops reads the controller's dropped-input counters by reason
 // (its /v1/stats); the soak reports how many grew during the run.
-func controllerDrops(admin string) (map[string]uint64, error) {
-	r, err := adminHTTP.Get(adminScheme + admin + "/v1/stats")
+func controllerDrops() (map[string]uint64, error) {
+	st, err := ctl.Stats(context.Background())
 	if err != nil {
-		return nil, err
-	}
-	defer r.Body.Close()
-	var st struct {
-		Dropped map[string]uint64 `json:"dropped"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&st); err != nil {
 		return nil, err
 	}
 	return st.Dropped, nil
 }
 
-// The admin API is HTTPS with the admin's certificate when the controller
-// runs with certificates (escractl certs wrote admin.pem beside the hosts').
-var (
-	adminHTTP   = http.DefaultClient
-	adminScheme = "http://"
-)
+// ctl is the controller's admin API: HTTPS with the admin's certificate
+// when the controller runs with certificates (escractl certs wrote
+// admin.pem beside the hosts'), plain HTTP otherwise.
+var ctl *adminclient.Client
 
-func adminClient(certs string) error {
+func adminClient(certs, addr string) error {
+	var err error
 	if certs == "" {
-		return nil
+		ctl, err = adminclient.New(addr)
+		return err
 	}
 	tc, err := adminclient.OperatorTLS(certs, auth.RoleAdmin)
 	if err != nil {
 		return err
 	}
-	c, err := adminclient.NewTLS("127.0.0.1:1", tc)
-	if err != nil {
-		return err
-	}
-	adminHTTP, adminScheme = c.HTTPClient(), "https://"
-	return nil
+	ctl, err = adminclient.NewTLS(addr, tc)
+	return err
 }
