@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/prometheus/procfs"
 
 	"github.com/escra-dev/escra/bench/policy"
 	"github.com/escra-dev/escra/bench/sampler"
@@ -167,19 +166,13 @@ func cpuBusy(cpus []int) float64 {
 	if len(cpus) == 0 {
 		return 0
 	}
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return 0
-	}
-	st, err := fs.Stat()
+	m, err := procstat.CPUs()
 	if err != nil {
 		return 0
 	}
 	total := 0.0
 	for _, c := range cpus {
-		if t, ok := st.CPU[int64(c)]; ok {
-			total += t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ + t.Steal
-		}
+		total += m[c].Busy
 	}
 	return total
 }

@@ -1,7 +1,8 @@
-// Package procstat reads /proc/PID/stat, the one place the repository
-// does. It is a thin layer over github.com/prometheus/procfs, whose
-// parser takes the command name up to the last ')', so a name with
-// spaces or parentheses cannot shift the fields after it.
+// Package procstat reads /proc/PID/stat (and each CPU's line of
+// /proc/stat), the one place the repository does. It is a thin layer over
+// github.com/prometheus/procfs, whose parser takes the command name up to
+// the last ')', so a name with spaces or parentheses cannot shift the
+// fields after it.
 package procstat
 
 import (

@@ -91,3 +91,25 @@ func TestReadGoneProcess(t *testing.T) {
 		t.Fatalf("threads: got %v, want not-exist", err)
 	}
 }
+
+func TestCPUsSplitsBusyFromIdle(t *testing.T) {
+	m, err := cpusIn(testFS(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// USER_HZ ticks: cpu0 busy 100+10+50+5+3+1, idle 2500+25.
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	if len(m) != 2 || !near(m[0].Busy, 1.69) || !near(m[0].Idle, 25.25) || !near(m[1].Busy, 2.67) || !near(m[1].Idle, 25.25) {
+		t.Fatalf("%+v", m)
+	}
+}
+
+func TestCPUsOfThisHost(t *testing.T) {
+	m, err := CPUs()
+	if err != nil || len(m) == 0 {
+		t.Fatalf("%d CPUs, %v", len(m), err)
+	}
+	if c, ok := m[0]; !ok || c.Busy <= 0 || c.Idle < 0 {
+		t.Fatalf("cpu0: %+v", m[0])
+	}
+}

@@ -72,8 +72,8 @@ func (e *env) cpuUse(ctx context.Context, id string, f func() error) (usage, err
 	var busy, idle float64
 	for _, c := range r.appCPUs {
 		a, b := s0[c], s1[c]
-		busy += float64(b.busy - a.busy)
-		idle += float64(b.idle - a.idle)
+		busy += b.Busy - a.Busy
+		idle += b.Idle - a.Idle
 	}
 	if tot := busy + idle; tot > 0 {
 		n := float64(len(r.appCPUs))
@@ -123,35 +123,9 @@ func busyProcs(a, b map[int]uint64, d time.Duration) int {
 	return n
 }
 
-type cpuTicks struct{ busy, idle uint64 }
-
-// procStat reads each CPU's busy and idle ticks (idle + iowait) from
+// procStat reads each CPU's busy and idle time (idle + iowait) from
 // /proc/stat; nil when unreadable.
-func procStat() map[int]cpuTicks {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return nil
-	}
-	m := map[int]cpuTicks{}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 9 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
-			continue
-		}
-		c, err := strconv.Atoi(f[0][3:])
-		if err != nil {
-			continue
-		}
-		var t cpuTicks
-		for i := 1; i <= 8; i++ { // user nice system idle iowait irq softirq steal
-			v, _ := strconv.ParseUint(f[i], 10, 64)
-			if i == 4 || i == 5 {
-				t.idle += v
-			} else {
-				t.busy += v
-			}
-		}
-		m[c] = t
-	}
+func procStat() map[int]procstat.CPU {
+	m, _ := procstat.CPUs()
 	return m
 }
