@@ -1,5 +1,5 @@
-// Command depsched is make bench-depsched: dependency-aware scheduling's simulation (§6) at
-// its default setting through the controller/placement profiles, the
+// Command bench-depsched is make bench-depsched: the simulation of
+// dependency-aware scheduling (§6) at its default setting through the controller/placement profiles, the
 // scheduling-time measurement of §7.2, and (with -real) the benchmark on
 // real engines and a real registry. It writes results/depsched/summary.json
 // (flat keys), report.txt and the figures (fig3.svg, fig5*.svg, fig6.svg).
@@ -277,8 +277,8 @@ func sweeps(base depsim.Config, cp *depsim.Corpus, run func(depsim.Config) (*dep
 	return nil
 }
 
-// schedTime is dependency-aware scheduling §7.2's scheduling computation time: every host
-// pre-warmed with 100 images (~1,000 layers), 1,000 consecutive requests,
+// schedTime is the scheduling computation time of dependency-aware
+// scheduling §7.2: every host pre-warmed with 100 images (~1,000 layers), 1,000 consecutive requests,
 // the wall time of one placement.Schedule each.
 func schedTime() error {
 	cc := depsim.DefaultCorpus()

@@ -8,8 +8,8 @@ import (
 	"strings"
 )
 
-// A minimal SVG line/bar plotter: the figures of dependency-aware scheduling (Fig 3 CDFs,
-// Fig 5 speedup curves, Fig 6 bars) without a plotting dependency.
+// A minimal SVG line/bar plotter: the figures of dependency-aware
+// scheduling (Fig 3 CDFs, Fig 5 speedup curves, Fig 6 bars) without a plotting dependency.
 
 var colours = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"}
 

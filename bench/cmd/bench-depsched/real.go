@@ -32,8 +32,8 @@ import (
 	"github.com/escra-dev/escra/internal/dockertest"
 )
 
-// The real benchmark (dependency-aware scheduling §7.1 at this machine's scale): engines
-// started by scripts/hosts.sh, Debian's docker-registry on 127.0.0.1:5000,
+// The real benchmark (dependency-aware scheduling §7.1 at this machine's
+// scale): engines started by scripts/hosts.sh, Debian's docker-registry on 127.0.0.1:5000,
 // a corpus of synthetic multi-layer images with shared bases, Poisson
 // submissions through the controller's admin API (what escractl apply
 // calls), startup = submission to the container running and registered,

@@ -1,5 +1,5 @@
-// Command faults is make bench-faults: the trust and durability fault checks against the
-// real binaries (bin/), a real etcd and real Docker engines (two private
+// Command bench-faults is make bench-faults: the trust and durability
+// fault checks against the real binaries (bin/), a real etcd and real Docker engines (two private
 // dockerd started by scripts/hosts.sh, one escrad per engine, labelled
 // containers), on kernel-picked ports. It writes
 // results/faults/summary.json (flat keys) and report.txt. Every process it

@@ -1,4 +1,4 @@
-// Command loadgen drives a running escra-controller for `make
+// Command bench-loadgen drives a running escra-controller for `make
 // bench-controller`: N simulated containers on M simulated hosts over
 // loopback (TCP sessions, UDP telemetry every period, OOM requests at a
 // set rate, daemons that ack set-limits and answer reclaims). It measures

@@ -80,7 +80,7 @@ func main() {
 	var o opts
 	flag.StringVar(&o.out, "out", "results/pema", "results directory")
 	flag.StringVar(&o.docs, "docs", "docs/pema", "where the SVG plots go")
-	flag.Float64Var(&o.rps, "rps", 200, "fixed load, requests per second (Fig 11's setting; 200 gives the issue's >= 2,000 requests per 10 s interval, so an interval's p95 rests on ~100 requests above it)")
+	flag.Float64Var(&o.rps, "rps", 200, "fixed load, requests per second (Fig 11's setting; 200 gives >= 2,000 requests per 10 s interval, so an interval's p95 rests on ~100 requests above it)")
 	flag.IntVar(&o.ms, "ms", 1, "CPU per request per hop in ms (times the service's scale)")
 	flag.DurationVar(&o.interval, "interval", 10*time.Second, "PEMA interval (and RULE's, and the SLO window)")
 	flag.DurationVar(&o.slo, "slo", 0, "p95 SLO (0: 3 × the p95 at the ample start, measured first)")

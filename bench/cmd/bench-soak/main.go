@@ -1,4 +1,4 @@
-// Command soak drives a running escra-controller for `make soak`: N
+// Command bench-soak drives a running escra-controller for `make soak`: N
 // simulated containers on M simulated hosts over mutual TLS (telemetry
 // every period, OOM requests, container churn, and now and then a host
 // whose session drops and comes back), for a long time. It reads the
