@@ -163,7 +163,7 @@ func (e *env) oneCase(ctx context.Context, mode string, r int) (caseResult, erro
 
 	// sysbench: the container waits 2 s (escrad places a C1 container
 	// within a second of its start), then sizes its threads with nproc
-	// (sysbench --threads=$(nproc), as WYSIWYG containers run it).
+	// (sysbench --threads=$(nproc), the usual way to size it).
 	name = fmt.Sprintf("%s-sysbench-%s-%d-%d", *namePrefix, mode, os.Getpid(), r)
 	cmd := fmt.Sprintf("sleep 2; echo threads=$(nproc); exec sysbench cpu --threads=$(nproc) --time=%d --percentile=99 run", max(1, int(dur.Seconds())))
 	sid, err := e.start(ctx, name, e.sysb, c1, 100000, nil, []string{cmd})
