@@ -80,7 +80,7 @@ http {
 var goworkImg = workloadimages.Spec{
 	Name: "wys-gowork",
 	Fill: func(repo string, r *workloadimages.Rootfs) error {
-		b, err := workloadimages.GoBinary(repo, "bench/cmd/bench-wysiwyg/gowork")
+		b, err := workloadimages.GoBinary(repo, "workloads/gowork")
 		if err != nil {
 			return err
 		}

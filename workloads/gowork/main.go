@@ -1,4 +1,4 @@
-// Command gowork is bench-wysiwyg's Go program: it sizes its worker pool
+// Command gowork is bench-wysiwyg's Go workload: it sizes its worker pool
 // with the runtime's default GOMAXPROCS (Go ≥ 1.25 derives it from the
 // CPUs it may run on and the cgroup's CPU quota), hashes 64 KiB blocks
 // with that many workers for -for, and prints GOMAXPROCS, blocks per
