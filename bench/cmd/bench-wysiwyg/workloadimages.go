@@ -76,7 +76,7 @@ http {
 }
 `
 
-// goworkImg is a Go program with the runtime's defaults (gowork/).
+// goworkImg is a Go program with the runtime's defaults (workloads/gowork).
 var goworkImg = workloadimages.Spec{
 	Name: "wys-gowork",
 	Fill: func(repo string, r *workloadimages.Rootfs) error {
