@@ -72,12 +72,12 @@ bench-controller: ## controller containers-per-core and decision latency
 
 bench-daemon: ## daemon apply latency, docker update, OOM rescue, CPU per 100 idle containers (~3 min)
 	@scripts/setup.sh
-	$(GO) run ./daemon/cmd/bench-daemon -out results/daemon
+	$(GO) run ./bench/cmd/bench-daemon -out results/daemon
 
-bench-faults: ## issue 12's fault checks: real binaries, real etcd, two real Docker engines (scripts/hosts.sh) with one escrad each; partitions are nft DROP rules inside a network namespace the bench makes, never the host's ruleset (~2 min; root)
+bench-faults: ## the trust and durability fault checks: real binaries, real etcd, two real Docker engines (scripts/hosts.sh) with one escrad each; partitions are nft DROP rules inside a network namespace the bench makes, never the host's ruleset (~2 min; root)
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory build
-	$(GO) run ./controller/bench/faults -out results/faults
+	$(GO) run ./bench/cmd/bench-faults -out results/faults
 
 bench-kernel: ## telemetry backends like for like (kernel+cgroupfs in the VM, bpf+cgroupfs on this host, 100 groups at 100 ms) and OOM rescue -> results/kernel
 	@scripts/kernel-bench.sh
@@ -104,24 +104,24 @@ bpf: ## regenerate daemon/source/bpf's BPF object and Go bindings (clang, llvm, 
 	$(GO) generate ./daemon/source/bpf
 
 bench-bpf: ## bpf vs cgroupfs telemetry on this host's kernel, 100 groups at 100 ms -> results/kernel (~1 min; root)
-	$(GO) run ./daemon/cmd/bench-bpf -out results/kernel
+	$(GO) run ./bench/cmd/bench-bpf -out results/kernel
 
-bench-wysiwyg: ## issue 14 (seed 001): nproc/nginx/sysbench under quota vs WYSIWYG, an Escra run across whole cores, the §V simulation (5-8 min; root)
+bench-wysiwyg: ## WYSIWYG containers: nproc/nginx/sysbench under quota vs WYSIWYG, an Escra run across whole cores, the §V simulation (5-8 min; root)
 	@scripts/setup.sh
-	$(GO) run ./daemon/cmd/bench-wysiwyg -out results/wysiwyg $(BENCH_WYSIWYG_ARGS)
+	$(GO) run ./bench/cmd/bench-wysiwyg -out results/wysiwyg $(BENCH_WYSIWYG_ARGS)
 
-bench-mu: ## seed 003 (Mu): Tables 3 and 5, load balancers, placement simulation (~24 min; root; MU_HOSTS, MU_PARTS, MU_REPS, MU_WARM_SECONDS)
+bench-mu: ## Mu: Tables 3 and 5, load balancers, placement simulation (~24 min; root; MU_HOSTS, MU_PARTS, MU_REPS, MU_WARM_SECONDS)
 	@scripts/setup.sh
 	$(GO) run ./bench/cmd/bench-mu -out results/mu
 
 .PHONY: bench-depsched
-bench-depsched: ## seed 004: simulation, scheduling time, real engines + registry (≤ 20 min; root; PARTS=sim,sched to skip the real part)
+bench-depsched: ## dependency-aware scheduling: simulation, scheduling time, real engines + registry (≤ 20 min; root; PARTS=sim,sched to skip the real part)
 	@scripts/setup.sh
 	@$(MAKE) --no-print-directory build
-	$(GO) run ./controller/bench/depsched -out results/depsched -parts $${PARTS:-sim,sched,real}
+	$(GO) run ./bench/cmd/bench-depsched -out results/depsched -parts $${PARTS:-sim,sched,real}
 
 .PHONY: bench-pema
-bench-pema: ## issue 16: PEMA vs RULE, OPTM and Escra on a six-service app (~25 min; root; writes results/pema and docs/pema/*.svg)
+bench-pema: ## PEMA vs RULE, OPTM and Escra on a six-service app (~25 min; root; writes results/pema and docs/pema/*.svg)
 	@scripts/setup.sh
 	$(GO) build -o $(BIN)/bench-pema ./bench/cmd/bench-pema
 	$(BIN)/bench-pema -out results/pema -docs docs/pema $(PEMA_FLAGS)

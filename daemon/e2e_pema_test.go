@@ -15,26 +15,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/escra-dev/escra/bench/images"
-	benchpema "github.com/escra-dev/escra/bench/pema"
 	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/pema"
 	"github.com/escra-dev/escra/controller/pemaloop"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/dockertest"
+	"github.com/escra-dev/escra/internal/pemaapp"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 func TestPEMACutsCPUWhileSLOHoldsThenRollsBackOnViolation(t *testing.T) {
 	cli := dockertest.Client(t, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	img, err := (&images.Builder{Docker: cli, RepoRoot: dockertest.RepoRoot()}).Build(ctx, images.DemoHTTP)
+	img, err := (&workloadimages.Builder{Docker: cli, RepoRoot: dockertest.RepoRoot()}).Build(ctx, workloadimages.DemoHTTP)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svcs := benchpema.ThreeServices()
-	ports, err := benchpema.AssignPorts(svcs)
+	svcs := pemaapp.ThreeServices()
+	ports, err := pemaapp.AssignPorts(svcs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestPEMACutsCPUWhileSLOHoldsThenRollsBackOnViolation(t *testing.T) {
 	for k, v := range label {
 		labels[k] = v
 	}
-	run, err := benchpema.Start(ctx, cli, img, dockertest.UniqueName("pema-e2e"), labels, svcs, 0.5, ports)
+	run, err := pemaapp.Start(ctx, cli, img, dockertest.UniqueName("pema-e2e"), labels, svcs, 0.5, ports)
 	if run != nil {
 		t.Cleanup(run.Close)
 	}
@@ -63,7 +63,7 @@ func TestPEMACutsCPUWhileSLOHoldsThenRollsBackOnViolation(t *testing.T) {
 
 	// The SLO is set from what this machine gives at the ample start:
 	// 4 × the p95 of a short run straight at the front service.
-	base := &benchpema.Client{URL: fmt.Sprintf("http://%s/chain?ms=2", run.Entry()), Rate: func(time.Duration) float64 { return 100 }, Seed: 1}
+	base := &pemaapp.Client{URL: fmt.Sprintf("http://%s/chain?ms=2", run.Entry()), Rate: func(time.Duration) float64 { return 100 }, Seed: 1}
 	bctx, bcancel := context.WithTimeout(ctx, 2*time.Second)
 	base.Run(bctx)
 	bcancel()
@@ -71,12 +71,12 @@ func TestPEMACutsCPUWhileSLOHoldsThenRollsBackOnViolation(t *testing.T) {
 	for _, x := range base.Samples() {
 		lat = append(lat, x.Latency)
 	}
-	slo := max(4*benchpema.P95(lat), 30*time.Millisecond)
+	slo := max(4*pemaapp.P95(lat), 30*time.Millisecond)
 	if err := loop.SetSLO(slo.Seconds()); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("baseline p95 %v → SLO %v", benchpema.P95(lat), slo)
-	cl := &benchpema.Client{URL: "http://" + loop.ProxyAddr() + "/chain?ms=2", Rate: func(time.Duration) float64 { return 100 }, Seed: 2}
+	t.Logf("baseline p95 %v → SLO %v", pemaapp.P95(lat), slo)
+	cl := &pemaapp.Client{URL: "http://" + loop.ProxyAddr() + "/chain?ms=2", Rate: func(time.Duration) float64 { return 100 }, Seed: 2}
 	go cl.Run(ctx)
 
 	steps := func() []pemaloop.Record {

@@ -21,8 +21,8 @@ import (
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/internal/peer"
 	"github.com/escra-dev/escra/internal/dockertest"
+	"github.com/escra-dev/escra/internal/peer"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 

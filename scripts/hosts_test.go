@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/escra-dev/escra/internal/dockertest"
+	"github.com/escra-dev/escra/internal/procstat"
 )
 
 const (
@@ -58,13 +59,12 @@ func recorded(t *testing.T) map[string]proc {
 }
 
 func running(p proc) bool {
-	b, err := os.ReadFile("/proc/" + p.pid + "/stat")
+	pid, err := strconv.Atoi(p.pid)
 	if err != nil {
 		return false
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	return len(f) > 19 && f[19] == p.start && f[0] != "Z"
+	st, err := procstat.Read(pid)
+	return err == nil && strconv.FormatUint(st.StartTime, 10) == p.start && !st.Zombie()
 }
 
 func engine(t *testing.T, n int) *client.Client {

@@ -17,7 +17,7 @@ VMTEST_TIMEOUT=${VMTEST_TIMEOUT:-1200} VMTEST_BENCH=$out/summary.json vm-tests/r
 	echo
 	cat "$out/summary.json"
 	echo
-	echo "Telemetry (internal/telebench; the host part, make bench-bpf, measures bpf the same way):"
+	echo "Telemetry (bench/telebench; the host part, make bench-bpf, measures bpf the same way):"
 	echo "  100 cgroup v2 groups at a 100 ms CFS period: 10 busy loops under a 1 ms quota (throttled every"
 	echo "  period), 90 light loads (0.3 ms every 100 ms) under 50 ms (never throttled)."
 	echo "  kernel_*: escrad's kernel backend (kmod.Source over escra.ko); cgroupfs_*: escrad's cgroupfs"

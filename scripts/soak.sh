@@ -9,20 +9,20 @@
 # Not part of CI.
 # FAULTS=1: instead, issue 12's randomized fault schedule for SOAK_MINUTES
 # (default 20) on the real binaries and real cgroups (root):
-# controller/bench/faults -soak; results/soak-faults/summary.json.
+# bench/cmd/bench-faults -soak; results/soak-faults/summary.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 if [ "${FAULTS:-0}" = 1 ]; then
 	make --no-print-directory build
-	exec go run ./controller/bench/faults -soak "${SOAK_MINUTES:-20}m" ${SOAK_SEED:+-seed "$SOAK_SEED"} -out "${SOAK_OUT:-results/soak-faults}"
+	exec go run ./bench/cmd/bench-faults -soak "${SOAK_MINUTES:-20}m" ${SOAK_SEED:+-seed "$SOAK_SEED"} -out "${SOAK_OUT:-results/soak-faults}"
 fi
 out=${SOAK_OUT:-results/soak}
 mkdir -p "$out" bin
 minutes=${SOAK_MINUTES:-30}
 hosts=${SOAK_HOSTS:-8}
 CGO_ENABLED=0 go build -trimpath -o bin/escra-controller ./controller/cmd/escra-controller
-go build -o bin/escra-soak ./controller/bench/soak
+go build -o bin/escra-soak ./bench/cmd/bench-soak
 certs=$(mktemp -d)
 names=$(seq -s, -f 'soak%g' 1 "$hosts")
 bin/escractl certs --dir "$certs" --hosts "$names" >/dev/null 2>&1 || go run ./controller/cmd/escractl certs --dir "$certs" --hosts "$names" >/dev/null

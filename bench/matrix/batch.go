@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
-	"github.com/prometheus/procfs"
 
-	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/bench/policy"
 	"github.com/escra-dev/escra/bench/sampler"
 	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/internal/procstat"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 // batchRun is a best-effort CPU spinner co-located with the app under
@@ -87,7 +87,7 @@ func (b *batchRun) suspend(ctx context.Context) {
 func (c Config) startBatch(ctx context.Context) (*batchRun, error) {
 	name := "escra-bench-batch"
 	c.Docker.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
-	cr, err := c.Docker.ContainerCreate(ctx, &container.Config{Image: c.Images[images.Spin.Name],
+	cr, err := c.Docker.ContainerCreate(ctx, &container.Config{Image: c.Images[workloadimages.Spin.Name],
 		Cmd: []string{"-threads", strconv.Itoa(max(1, int(math.Ceil(c.AppCores))))}, Labels: map[string]string{"escra.bench": "1"}},
 		&container.HostConfig{NetworkMode: "none", Resources: container.Resources{CPUShares: 2, CpusetCpus: c.AppCPUs,
 			NanoCPUs: int64(0.01 * 1e9)}}, nil, nil, name)
@@ -166,38 +166,25 @@ func cpuBusy(cpus []int) float64 {
 	if len(cpus) == 0 {
 		return 0
 	}
-	fs, err := procfs.NewDefaultFS()
-	if err != nil {
-		return 0
-	}
-	st, err := fs.Stat()
+	m, err := procstat.CPUs()
 	if err != nil {
 		return 0
 	}
 	total := 0.0
 	for _, c := range cpus {
-		if t, ok := st.CPU[int64(c)]; ok {
-			total += t.User + t.Nice + t.System + t.IRQ + t.SoftIRQ + t.Steal
-		}
+		total += m[c].Busy
 	}
 	return total
 }
 
-// userHZ is the clock tick of /proc/PID/stat (100 on Linux).
-const userHZ = 100
-
 // selfCPU is this process's CPU plus that of its waited-for children
 // (wrk, redis-benchmark), in seconds.
 func selfCPU() float64 {
-	p, err := procfs.Self()
+	st, err := procstat.Read(os.Getpid())
 	if err != nil {
 		return 0
 	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0
-	}
-	return st.CPUTime() + float64(st.CUTime+st.CSTime)/userHZ
+	return (st.CPU() + st.ChildrenCPU()).Seconds()
 }
 
 func (c Config) clientRun(w Workload, cell Cell, seed int64, progress func(string)) ClientRun {

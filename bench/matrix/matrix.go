@@ -13,19 +13,19 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
-	"github.com/prometheus/procfs"
 
-	"github.com/escra-dev/escra/bench/load"
 	"github.com/escra-dev/escra/bench/policy"
 	"github.com/escra-dev/escra/bench/report"
 	"github.com/escra-dev/escra/bench/sampler"
 	"github.com/escra-dev/escra/controller/recommender"
+	"github.com/escra-dev/escra/internal/load"
+	"github.com/escra-dev/escra/internal/procstat"
 )
 
 // Config selects what runs.
 type Config struct {
 	Docker    *client.Client
-	Images    map[string]string // image name → tag (bench/images)
+	Images    map[string]string // image name → tag (internal/workloadimages)
 	Workloads []string
 	Loads     []string // "load" (every workload that supports it) or "workload/load"
 	Policies  []string // static15 static10 static075 autopilot vpa10 vpa60 escra
@@ -288,15 +288,11 @@ func procCPU(pid int) float64 {
 	if pid <= 0 {
 		return 0
 	}
-	p, err := procfs.NewProc(pid)
+	st, err := procstat.Read(pid)
 	if err != nil {
 		return 0
 	}
-	st, err := p.Stat()
-	if err != nil {
-		return 0
-	}
-	return st.CPUTime()
+	return st.CPU().Seconds()
 }
 
 // Profile runs every cell once without limits and returns each replica's

@@ -1,19 +1,16 @@
 package matrix
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
-	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/controller/recommender"
+	"github.com/escra-dev/escra/internal/procstat"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 func TestCellsAndValidate(t *testing.T) {
@@ -66,18 +63,18 @@ func TestBatchOnlyWhereThereIsAClient(t *testing.T) {
 
 // engineWith connects to the real engine (closed when the test ends) and
 // builds the images, returning their tags by image name.
-func engineWith(ctx context.Context, t *testing.T, specs ...images.Spec) (*client.Client, map[string]string) {
+func engineWith(ctx context.Context, t *testing.T, specs ...workloadimages.Spec) (*client.Client, map[string]string) {
 	t.Helper()
 	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	root, err := images.RepoRoot(".")
+	root, err := workloadimages.RepoRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &images.Builder{Docker: cli, RepoRoot: root}
+	b := &workloadimages.Builder{Docker: cli, RepoRoot: root}
 	tags := map[string]string{}
 	for _, sp := range specs {
 		if tags[sp.Name], err = b.Build(ctx, sp); err != nil {
@@ -93,7 +90,7 @@ func engineWith(ctx context.Context, t *testing.T, specs ...images.Spec) (*clien
 func TestMatrixOnTheRealEngine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cli, tags := engineWith(ctx, t, images.Memwave, images.Spin)
+	cli, tags := engineWith(ctx, t, workloadimages.Memwave, workloadimages.Spin)
 	// memwave as if it had a client, so the matrix runs its +batch variant.
 	w, _ := WorkloadByName("memwave")
 	w.Name, w.NoClient = "memwave-batch", false
@@ -158,7 +155,7 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 func TestBatchSuspendedBetweenRuns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cli, tags := engineWith(ctx, t, images.Spin)
+	cli, tags := engineWith(ctx, t, workloadimages.Spin)
 	c := Config{Docker: cli, Images: tags, AppCPUs: "0", AppCores: 1, batch: &batchHolder{}}
 	t.Cleanup(func() {
 		cli.ContainerRemove(context.Background(), "escra-bench-batch", container.RemoveOptions{Force: true})
@@ -205,18 +202,12 @@ func TestBatchSuspendedBetweenRuns(t *testing.T) {
 
 // allStopped: every thread of pid is in group stop (state T).
 func allStopped(t *testing.T, pid int) bool {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	tasks, err := procstat.Threads(pid)
 	if err != nil || len(tasks) == 0 {
 		t.Fatalf("threads of %d: %v", pid, err)
 	}
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return false
-		}
-		// state is the first field after the parenthesised command
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+	for _, s := range tasks {
+		if s.State != 'T' {
 			return false
 		}
 	}

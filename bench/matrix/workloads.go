@@ -12,14 +12,14 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/escra-dev/escra/bench/images"
-	"github.com/escra-dev/escra/bench/load"
+	"github.com/escra-dev/escra/internal/load"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 // Workload is one application under test.
 type Workload struct {
 	Name     string
-	Image    images.Spec
+	Image    workloadimages.Spec
 	Replicas int
 	// Cmd is the command of replica i listening on port, given the number
 	// of CPUs the containers under test are pinned to.
@@ -109,7 +109,7 @@ var Workloads = []Workload{
 		// CPU, 1 of 8 holds 4 MiB for 200 ms, so CPU and memory both
 		// follow the load. (Faulting memory in is expensive in this VM:
 		// ≈ 4 µs a page, so a 4 MiB request also costs ≈ 18 ms of CPU.)
-		Name: "demo-http", Image: images.DemoHTTP, Replicas: 2,
+		Name: "demo-http", Image: workloadimages.DemoHTTP, Replicas: 2,
 		Cmd:   func(_, port, _ int) []string { return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)} },
 		Loads: []string{"fixed", "exp", "burst", "trace"},
 		Ready: waitHTTP("/healthz"),
@@ -131,7 +131,7 @@ var Workloads = []Workload{
 		// containers): front → middle → back, each a demo-http container
 		// that burns 2 ms and calls the next over loopback. One app budget
 		// covers all three; the load reaches only the front.
-		Name: "chain", Image: images.DemoHTTP, Replicas: 3,
+		Name: "chain", Image: workloadimages.DemoHTTP, Replicas: 3,
 		Cmd: func(i, port, _ int) []string {
 			args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}
 			if i < 2 {
@@ -153,7 +153,7 @@ var Workloads = []Workload{
 		// split halves one worker's share per connection (p99 ≈ 33 ms
 		// against 20 ms for 4:0 or 2:2 under the same static limit;
 		// docs/benchmarks.md, run M).
-		Name: "nginx", Image: images.Nginx, Replicas: 1,
+		Name: "nginx", Image: workloadimages.Nginx, Replicas: 1,
 		Cmd: func(_, port, cpus int) []string {
 			return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-workers", fmt.Sprint(max(1, cpus))}
 		},
@@ -168,7 +168,7 @@ var Workloads = []Workload{
 		},
 	},
 	{
-		Name: "redis", Image: images.Redis, Replicas: 1,
+		Name: "redis", Image: workloadimages.Redis, Replicas: 1,
 		Cmd:    func(_, port, _ int) []string { return []string{"--port", fmt.Sprint(port)} },
 		Loads:  []string{"redis-benchmark"},
 		Ready:  waitTCP,
@@ -176,7 +176,7 @@ var Workloads = []Workload{
 	},
 	{
 		// No client: the working set waves between 32 and 192 MiB every 20 s.
-		Name: "memwave", Image: images.Memwave, Replicas: 1, NoClient: true,
+		Name: "memwave", Image: workloadimages.Memwave, Replicas: 1, NoClient: true,
 		Cmd:   func(_, _, _ int) []string { return []string{"-min", "32", "-max", "192", "-period", "20s"} },
 		Loads: []string{"wave"},
 		Ready: func(context.Context, []int) error { return nil },

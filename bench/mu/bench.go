@@ -22,8 +22,6 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
-	"github.com/escra-dev/escra/bench/images"
-	"github.com/escra-dev/escra/bench/load"
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/mu"
 	"github.com/escra-dev/escra/controller/mu/gateway"
@@ -31,6 +29,8 @@ import (
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/internal/load"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 // Config is one bench-mu run.
@@ -477,8 +477,8 @@ func Run(ctx context.Context, cfg Config) (map[string]float64, error) {
 		return nil, err
 	}
 	defer dc.Close()
-	b := &images.Builder{Docker: dc, RepoRoot: cfg.RepoRoot, Log: logf}
-	img, err := b.Build(ctx, images.MuFunction)
+	b := &workloadimages.Builder{Docker: dc, RepoRoot: cfg.RepoRoot, Log: logf}
+	img, err := b.Build(ctx, workloadimages.MuFunction)
 	if err != nil {
 		return nil, err
 	}

@@ -13,11 +13,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/escra-dev/escra/bench/load"
 	"github.com/escra-dev/escra/bench/report"
 	"github.com/escra-dev/escra/controller/mu"
 	"github.com/escra-dev/escra/controller/mu/gateway"
 	"github.com/escra-dev/escra/controller/server"
+	"github.com/escra-dev/escra/internal/load"
 )
 
 // Scaled settings (docs/mu.md): each request holds its replica ~ET (demo-

@@ -11,8 +11,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
-	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 func TestOverheadsOnTheRealEngine(t *testing.T) {
@@ -21,13 +21,13 @@ func TestOverheadsOnTheRealEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	root, err := images.RepoRoot(".")
+	root, err := workloadimages.RepoRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	tag, err := (&images.Builder{Docker: cli, RepoRoot: root}).Build(ctx, images.DemoHTTP)
+	tag, err := (&workloadimages.Builder{Docker: cli, RepoRoot: root}).Build(ctx, workloadimages.DemoHTTP)
 	if err != nil {
 		t.Fatal(err)
 	}

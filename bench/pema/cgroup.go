@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/client"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/internal/pemaapp"
 )
 
 // Group reads one container's CPU quota and usage from its cgroup (v1 or
@@ -25,7 +26,7 @@ type Group struct {
 }
 
 // Groups resolves the running containers' cgroups.
-func Groups(ctx context.Context, cli *client.Client, r *Running) ([]*Group, error) {
+func Groups(ctx context.Context, cli *client.Client, r *pemaapp.Running) ([]*Group, error) {
 	var out []*Group
 	for i, id := range r.IDs {
 		j, err := cli.ContainerInspect(ctx, id)

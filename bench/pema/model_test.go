@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	cpema "github.com/escra-dev/escra/controller/pema"
+	"github.com/escra-dev/escra/internal/pemaapp"
 )
 
 // simApp is a clock-free model of the bench's app, fine enough to show
@@ -18,7 +19,7 @@ import (
 // burns, then calls the a-chain and the b-chain in parallel and answers
 // when both have. 1 ms steps. A model, not the measurement.
 type simApp struct {
-	svcs  []Service
+	svcs  []pemaapp.Service
 	work  []float64 // ms of CPU per request per service
 	rps   float64
 	bg    float64 // mean share of the CPU the machine's other jobs take
@@ -27,7 +28,7 @@ type simApp struct {
 }
 
 func newSimApp(rps, msCPU, overhead, bg float64, seed uint64) *simApp {
-	s := &simApp{svcs: SixServices(), rps: rps, bg: bg, rng: rand.New(rand.NewPCG(seed, 7))}
+	s := &simApp{svcs: pemaapp.SixServices(), rps: rps, bg: bg, rng: rand.New(rand.NewPCG(seed, 7))}
 	idx := map[string]int{}
 	for i, v := range s.svcs {
 		idx[v.Name] = i

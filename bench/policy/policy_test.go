@@ -17,11 +17,11 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
-	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/bench/report"
 	"github.com/escra-dev/escra/bench/sampler"
 	"github.com/escra-dev/escra/controller/recommender"
 	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 // recordingApplier stands in for the cgroup in the unit test of Runner.
@@ -111,14 +111,14 @@ func start(t *testing.T, cli *client.Client, img string, cmd ...string) string {
 	return c.ID
 }
 
-func buildImage(t *testing.T, cli *client.Client, spec images.Spec) string {
-	root, err := images.RepoRoot(".")
+func buildImage(t *testing.T, cli *client.Client, spec workloadimages.Spec) string {
+	root, err := workloadimages.RepoRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	tag, err := (&images.Builder{Docker: cli, RepoRoot: root}).Build(ctx, spec)
+	tag, err := (&workloadimages.Builder{Docker: cli, RepoRoot: root}).Build(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func buildImage(t *testing.T, cli *client.Client, spec images.Spec) string {
 // usage capped near 0.2 cores; slack is recorded every 100 ms.
 func TestStaticLimitThrottlesRealContainer(t *testing.T) {
 	cli := dockerClient(t)
-	tag := buildImage(t, cli, images.DemoHTTP)
+	tag := buildImage(t, cli, workloadimages.DemoHTTP)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestStaticLimitThrottlesRealContainer(t *testing.T) {
 // container OOM-killed; WatchOOM reports it and the runner passes it on.
 func TestOOMIsSeen(t *testing.T) {
 	cli := dockerClient(t)
-	tag := buildImage(t, cli, images.Memwave)
+	tag := buildImage(t, cli, workloadimages.Memwave)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	ooms := make(chan string, 4)

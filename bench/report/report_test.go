@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/escra-dev/escra/bench/load"
+	"github.com/escra-dev/escra/internal/load"
 )
 
 // synthetic builds runs with known figures: Escra halves p99.9 latency

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/escra-dev/escra/bench/load"
+	"github.com/escra-dev/escra/internal/load"
 )
 
 // Results is everything one benchmark run measured.

@@ -1,5 +1,5 @@
 // Package adminapi holds the JSON bodies of the controller's admin API
-// (/v1/apps, /v1/containers, /v1/hosts, deploy): one definition that
+// (/v1/apps, /v1/containers, /v1/hosts, deploy, stats): one definition that
 // controller/server encodes and controller/adminclient decodes, so the two
 // cannot drift apart.
 package adminapi

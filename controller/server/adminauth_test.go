@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/escra-dev/escra/controller/adminclient"
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
 // The admin API over HTTPS: anonymous callers and host certificates change

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/ingest"
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/simdaemon"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 )

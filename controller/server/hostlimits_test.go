@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
 // A host certificate limited to some apps (--host-apps) registers only

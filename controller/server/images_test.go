@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
+	"github.com/escra-dev/escra/internal/simdaemon"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 )

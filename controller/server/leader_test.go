@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/controller/store"
 	"github.com/escra-dev/escra/internal/etcdtest"
+	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
 // A leader that loses etcd (the etcd process stopped) gives up within its

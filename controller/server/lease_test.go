@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/events"
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
+	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
 // adminState reads GET /v1/state and checks Σ quotas + Σ leases ≤ Ω for

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
 // lossyRelay forwards datagrams to dst, dropping a share (per mille).

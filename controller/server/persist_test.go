@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/controller/store"
+	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
 // A controller given a store writes what operators define and delete,

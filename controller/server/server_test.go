@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
+	"github.com/escra-dev/escra/internal/simdaemon"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 )

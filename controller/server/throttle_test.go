@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/events"
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
+	"github.com/escra-dev/escra/internal/simdaemon"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 )

@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
-	"github.com/escra-dev/escra/daemon/internal/peer"
 	"github.com/escra-dev/escra/daemon/source"
 	"github.com/escra-dev/escra/daemon/source/cgroupfs"
+	"github.com/escra-dev/escra/internal/peer"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
 	"github.com/escra-dev/escra/daemon/limits"
 	"github.com/escra-dev/escra/internal/wysiwyg"
 	pb "github.com/escra-dev/escra/proto/escrapb"

@@ -12,8 +12,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 
-	"github.com/escra-dev/escra/daemon/internal/peer"
 	"github.com/escra-dev/escra/internal/dockertest"
+	"github.com/escra-dev/escra/internal/peer"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 

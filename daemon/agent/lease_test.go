@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
-	"github.com/escra-dev/escra/daemon/internal/peer"
+	"github.com/escra-dev/escra/internal/peer"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 

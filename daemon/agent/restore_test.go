@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
-	"github.com/escra-dev/escra/daemon/internal/peer"
 	"github.com/escra-dev/escra/daemon/limits"
+	"github.com/escra-dev/escra/internal/peer"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 )
 
 func openTest(t testing.TB, name string) *cgroups.Group {

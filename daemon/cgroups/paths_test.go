@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 )
 
 // The library's path lookup finds a process's real directories: a

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 

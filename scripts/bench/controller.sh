@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make bench-controller: start the real escra-controller as its own
-# process on loopback, drive it with controller/bench/loadgen (N simulated
+# process on loopback, drive it with bench/cmd/bench-loadgen (N simulated
 # containers on M simulated hosts), write results/controller/summary.json
 # and report.md. Knobs: CONTAINERS HOSTS APPS DURATION WARMUP OOM_RATE
 # CONTROLLER_PREFIX; BENCH_TLS=1: mutual TLS and tagged telemetry (writes
@@ -22,7 +22,7 @@ fi
 mkdir -p "$out" bin
 echo "bench-controller: building"
 CGO_ENABLED=0 go build -trimpath -o bin/escra-controller ./controller/cmd/escra-controller
-CGO_ENABLED=0 go build -trimpath -o bin/escra-loadgen ./controller/bench/loadgen
+CGO_ENABLED=0 go build -trimpath -o bin/escra-loadgen ./bench/cmd/bench-loadgen
 
 # The controller is a control-plane daemon: run it at a higher CPU priority
 # than batch work (nice -10), as its service unit would, so that other jobs

@@ -13,7 +13,7 @@ for t in docker wrk redis-benchmark; do
 	command -v "$t" >/dev/null || { echo "bench: $t missing (run make setup)" >&2; exit 1; }
 done
 timeout 10 docker version >/dev/null 2>&1 || { echo "bench: no Docker engine answers (run make setup)" >&2; exit 1; }
-# escrad and escra-controller come from this tree; the workloads from bench/images.
+# escrad and escra-controller come from this tree; the workloads from internal/workloadimages.
 make --no-print-directory build >/dev/null
 
 args=(-out results/bench -bin bin)

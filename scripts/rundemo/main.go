@@ -27,9 +27,9 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
-	"github.com/escra-dev/escra/bench/images"
-	"github.com/escra-dev/escra/bench/load"
 	"github.com/escra-dev/escra/controller/adminclient"
+	"github.com/escra-dev/escra/internal/load"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 func main() {
@@ -62,7 +62,7 @@ func fail(err error) {
 }
 
 func buildImage(ctx context.Context) error {
-	root, err := images.RepoRoot(".")
+	root, err := workloadimages.RepoRoot(".")
 	if err != nil {
 		return err
 	}
@@ -71,8 +71,8 @@ func buildImage(ctx context.Context) error {
 		return err
 	}
 	defer cli.Close()
-	b := &images.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { fmt.Fprintln(os.Stderr, "rundemo:", s) }}
-	tag, err := b.Build(ctx, images.DemoHTTP)
+	b := &workloadimages.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { fmt.Fprintln(os.Stderr, "rundemo:", s) }}
+	tag, err := b.Build(ctx, workloadimages.DemoHTTP)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/internal/dockertest"
+	"github.com/escra-dev/escra/internal/procstat"
 )
 
 var guardPidRe = regexp.MustCompile(`oom_guard_pid=(\d+)`)
@@ -47,9 +48,9 @@ func killDaemonAndGuard(t *testing.T, d *proc) {
 		t.Fatal("escrad did not die on SIGKILL")
 	}
 	within(t, "guard gone", 5*time.Second, func() bool {
-		b, err := os.ReadFile(filepath.Join("/proc", m[1], "stat"))
+		st, err := procstat.Read(guard)
 		// Gone, or a zombie nobody reaped yet: either way it acts no more.
-		return err != nil || strings.Contains(string(b), ") Z ")
+		return err != nil || st.Zombie()
 	})
 }
 

@@ -14,18 +14,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/escra-dev/escra/bench/telebench"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/source/cgroupfs"
 	"github.com/escra-dev/escra/daemon/source/kmod"
-	"github.com/escra-dev/escra/internal/telebench"
 )
 
 // runBench measures the kernel path inside the VM (make bench-kernel):
 // the kernel and cgroupfs telemetry backends side by side at a 100 ms
-// period on 100 groups (internal/telebench, the code bench-bpf runs on the
+// period on 100 groups (bench/telebench, the code bench-bpf runs on the
 // host), and how long a charge stays blocked when a handler grants by
 // raising memory.max: first with the defaults a user gets (escra.ko's
 // oom_timeout_ms, escrad's verdict deadline), then with both raised so a
@@ -69,7 +69,7 @@ func runBench(module, out string) error {
 	return os.WriteFile(out, append(b, '\n'), 0o644)
 }
 
-// The telemetry comparison's plan: the host's (daemon/cmd/bench-bpf).
+// The telemetry comparison's plan: the host's (bench/cmd/bench-bpf).
 const (
 	benchGroups = 100
 	benchBusy   = 10

@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/escra-dev/escra/bench/telebench"
 	"github.com/escra-dev/escra/daemon/source/kmod"
-	"github.com/escra-dev/escra/internal/telebench"
 )
 
 // workloads are subcommands the scenarios start inside cgroups.

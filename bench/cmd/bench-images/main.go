@@ -12,11 +12,11 @@ import (
 
 	"github.com/docker/docker/client"
 
-	"github.com/escra-dev/escra/bench/images"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 func main() {
-	root, err := images.RepoRoot(".")
+	root, err := workloadimages.RepoRoot(".")
 	if err != nil {
 		fail(err)
 	}
@@ -26,7 +26,7 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	b := &images.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { fmt.Fprintln(os.Stderr, "bench-images:", s) }}
+	b := &workloadimages.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { fmt.Fprintln(os.Stderr, "bench-images:", s) }}
 	tags, err := b.BuildAll(ctx)
 	if err != nil {
 		fail(err)

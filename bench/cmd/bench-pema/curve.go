@@ -9,6 +9,7 @@ import (
 	"time"
 
 	bp "github.com/escra-dev/escra/bench/pema"
+	"github.com/escra-dev/escra/internal/pemaapp"
 )
 
 // CurvePoint is the app at one fixed allocation: every service's quota
@@ -23,7 +24,7 @@ type CurvePoint struct {
 }
 
 // Curve is the `-only curve` phase: p95 against allocation, the shape
-// PEMA walks down (seed 002 Fig 7b assumes a slope; docs/pema.md, "The
+// PEMA walks down (PEMA Fig 7b assumes a slope; docs/pema.md, "The
 // latency curve PEMA walks", found a cliff). Not part of `make bench-pema`.
 type Curve struct {
 	UsageCores []float64    `json:"usage_cores"` // per service, ample start
@@ -131,7 +132,7 @@ func (e *env) curve() (*Curve, error) {
 
 // curvePoint runs the app with every service at f × its usage, CFS period
 // per and burst b × quota.
-func (e *env) curvePoint(c *Curve, r *bp.Running, gs []*bp.Group, url string, f float64, per int64, b float64, seed *uint64) (CurvePoint, error) {
+func (e *env) curvePoint(c *Curve, r *pemaapp.Running, gs []*bp.Group, url string, f float64, per int64, b float64, seed *uint64) (CurvePoint, error) {
 	pt := CurvePoint{Factor: f, PeriodUs: per, Burst: b}
 	for i, g := range gs {
 		set, err := bp.SetQuotaBurst(e.ctx, e.cli, g, f*c.UsageCores[i], per, b)
@@ -155,15 +156,15 @@ func (e *env) curvePoint(c *Curve, r *bp.Running, gs []*bp.Group, url string, f 
 
 // runFixed runs the fixed-rate client for d and returns its 5 s windows
 // and the groups' 1 s samples.
-func (e *env) runFixed(url string, gs []*bp.Group, d time.Duration, seed uint64) ([]bp.Window, []bp.Tick) {
+func (e *env) runFixed(url string, gs []*bp.Group, d time.Duration, seed uint64) ([]pemaapp.Window, []bp.Tick) {
 	ctx, cancel := context.WithTimeout(e.ctx, d)
 	defer cancel()
 	cl, smp, wait := drive(ctx, url, fixedRate(e.o.rps), seed, gs, time.Now())
 	wait()
-	return bp.Windows(cl.Samples(), 5*time.Second, d), smp.Ticks()
+	return pemaapp.Windows(cl.Samples(), 5*time.Second, d), smp.Ticks()
 }
 
-func p95s(ws []bp.Window) string {
+func p95s(ws []pemaapp.Window) string {
 	var s []string
 	for _, w := range ws {
 		s = append(s, fmt.Sprintf("%.1f", float64(w.P95)/1e6))

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	bp "github.com/escra-dev/escra/bench/pema"
+	"github.com/escra-dev/escra/internal/pemaapp"
 )
 
 // PEMA's CPU is the mean of the last third of its intervals at the first
@@ -16,7 +16,7 @@ import (
 // 5 intervals → indices 2–4 (0.5, 0.5, 0.5) = 0.5; so PEMA vs RULE 0 %,
 // and against OPTM 0.4: 1.25; 1 of 9 fixed intervals violated.
 func TestSummarizeWindows(t *testing.T) {
-	e := &env{o: opts{rps: 60, interval: 10 * time.Second, pemaSteps: 99}, svcs: bp.SixServices(), slo: 100 * time.Millisecond}
+	e := &env{o: opts{rps: 60, interval: 10 * time.Second, pemaSteps: 99}, svcs: pemaapp.SixServices(), slo: 100 * time.Millisecond}
 	pm := &Phase{Name: "pema", Policy: "pema",
 		CPU:   []float64{1.5, 1.2, 1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.3},
 		Usage: []float64{0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.3, 0.3, 0.3, 0.3, 0.3},

@@ -31,11 +31,11 @@ import (
 	"github.com/docker/docker/client"
 	"golang.org/x/sys/unix"
 
-	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/bench/matrix"
 	"github.com/escra-dev/escra/bench/overhead"
 	"github.com/escra-dev/escra/bench/report"
 	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 func main() {
@@ -179,7 +179,7 @@ func run() error {
 		return err
 	}
 	cfg.Docker = cli
-	root, err := images.RepoRoot(".")
+	root, err := workloadimages.RepoRoot(".")
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func run() error {
 	}
 	say("policy order seed %d (-order-seed %d replays this run's order)", cfg.OrderSeed, cfg.OrderSeed)
 	say("building images")
-	b := &images.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { say("%s", s) }}
+	b := &workloadimages.Builder{Docker: cli, RepoRoot: root, Log: func(s string) { say("%s", s) }}
 	if cfg.Images, err = b.BuildAll(ctx); err != nil {
 		return err
 	}
@@ -574,7 +574,7 @@ func measureOverheads(ctx context.Context, cfg matrix.Config, into map[string]fl
 	name := "escra-bench-overhead"
 	cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
 	port := cfg.BasePort + 50
-	c, err := cli.ContainerCreate(ctx, &container.Config{Image: cfg.Images[images.DemoHTTP.Name],
+	c, err := cli.ContainerCreate(ctx, &container.Config{Image: cfg.Images[workloadimages.DemoHTTP.Name],
 		Cmd: []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}, Labels: map[string]string{"escra.bench": "1"}},
 		&container.HostConfig{NetworkMode: "host"}, nil, nil, name)
 	if err != nil {

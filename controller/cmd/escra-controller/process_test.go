@@ -15,9 +15,9 @@ import (
 
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/allocator"
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
 // The real binary: starts on kernel-picked ports, loads --apps, serves a

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/escra-dev/escra/controller/internal/simdaemon"
 	"github.com/escra-dev/escra/controller/server"
+	"github.com/escra-dev/escra/internal/simdaemon"
 	"github.com/escra-dev/escra/internal/version"
 )
 

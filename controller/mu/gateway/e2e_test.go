@@ -22,7 +22,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
-	"github.com/escra-dev/escra/bench/images"
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/mu"
 	"github.com/escra-dev/escra/controller/mu/gateway"
@@ -30,6 +29,7 @@ import (
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/dockertest"
+	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 func quiet() *slog.Logger {
@@ -49,8 +49,8 @@ func TestGatewayScalesRealReplicasThroughController(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	b := &images.Builder{Docker: cli, RepoRoot: dockertest.RepoRoot()}
-	img, err := b.Build(ctx, images.MuFunction)
+	b := &workloadimages.Builder{Docker: cli, RepoRoot: dockertest.RepoRoot()}
+	img, err := b.Build(ctx, workloadimages.MuFunction)
 	if err != nil {
 		t.Fatal(err)
 	}

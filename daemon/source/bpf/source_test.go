@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 	"github.com/escra-dev/escra/daemon/rescue"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )

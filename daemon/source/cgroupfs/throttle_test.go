@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
-	"github.com/escra-dev/escra/daemon/internal/cgtest"
+	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 )
 
 // fakeGroup is a v1 group of plain files in a temp dir: the watcher reads
