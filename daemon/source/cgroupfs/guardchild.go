@@ -2,7 +2,6 @@ package cgroupfs
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/escra-dev/escra/internal/procstat"
 )
 
 // RunGuard is the guard's main: it returns after escrad's end closed and
@@ -91,13 +92,6 @@ func watchStopped(pid int, every time.Duration, armed func() []string) {
 
 // Stopped reports whether process pid is stopped (state T or t).
 func Stopped(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return false
-	}
-	return b[i+2] == 'T' || b[i+2] == 't'
+	st, err := procstat.Read(pid)
+	return err == nil && st.Stopped()
 }

@@ -1,18 +1,16 @@
 package cgroupfs
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/escra-dev/escra/internal/procstat"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
@@ -305,20 +303,14 @@ func stopAll(t *testing.T, pid int) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	dir := fmt.Sprintf("/proc/%d/task", pid)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		tids, err := os.ReadDir(dir)
+		tids, err := procstat.Threads(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
 		stopped := 0
-		for _, tid := range tids {
-			b, err := os.ReadFile(filepath.Join(dir, tid.Name(), "stat"))
-			if err != nil {
-				continue // the thread exited
-			}
-			// The state follows the ")" that closes the command name.
-			if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+		for _, st := range tids {
+			if st.State == 'T' {
 				stopped++
 			}
 		}
