@@ -1,6 +1,10 @@
 package allocator
 
-import "errors"
+import (
+	"errors"
+	"maps"
+	"slices"
+)
 
 // Host-local CPU leases (issue 11, "host-local leases"). The controller
 // lends each host a slice of an app's unallocated runtime that the host's
@@ -236,15 +240,4 @@ func (a *Books) LeaseDrop(h HostID) []Decision {
 	return a.ensureFloor()
 }
 
-func sortedHosts[V any](m map[HostID]V) []HostID {
-	out := make([]HostID, 0, len(m))
-	for h := range m {
-		out = append(out, h)
-	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j] < out[j-1]; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
-}
+func sortedHosts[V any](m map[HostID]V) []HostID { return slices.Sorted(maps.Keys(m)) }
