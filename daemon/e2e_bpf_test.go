@@ -1,6 +1,6 @@
 package daemon_test
 
-// Issue 13: escrad --backend bpf on this machine's own kernel (stock, with
+// The BPF backend: escrad --backend bpf on this machine's own kernel (stock, with
 // BTF), the real engine and a labelled container: the binary, not the
 // agent in-process, so the flag and the fallback are what a user runs.
 

@@ -1,6 +1,6 @@
 package daemon_test
 
-// Host-local leases on the real engine (issue 11): a labelled container
+// Host-local leases on the real engine: a labelled container
 // with a low quota bursts; escrad raises its quota from the app's lease
 // credit on the throttle event, with no round trip, and the controller
 // answers the use with reason "lease". A second app without leases bursts

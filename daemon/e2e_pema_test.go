@@ -1,6 +1,6 @@
 package daemon_test
 
-// Issue 16 on the real engine: the pema policy (seed 002) of the real
+// PEMA on the real engine: the pema policy (PEMA) of the real
 // controller, through a real escrad, on three real demo-http containers,
 // with latency from the policy's own reverse proxy. Behaviour, counted in
 // PEMA intervals, never in seconds: it cuts CPU while the SLO holds, the

@@ -1,6 +1,6 @@
 package daemon_test
 
-// Acceptance tests of issue 4 against the real Docker engine, real cgroups
+// Acceptance tests of escrad against the real Docker engine, real cgroups
 // and real processes. The controller side is ctl (see controller_test.go):
 // the real escra-controller when it builds, else the scripted peer.
 

@@ -1,6 +1,6 @@
 package daemon_test
 
-// Issue 14 on the real engine: escra.cpu=wysiwyg containers get a cpuset
+// WYSIWYG containers on the real engine: escra.cpu=wysiwyg containers get a cpuset
 // that follows the quota the controller sets, shared containers' cpusets
 // shrink and grow around it, Docker's view follows, and what the
 // container sees (nproc, /sys/devices/system/cpu/online) matches.

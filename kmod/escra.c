@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * escra.ko: the kernel half of Escra's data path (seed 000 §IV-B).
+ * escra.ko: the kernel half of Escra's data path (the Escra paper, §IV-B).
  *
  * - CFS telemetry: the scheduler calls escra_cfs_period() at the end of
  *   every bandwidth period of each group with a quota (hard irq,

@@ -49,7 +49,7 @@ enum escra_attr {
 };
 #define ESCRA_A_MAX (__ESCRA_A_MAX - 1)
 
-/* One CFS bandwidth period of one cgroup (seed 000 §IV-B). */
+/* One CFS bandwidth period of one cgroup (Escra §IV-B). */
 enum escra_rec_attr {
 	ESCRA_REC_UNSPEC,
 	ESCRA_REC_PAD,

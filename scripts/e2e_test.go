@@ -18,9 +18,9 @@ import (
 	"github.com/escra-dev/escra/internal/dockertest"
 )
 
-// The issue-6 acceptance test: three Docker engines on this machine
+// The multi-host acceptance test: three Docker engines on this machine
 // (scripts/hosts.sh), a real escrad per engine, the real controller and
-// escractl. One app spread over the three shares one pool (seed 000 §IV-A,
+// escractl. One app spread over the three shares one pool (Escra §IV-A,
 // §IV-D): a CPU burst takes unallocated CPU within a second, a memory-growing
 // container is rescued with memory reclaimed on another host, and delete
 // leaves nothing behind.

@@ -30,9 +30,9 @@ pkgs=(
 	nginx-light redis-server redis-tools wrk
 	# packages: install the .debs into a debootstrapped root, check units
 	debootstrap systemd
-	# WYSIWYG containers (issue 14): a container's /proc view, a CPU benchmark
+	# WYSIWYG containers: a container's /proc view, a CPU benchmark
 	lxcfs sysbench
-	# seed 004 dependency placement: a real registry on 127.0.0.1:5000
+	# dependency-aware placement: a real registry on 127.0.0.1:5000
 	docker-registry
 	# make bench-faults: partitions are nft DROP rules inside a network
 	# namespace the bench makes (iproute2's ip netns, util-linux's nsenter);
@@ -98,7 +98,7 @@ if ! docker_ok; then
 	docker_ok || { tail -20 /var/log/escra-dockerd.log >&2; die "dockerd did not answer within 30 s"; }
 fi
 
-# --- Registry (seed 004, docs/depsched.md) --------------------------------
+# --- Registry (dependency-aware scheduling, docs/depsched.md) ------------
 # Debian's docker-registry on 127.0.0.1:5000 only, no auth, its own store.
 # Engines treat 127.0.0.0/8 registries as insecure (plain HTTP) by default.
 registry_ok() { curl -fsS -m 3 http://127.0.0.1:5000/v2/ >/dev/null 2>&1; }

@@ -7,7 +7,7 @@
 # kind in summary.json. SOAK_RECONNECT_EVERY (default 1m) and
 # SOAK_CHURN_RATE (default 5/s) make the races they cause more frequent.
 # Not part of CI.
-# FAULTS=1: instead, issue 12's randomized fault schedule for SOAK_MINUTES
+# FAULTS=1: instead, a randomized fault schedule for SOAK_MINUTES
 # (default 20) on the real binaries and real cgroups (root):
 # bench/cmd/bench-faults -soak; results/soak-faults/summary.json.
 set -euo pipefail

@@ -20,7 +20,7 @@ import (
 )
 
 // batchRun is a best-effort CPU spinner co-located with the app under
-// test (issue 11: show what the capacity a policy frees buys). It gets the
+// test (to show what the capacity a policy frees buys). It gets the
 // smallest CPU weight (cpu.shares 2, cpu.idle 1) and a quota equal to the app CPUs
 // minus Σ the app's container limits, moved every 100 ms: under Static
 // that is what the static reservation leaves; under Escra the unassigned

@@ -54,7 +54,7 @@ type Config struct {
 	// escrad --cfs-burst, which the caller passes.
 	Burst float64
 	// BurstCycle is the Burst shape's cycle (calm, then a burst, half each;
-	// 0: seed 000's 20 s).
+	// 0: the Escra paper's 20 s).
 	BurstCycle time.Duration
 	// AutopilotCPU are Autopilot's CPU weights (nil: the defaults); see
 	// SweepAutopilot.
@@ -85,7 +85,7 @@ func IsEscra(policy string) bool { return strings.HasPrefix(policy, "escra") }
 // BatchSuffix on a policy name ("escra+batch") runs that policy with a
 // best-effort CPU spinner beside the app (batch.go): its quota the app
 // CPUs minus Σ the app's limits, updated every 100 ms. Its runs are their
-// own rows: the plain policy is measured alone, as seed 000 measured it,
+// own rows: the plain policy is measured alone, as the Escra paper measured it,
 // and the +batch row shows what the freed capacity buys and what sharing
 // the CPUs with it costs the app.
 const BatchSuffix = "+batch"
@@ -99,7 +99,7 @@ func SplitBatch(policy string) (base string, batch bool) {
 
 // Static15Cores is what static15 provisions for a cell: Σ over replicas
 // of 1.5 × the peak, each capped at the app's CPUs (the engine refuses
-// more). Escra's budget for the cell is exactly this (issue 11).
+// more). Escra's budget for the cell is exactly this, so the comparison is fair.
 func (c Config) Static15Cores(peaks []Peak) float64 {
 	sum := 0.0
 	for _, p := range peaks {
@@ -128,7 +128,7 @@ func (c Config) capCores(x float64) float64 {
 type Cell struct{ Workload, Load string }
 
 // Peak is the profiled peak of one replica: CPU as the largest 1 s mean
-// (what second-granularity monitoring shows, seed 000 §VI-C), memory as
+// (what second-granularity monitoring shows, Escra §VI-C), memory as
 // the largest 100 ms sample.
 type Peak struct{ CPU, Mem float64 }
 

@@ -9,7 +9,7 @@ import (
 )
 
 // Profile is one cell's profiling run: every replica's peak and its
-// 100 ms usage series, which warms the recommenders up (issue 11: a
+// 100 ms usage series, which warms the recommenders up (a
 // baseline in production has history of the same load; deciding on five
 // calm seconds starves the first burst).
 type Profile struct {
@@ -40,7 +40,7 @@ func (a AutopilotChoice) String() string {
 }
 
 // SweepAutopilot picks Autopilot's CPU weights once for the whole run, as
-// seed 000 tuned them "for best performance": every weight set of a small
+// the Escra paper tuned them "for best performance": every weight set of a small
 // grid replays each profiled series (a warm pass, then a scored pass) and
 // the one with the least demand above its limits wins, ties (within 1 %)
 // going to the least slack. The arms and windows stay Autopilot's.

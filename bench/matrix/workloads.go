@@ -1,8 +1,8 @@
-// Package matrix runs the benchmark matrix of issue 7: for every workload,
+// Package matrix runs the benchmark matrix: for every workload,
 // load and policy it starts fresh containers, lets the policy manage them,
 // drives the load with a real client, samples slack every 100 ms and
 // records one report.Run. Static limits come from a profiling run of the
-// same workload and load without limits (seed 000 §VI-B).
+// same workload and load without limits (Escra §VI-B).
 package matrix
 
 import (
@@ -41,7 +41,7 @@ type ClientRun struct {
 	Ports      []int
 	Duration   time.Duration
 	Seed       int64
-	BurstCycle time.Duration // 0: seed 000's 20 s
+	BurstCycle time.Duration // 0: the Escra paper's 20 s
 	Progress   func(string)
 }
 
@@ -127,7 +127,7 @@ var Workloads = []Workload{
 		}, nil),
 	},
 	{
-		// A multi-service app (seed 000's Distributed Container spans
+		// A multi-service app (the Escra paper's Distributed Container spans
 		// containers): front → middle → back, each a demo-http container
 		// that burns 2 ms and calls the next over loopback. One app budget
 		// covers all three; the load reaches only the front.

@@ -329,7 +329,7 @@ type fnRun struct {
 }
 
 // NodeSelectFor is where a policy's replicas go: Mu's own Alignment for
-// Mu (seed 003 §3.5.2), the Kubernetes default scores (least allocated +
+// Mu (§3.5.2), the Kubernetes default scores (least allocated +
 // balanced) for the Knative baselines, whose pods the default scheduler
 // places.
 func NodeSelectFor(autoscaler string) string {

@@ -1,4 +1,4 @@
-// Package mu is `make bench-mu`: seed 003's Table 3 (autoscalers on one
+// Package mu is `make bench-mu`: Mu's Table 3 (autoscalers on one
 // function), Table 5 (two variable functions sharing a budget-bound
 // cluster), the load-balancer comparison of §3.4.1 and the placement
 // simulation of §3.5.3, on this machine's Docker engines through the
@@ -11,7 +11,7 @@ import (
 )
 
 // TraceSpec describes a synthetic per-second rate trace shaped like the
-// Azure Functions traces seed 003 replays (one minute of the trace per
+// Azure Functions traces Mu replays (one minute of the trace per
 // second): a daily cycle compressed into Period seconds, log-normal noise
 // with memory (busy minutes cluster), and bursts of a few seconds. The
 // Azure dataset is not available offline; these traces only share its

@@ -1,5 +1,5 @@
 // Package overhead measures, on a live container, what the report's
-// overhead table compares (issue 7): how long a limit change takes by a
+// overhead table compares: how long a limit change takes by a
 // direct cgroup write (escrad's fast path) and through `docker update`
 // (the Docker API), and how long a killed container takes to serve again
 // (what an OOM kill costs when nothing rescues it).

@@ -5,7 +5,7 @@ import (
 	"sort"
 )
 
-// RuleFactor and RuleQuantile are seed 002 §5's reading of the Kubernetes
+// RuleFactor and RuleQuantile are PEMA §5's reading of the Kubernetes
 // rule: the 90th percentile of recent usage with 15 % over-provisioning.
 const (
 	RuleFactor   = 1.15
@@ -24,7 +24,7 @@ func Rule(usage []float64, floor float64) float64 {
 	return math.Max(floor, RuleFactor*s[max(0, i)])
 }
 
-// OPTM is seed 002 §4.2's offline search: from x, take step cores from
+// OPTM is PEMA §4.2's offline search: from x, take step cores from
 // each service in turn, keep the cut while holds(x) (the SLO held over
 // repeated runs), and stop when no single cut holds. Our only change:
 // the step starts coarse (start) and halves down to step, so the search

@@ -3,7 +3,7 @@
 // recommender per container, asks for limits every recommender interval
 // and applies changed limits through an Applier. The benchmark gives the
 // baselines the same apply path as Escra so only the policy differs
-// (issue 7); CgroupApplier is that path without the daemon: a direct write
+// (the benchmark's Escra path); CgroupApplier is that path without the daemon: a direct write
 // of the cgroup files, which is what escrad's fast path does.
 package policy
 
@@ -24,7 +24,7 @@ type Applier interface {
 	Apply(id string, l recommender.Limits) error
 }
 
-// CPUPeriodUs is the CFS period the limits are expressed in (seed 000: 100 ms).
+// CPUPeriodUs is the CFS period the limits are expressed in (the Escra paper: 100 ms).
 const CPUPeriodUs = 100000
 
 // MinQuotaUs is the kernel's smallest CFS quota.

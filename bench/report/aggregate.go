@@ -171,7 +171,7 @@ func BatchCoresMean(aggs map[Key]*Agg) map[string]float64 {
 func IsEscra(policy string) bool { return strings.HasPrefix(policy, "escra") }
 
 // Delta is the change of one Escra policy against one baseline in one cell,
-// signed so that positive means Escra is better (seed 000 Table I):
+// signed so that positive means Escra is better (the Escra paper's Table I):
 //
 //	latency:    (base − escra)/base · 100   (latency reduction)
 //	throughput: (escra − base)/base · 100   (throughput increase)

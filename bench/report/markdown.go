@@ -83,7 +83,7 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	w("Machine %s: %d CPUs, %.1f GiB, kernel %s, Docker %s, %s. Commit %s, %s.\n\n",
 		r.Machine.Hostname, r.Machine.CPUs, float64(r.Machine.MemBytes)/(1<<30), r.Machine.Kernel, r.Machine.Docker, r.Machine.Go, r.Commit, r.Date)
 	w("Every figure below comes from this run (`results.json` beside this file). ")
-	w("Seed 000 §VI ran on three 20-core workers with the load generator elsewhere; here everything shares one %d-CPU machine, ", r.Machine.CPUs)
+	w("Escra §VI ran on three 20-core workers with the load generator elsewhere; here everything shares one %d-CPU machine, ", r.Machine.CPUs)
 	if r.Pinning.ClientCPUs != "" && r.Pinning.AppCPUs != "" {
 		w("the client pinned to CPUs %s and the app under test to CPUs %s (see Fairness), ", r.Pinning.ClientCPUs, r.Pinning.AppCPUs)
 	} else {
@@ -181,7 +181,7 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 		} else {
 			w(" No percentage is undefined.")
 		}
-		w("\n\nSeed 000 Table I for comparison (Static 1.5× vs Escra: 38.0 %% latency, 25.4 %% throughput, 81.3/74.2 %% CPU slack, 55.0/95.9 %% memory slack; Autopilot vs Escra: 36.1 %%, 54.5 %%, 78.3/78.6 %%, 26.7/68.9 %%).\n\n")
+		w("\n\nEscra Table I for comparison (Static 1.5× vs Escra: 38.0 %% latency, 25.4 %% throughput, 81.3/74.2 %% CPU slack, 55.0/95.9 %% memory slack; Autopilot vs Escra: 36.1 %%, 54.5 %%, 78.3/78.6 %%, 26.7/68.9 %%).\n\n")
 		writeLosses(w, ds)
 	}
 
@@ -196,7 +196,7 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	w("\n")
 
 	if len(pf.Deltas) > 0 {
-		w("## Change in p99.9 latency and throughput (like seed 000 Fig. 4)\n\n")
+		w("## Change in p99.9 latency and throughput (like Escra Fig. 4)\n\n")
 		var bs []string
 		for bl := range pf.Deltas {
 			bs = append(bs, bl)
@@ -236,7 +236,7 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 		w("\n\n")
 		for _, p := range pols {
 			if f := pf.Series[Key{c, p}]; f != "" {
-				w("<details><summary>limit vs usage under %s (like seed 000 Fig. 2)</summary>\n\n![%s](%s)\n\n</details>\n\n", p, p, f)
+				w("<details><summary>limit vs usage under %s (like Escra Fig. 2)</summary>\n\n![%s](%s)\n\n</details>\n\n", p, p, f)
 			}
 		}
 	}

@@ -38,7 +38,7 @@ func zeroIfNaN(v float64) float64 {
 	return v
 }
 
-// PlotDeltas draws seed 000 Fig. 4 for one baseline: per cell, Δ p99.9
+// PlotDeltas draws Escra Fig. 4 for one baseline: per cell, Δ p99.9
 // latency (reduction) and Δ throughput (increase) of each Escra policy.
 func PlotDeltas(ds []Delta, baseline, path string) error {
 	var labels []string
@@ -59,7 +59,7 @@ func PlotDeltas(ds []Delta, baseline, path string) error {
 	if len(labels) == 0 {
 		return fmt.Errorf("no deltas against %s", baseline)
 	}
-	// Like seed 000 Fig. 4, cut very large changes off so the others stay
+	// Like Escra Fig. 4, cut very large changes off so the others stay
 	// readable; the report's tables have the exact values.
 	const clip = 300.0
 	clipped := false
@@ -121,7 +121,7 @@ func cdfXYs(xs []float64) plotter.XYs {
 	return pts
 }
 
-// PlotCDF draws one slack CDF per policy for one cell (seed 000 Fig. 5, 6).
+// PlotCDF draws one slack CDF per policy for one cell (Escra Fig. 5, 6).
 func PlotCDF(cell Cell, policies []string, samples map[string][]float64, xlabel, path string) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("%s, %s load: %s CDF", cell.Workload, cell.Load, xlabel)
@@ -153,7 +153,7 @@ func PlotCDF(cell Cell, policies []string, samples map[string][]float64, xlabel,
 }
 
 // PlotSeries draws limit vs usage of one container over one run, CPU above
-// and memory below (seed 000 Fig. 2).
+// and memory below (Escra Fig. 2).
 func PlotSeries(run Run, path string) error {
 	if len(run.Series) == 0 {
 		return fmt.Errorf("run %s/%s/%s has no series", run.Workload, run.Load, run.Policy)

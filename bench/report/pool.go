@@ -11,7 +11,7 @@ import (
 // repetitions numbered on (run k's rep r becomes offset_k + r), so the
 // report's intervals rest on every repetition of every run. Three
 // repetitions per run are what fits in `make bench`'s 35 minutes; a
-// floor whose sign moves between runs needs more (issue 11). Runs on
+// floor whose sign moves between runs needs more. Runs on
 // other machines, pinnings or modes do not pool. Each run's budgets are
 // kept (each run profiled anew, so they differ a little from run to
 // run; within a run Escra's equals Σ static15).

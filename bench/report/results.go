@@ -1,6 +1,6 @@
 // Package report turns the results of a benchmark run (results.json, the
 // Results struct below) into the Markdown report, the PNG plots and the flat
-// summary.json of issue 7: seed 000 Fig. 2 (limit vs usage), Fig. 4 (Δ
+// summary.json: Escra Fig. 2 (limit vs usage), Fig. 4 (Δ
 // latency and throughput vs each baseline), Fig. 5–6 (CPU and memory slack
 // CDFs) and Table I (average improvement and slack reduction).
 package report

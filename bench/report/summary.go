@@ -77,8 +77,8 @@ func Summary(r *Results) map[string]any {
 		s[p+"client_self_cores"] = a.ClientSelfCores.Mean
 		oom[k.Policy] += a.OOMKills.Mean * float64(a.OOMKills.N)
 	}
-	// The fewest repetitions of any (cell, policy): what the issue's "at
-	// least 3 repetitions" is checked against.
+	// The fewest repetitions of any (cell, policy): what the acceptance criterion
+	// "at least 3 repetitions" is checked against.
 	s["reps"] = minReps(aggs)
 	s["cfs_burst"] = r.CFSBurst
 	for p, v := range BatchCoresMean(aggs) {

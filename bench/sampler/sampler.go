@@ -1,7 +1,7 @@
 // Package sampler reads, every 100 ms, the CPU and memory usage and limits
 // of the benchmark's containers straight from their cgroups, independently
 // of the policy under test, so every policy is measured the same way
-// (issue 7 metrics: slack = limit − usage, throttled periods, OOM kills).
+// (the benchmark's metrics: slack = limit − usage, throttled periods, OOM kills).
 package sampler
 
 import (

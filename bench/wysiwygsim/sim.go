@@ -1,4 +1,4 @@
-// Package wysiwygsim is the simulator of seed 001 §V: a cluster trace is
+// Package wysiwygsim is the simulator of WYSIWYG §V: a cluster trace is
 // replayed through the orchestrator-level placement (default, or
 // optimized by simulating Algorithm 1 on each host, §IV-D) and the
 // node-level allocator (Algorithm 1, principle-hard or best-effort), and

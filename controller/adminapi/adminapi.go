@@ -15,7 +15,7 @@ import (
 	"github.com/escra-dev/escra/internal/names"
 )
 
-// AppSpec defines a Distributed Container (seed 000 §IV-A): the body of
+// AppSpec defines a Distributed Container (Escra §IV-A): the body of
 // PUT /v1/apps/{name} and an element of an --apps file.
 type AppSpec struct {
 	Name        string  `json:"name" yaml:"name"`
@@ -32,7 +32,7 @@ type AppSpec struct {
 	// Policy is the allocator policy (allocator.PolicyNames; "" = the
 	// controller's default).
 	Policy string `json:"policy,omitempty" yaml:"policy,omitempty"`
-	// SLO is the latency objective the pema policy needs (seed 002).
+	// SLO is the latency objective the pema policy needs (PEMA).
 	SLO *SLO `json:"slo,omitempty" yaml:"slo,omitempty"`
 	// Spec is the spec the app was applied with, kept to be shown back
 	// (escractl get apps -o yaml); the fields above are what takes effect.
@@ -154,7 +154,7 @@ type App struct {
 	CPUUnallocatedCores float64 `json:"cpu_unallocated_cores"`
 	CPULeasedCores      float64 `json:"cpu_leased_cores"`
 	// Shares held for members of hosts whose session ended, until their
-	// daemon puts Docker's limits back or they rejoin (issue 12).
+	// daemon puts Docker's limits back or they rejoin, so Σ never passes the budget while a host is away.
 	CPUHeldCores           float64          `json:"cpu_held_cores,omitempty"`
 	MemoryHeldBytes        int64            `json:"memory_held_bytes,omitempty"`
 	MemoryBytes            int64            `json:"memory_bytes"` // global limit
@@ -223,7 +223,7 @@ func (c Container) CPUUsageCores() float64 {
 }
 
 // DeployContainer is one container to create (replicas already expanded)
-// with its bootstrap limits (seed 000 §IV-A eq. 2).
+// with its bootstrap limits (Escra §IV-A eq. 2).
 type DeployContainer struct {
 	Name        string   `json:"name"`
 	Image       string   `json:"image"`
@@ -233,7 +233,7 @@ type DeployContainer struct {
 	Host        string   `json:"host,omitempty"` // optional host constraint
 	CPUCores    float64  `json:"cpu_cores"`
 	MemoryBytes int64    `json:"memory_bytes"`
-	// CPUClass is the escra.cpu label (seed 001): "wysiwyg" places the
+	// CPUClass is the escra.cpu label (WYSIWYG containers): "wysiwyg" places the
 	// container by simulated allocation on each candidate host.
 	CPUClass string `json:"cpu_class,omitempty"`
 }
@@ -271,7 +271,7 @@ type Placed struct {
 	Name        string `json:"name"`
 	HostID      string `json:"host_id"`
 	ContainerID string `json:"container_id"`
-	// PullMs is the time the host spent pulling the image first (seed
-	// 004 provisioning; 0: it was there).
+	// PullMs is the time the host spent pulling the image first (dependency-aware
+	// scheduling's provisioning; 0: it was there).
 	PullMs float64 `json:"pull_ms,omitempty"`
 }

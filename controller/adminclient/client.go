@@ -30,7 +30,7 @@ const DefaultURL = "https://127.0.0.1:7472"
 // The admin API's bodies, defined once in controller/adminapi.
 type (
 	// AppBudget is the body of PUT /v1/apps/{name}: a Distributed
-	// Container's global limits and allocator parameters (seed 000 §IV-A).
+	// Container's global limits and allocator parameters (Escra §IV-A).
 	AppBudget = adminapi.AppSpec
 	App       = adminapi.App       // an element of GET /v1/apps
 	Container = adminapi.Container // an element of GET /v1/containers

@@ -9,7 +9,7 @@ import (
 )
 
 // ScaleOut asks the controller to place and create more containers for an
-// app that already runs (issue 15's autoscaler).
+// app that already runs (Mu's autoscaler).
 func (c *Client) ScaleOut(ctx context.Context, app string, cs []DeployContainer) ([]Placed, error) {
 	var out adminapi.DeployResponse
 	err := c.do(ctx, http.MethodPost, "/v1/apps/"+url.PathEscape(app)+"/containers", adminapi.DeployRequest{Containers: cs}, &out)

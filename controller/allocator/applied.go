@@ -1,6 +1,6 @@
 package allocator
 
-// Acknowledged accounting (issue 12, "budget violations"). A decision
+// Acknowledged accounting (no budget violations). A decision
 // changes the controller's target at once, but the cgroup changes only
 // when the daemon applies it, and a cut the daemon has not applied (it is
 // stopped, partitioned, or refused a memory limit below usage) still holds

@@ -70,7 +70,7 @@ func anyStopped(hs []*simDaemon) bool {
 	return false
 }
 
-// Property (issue 12): after any sequence of joins, statistics, OOM
+// Property (no budget violations): after any sequence of joins, statistics, OOM
 // grants, reclaims, cuts, acknowledgements, refusals (memory below
 // usage), stopped and partitioned daemons, disconnects, rejoins and
 // controller restarts, Σ of the limits in the cgroups of an app's live

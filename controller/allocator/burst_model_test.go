@@ -110,7 +110,7 @@ func meanBurstModelEvents(t *testing.T, p Params, pol Policy, members int, event
 }
 
 // The figures docs/allocator.md quotes come from this test (-v prints
-// them): the headroom floor throttles less and delays less than seed 000's
+// them): the headroom floor throttles less and delays less than the Escra paper's
 // rule on the Burst model, without more slack; a larger first step at
 // throttle onset starves members of a larger app.
 func TestHeadroomFloorOnBurstModel(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"math"
 )
 
-// Stat is one container's CFS period (seed 000 §IV-B), already validated
+// Stat is one container's CFS period (Escra §IV-B), already validated
 // by the ingest.
 type Stat struct {
 	Seq       uint64

@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// Host-local CPU leases (issue 11, "host-local leases"). The controller
+// Host-local CPU leases. The controller
 // lends each host a slice of an app's unallocated runtime that the host's
 // daemon may add to a throttled container on its own, without a round
 // trip; the daemon reports every use. A lease counts as allocated from the
@@ -58,7 +58,7 @@ var (
 // inPeriodPolicy is a policy that reacts inside a period (OnThrottle); only
 // such a policy's apps lend leases: a host's lease raise is that reaction
 // taken locally, and escra-paper, which waits for the period's end, must
-// stay seed 000's rule exactly.
+// stay the Escra paper's rule exactly.
 type inPeriodPolicy interface{ ReactsInPeriod() bool }
 
 // LeaseFraction is the share of the unallocated CPU this app lends (0:

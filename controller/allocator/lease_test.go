@@ -22,7 +22,7 @@ type simMsg struct {
 	return_ bool
 }
 
-// Property (issue 11): after any sequence of joins, leaves, statistics,
+// Property (host-local leases): after any sequence of joins, leaves, statistics,
 // throttle events, lease rebalances, local uses, revocations, returns and
 // disconnects, delivered in any interleaving that keeps each session's
 // order, Σ quotas + Σ leases ≤ Ω on the controller, and no daemon ever

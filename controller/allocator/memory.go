@@ -17,7 +17,7 @@ type OOMOutcome struct {
 	Reason   string
 }
 
-// OOM handles an out-of-memory request (seed 000 §IV-D-2): grant a step
+// OOM handles an out-of-memory request (Escra §IV-D-2): grant a step
 // from the unallocated pool; when the pool cannot cover it and mayReclaim,
 // ask for a reclaim of the app's other members first (§IV-C); otherwise
 // grant what the allocation needs if the pool holds that, else deny.

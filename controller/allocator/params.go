@@ -1,4 +1,4 @@
-// Package allocator is the resource allocator of seed 000 §IV-D: per-app
+// Package allocator is the resource allocator of Escra §IV-D: per-app
 // CPU quota decisions from per-period telemetry (§IV-D-1) and memory grants
 // on OOM requests with reclaim (§IV-C, §IV-D-2). It is pure and
 // deterministic: no goroutines, no I/O, no clock of its own. The controller
@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Params are the tunables of one app's allocator. Defaults follow seed 000.
+// Params are the tunables of one app's allocator. Defaults follow the Escra paper.
 type Params struct {
 	// Window is n, the number of periods in the sliding windows (§IV-D-1).
 	Window int `json:"window" yaml:"window"`
@@ -31,7 +31,7 @@ type Params struct {
 	CPUFloorUs int64 `json:"cpu_floor_us" yaml:"cpu_floor_us"`
 	// Headroom: a scale-down never goes below (1 + Headroom) × the most
 	// the member used in one period of the window. Ours, not the paper's;
-	// 0 turns the floor off: seed 000's rule exactly.
+	// 0 turns the floor off: the Escra paper's rule exactly.
 	Headroom float64 `json:"headroom" yaml:"headroom"`
 	// PeakHalfLife: the escra policy's scale-down keeps the quota above a
 	// peak usage that decays with this half-life (0: the window's peak
@@ -45,7 +45,7 @@ type Params struct {
 	// SafeMarginBytes is δ of the reclaim rule limit → usage + δ (§IV-C).
 	SafeMarginBytes int64 `json:"safe_margin_bytes" yaml:"safe_margin_bytes"`
 	// LeaseFraction is the share of the unallocated CPU lent to hosts as
-	// host-local leases every period (issue 11; 0: no leases), by apps
+	// host-local leases every period (0: no leases), by apps
 	// whose policy reacts inside a period (escra). Ours. Off by default:
 	// docs/allocator.md, "Host-local leases", says why.
 	LeaseFraction float64 `json:"lease_fraction,omitempty" yaml:"lease_fraction,omitempty"`

@@ -9,7 +9,7 @@ import (
 // A Params written before a field existed decodes with that field's
 // default, an explicit value is kept, and a round trip is exact.
 func TestParamsJSONDefaultsMissingFields(t *testing.T) {
-	// Round 1's fields only: no fair_share_on_throttle, no lease_fraction.
+	// The older format's fields only: no fair_share_on_throttle, no lease_fraction.
 	old := `{"window":20,"upsilon":20,"gamma":0.2,"kappa":0.8,"period":100000000,"cpu_floor_us":5000,
 		"headroom":0.1,"peak_half_life":0,"min_step_us":100,"oom_step_bytes":67108864,"safe_margin_bytes":52428800}`
 	var p Params

@@ -88,7 +88,7 @@ func PolicyByName(name string) (Policy, error) {
 	return mk(), nil
 }
 
-// EscraPaper is seed 000 §IV-D exactly, as read in docs/allocator.md: no
+// EscraPaper is Escra §IV-D exactly, as read in docs/allocator.md: no
 // headroom floor, no history, no reaction inside a period.
 //
 //	throttled in t:  q' = q + avgTh · Υ · U/λ           (capped by U later)
@@ -135,7 +135,7 @@ func paperStep(in CPUInput, headroom float64, peakUs int64) (int64, Reason) {
 // allocation needs when that is more.
 func paperOOMStep(in OOMInput) int64 { return max(in.P.OOMStepBytes, in.WantBytes) }
 
-// Escra is the default policy: seed 000's rules plus what the benchmark
+// Escra is the default policy: the Escra paper's rules plus what the benchmark
 // showed they lack (docs/allocator.md, "The escra policy"):
 //   - a scale-down never goes below (1 + headroom) × the larger of the
 //     window's peak usage and a peak that decays with half-life

@@ -162,7 +162,7 @@ func TestTargetsPolicy(t *testing.T) {
 	}
 }
 
-// PEMA is CPU only (seed 002 §6): under the pema policy an OOM request is
+// PEMA is CPU only (PEMA §6): under the pema policy an OOM request is
 // still granted from the app's memory pool, as under Escra.
 func TestTargetsKeepsOOMRescue(t *testing.T) {
 	a, _ := NewBooks("x", Budget{CPUCores: 1, MemoryBytes: 512 * MiB, Sigma: 0.5}, DefaultParams(), NewTargets())

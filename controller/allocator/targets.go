@@ -2,7 +2,7 @@ package allocator
 
 import "sync"
 
-// Targets is the "pema" policy's per-period half: PEMA (seed 002,
+// Targets is the "pema" policy's per-period half: PEMA (
 // controller/pema) decides every 15–30 s from the app's latency, far
 // slower than the 100 ms period, so its loop (controller/pemaloop) sets a
 // target quota per member here and NextQuota returns it. Meanwhile it

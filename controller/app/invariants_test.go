@@ -71,7 +71,7 @@ func TestMemoryRaiseOverBudgetRefused(t *testing.T) {
 	}
 }
 
-// Issue 11, host-local leases: while a revoked lease is out, a quota below
+// Host-local leases: while a revoked lease is out, a quota below
 // the floor and Σ quotas + Σ leases over a cut Ω are legitimate; once it
 // is back, both are refused again.
 func TestInvariantsWithLeaseRevocationInFlight(t *testing.T) {

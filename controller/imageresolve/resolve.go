@@ -1,5 +1,5 @@
 // Package imageresolve maps an image name to its layers for dependency
-// placement (seed 004 §4.3 and §5.2 "image resolution"): the name is
+// placement (dependency-aware scheduling §4.3 and §5.2 "image resolution"): the name is
 // normalised as Docker does (§4.2), the registry's manifest gives the
 // layers' digests and sizes and its config the uncompressed diff-ids that
 // engines report, and the result is cached so that resolution is paid

@@ -14,7 +14,7 @@ import (
 )
 
 func TestNormalize(t *testing.T) {
-	// Docker's rules (seed 004 §4.2): implicit docker.io, library/ for
+	// Docker's rules (dependency-aware scheduling §4.2): implicit docker.io, library/ for
 	// one-component names on Docker Hub, :latest without tag or digest.
 	cases := []struct{ in, want string }{
 		{"busybox", "docker.io/library/busybox:latest"},

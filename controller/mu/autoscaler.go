@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Autoscaling policies (seed 003 §3.3 and its Knative baselines).
+// Autoscaling policies (Mu §3.3 and its Knative baselines).
 const (
 	ASMu          = "mu"
 	ASMuNoPred    = "mu_nopred"

@@ -1,4 +1,4 @@
-// Package mu holds the decision logic of Mu (seed 003, SoCC '21) as pure,
+// Package mu holds the decision logic of Mu (SoCC '21) as pure,
 // clock-free code: the queue proxy's capacity estimation (Algorithm 1),
 // the capacity-aware load balancer and its baselines (§3.4), the incoming
 // rate predictor (Algorithm 2), the SLO-aware autoscaler (Eqs 1–4) and the
@@ -30,7 +30,7 @@ type PodMetrics struct {
 	Confidence float64 // Ratio_c
 }
 
-// EstimatorConfig holds Algorithm 1's constants. Seed 003 gives the 1 s
+// EstimatorConfig holds Algorithm 1's constants. Mu gives the 1 s
 // default interval and the 10·ET_avg rule; it gives no value for the EWMA
 // coefficients, so ours are configurable (docs/mu.md).
 type EstimatorConfig struct {
@@ -67,7 +67,7 @@ type Ticket struct {
 	inService  bool
 }
 
-// Estimator is Algorithm 1 (seed 003 §3.1): it watches arrivals, dequeues
+// Estimator is Algorithm 1 (Mu §3.1): it watches arrivals, dequeues
 // and responses of one pod and, every adaptive interval T_c, turns them
 // into a smoothed departure rate and a confidence ratio. It is safe for
 // concurrent use.

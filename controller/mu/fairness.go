@@ -6,7 +6,7 @@ import (
 )
 
 // MaxMin is the max-min fair split of capacity among demands on one
-// resource (water-filling): M_f of seed 003's Eq 7.
+// resource (water-filling): M_f of Mu's Eq 7.
 func MaxMin(capacity float64, demand []float64) []float64 {
 	out := make([]float64, len(demand))
 	idx := make([]int, len(demand))
@@ -30,7 +30,7 @@ func MaxMin(capacity float64, demand []float64) []float64 {
 	return out
 }
 
-// Eq7 is seed 003's Eq 7 at one instant for one resource: unfairness
+// Eq7 is Mu's Eq 7 at one instant for one resource: unfairness
 // U = Σ_f |R_f − M_f| / |F| against the max-min split of capacity, and
 // inefficiency I = |Σ_f d_f − Σ_f R_f| / |F| (unmet demand per function).
 // Integrating over time is averaging these over the instants.

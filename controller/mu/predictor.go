@@ -4,7 +4,7 @@ import (
 	"math"
 )
 
-// PredictorConfig is Algorithm 2's hyperparameter grid. Seed 003 §3.2 runs
+// PredictorConfig is Algorithm 2's hyperparameter grid. Mu §3.2 runs
 // 50 models: windows {10, 50, 100, 500, 1000} × learning rates 10^-1 …
 // 10^-10, with EWMA coefficient 0.99 for the running error.
 type PredictorConfig struct {
@@ -33,7 +33,7 @@ type lrModel struct {
 	seen int       // epochs scored
 }
 
-// Predictor is Algorithm 2 (seed 003 §3.2): many online regressions and
+// Predictor is Algorithm 2 (Mu §3.2): many online regressions and
 // the naive "next = current" predictor; each epoch the one with the least
 // running error gives the prediction.
 type Predictor struct {

@@ -1,4 +1,4 @@
-// Package pema is seed 002's PEMA (Hossen et al., HPDC '22): an SLO-driven
+// Package pema is PEMA (Hossen et al., HPDC '22): an SLO-driven
 // allocator that starts from ample CPU and cuts it step by step while the
 // app's p95 end-to-end latency stays under the SLO, rolling back through
 // its history (RHDb) when the SLO breaks. It is pure: no goroutines, no

@@ -38,7 +38,7 @@ func (m *model) p95(x []float64, lambda float64, noise bool) (float64, []float64
 	return r, u, h
 }
 
-// optm is seed 002's OPTM on the noise-free model: take 0.01 core from
+// optm is PEMA's OPTM on the noise-free model: take 0.01 core from
 // each service in turn while the SLO holds; stop when no cut holds.
 func (m *model) optm(x0 []float64, lambda, slo float64) float64 {
 	x := clone(x0)

@@ -15,7 +15,7 @@ import (
 )
 
 // Proxy is the reverse proxy the pema policy owns in front of the app's
-// entry service: the latency it records is what clients see (seed 002
+// entry service: the latency it records is what clients see (PEMA
 // took it from Linkerd; the Mu gateway would be the place once it exists).
 type Proxy struct {
 	ln  net.Listener

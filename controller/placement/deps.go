@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Dependency-aware scoring (seed 004 §4, Algorithm 1): rank hosts by the
+// Dependency-aware scoring (dependency-aware scheduling §4, Algorithm 1): rank hosts by the
 // bytes of the request's dependencies they already hold, at the
 // granularity of whole images (image-match, §4.2) or layers (layer-match,
 // §4.3), beside upstream Kubernetes' ImageLocality for comparison.
@@ -76,7 +76,7 @@ func (h *HostDeps) HasImage(d *ImageDeps) bool {
 
 // ChainIDs computes the OCI chain ids of a layer stack: ChainID(L0) =
 // DiffID(L0), ChainID(L0..Ln) = sha256(ChainID(L0..Ln-1) + " " + DiffID(Ln))
-// (OCI image spec, config.md "Layer ChainID"; seed 004 §5.2).
+// (OCI image spec, config.md "Layer ChainID"; dependency-aware scheduling §5.2).
 func ChainIDs(diffIDs []string) []string {
 	out := make([]string, len(diffIDs))
 	for i, d := range diffIDs {
@@ -101,7 +101,7 @@ func fraction(matched int64, d *ImageDeps) float64 {
 }
 
 // ImageMatch scores the whole image's bytes on a host that holds it under
-// the same normalised name or id, else 0 (seed 004 §4.2).
+// the same normalised name or id, else 0 (dependency-aware scheduling §4.2).
 type ImageMatch struct{}
 
 func (ImageMatch) Name() string { return "ImageMatch" }
@@ -114,7 +114,7 @@ func (ImageMatch) Score(_ *Cycle, r *Request, n *Node) float64 {
 }
 
 // LayerMatch scores the bytes of the request's layers the host holds, by
-// diff-id, wherever in a stack they are (seed 004 §4.3, §5.2).
+// diff-id, wherever in a stack they are (dependency-aware scheduling §4.3, §5.2).
 type LayerMatch struct{}
 
 func (LayerMatch) Name() string { return "LayerMatch" }
@@ -212,13 +212,13 @@ func (ImageLocality) Score(c *Cycle, r *Request, n *Node) float64 {
 	return MaxScore * float64(sum-ImageLocalityMin) / float64(ImageLocalityMax-ImageLocalityMin)
 }
 
-// Policies are the placement policies seed 004 compares (§6) plus upstream
+// Policies are the placement policies the dependency-aware scheduling paper compares (§6) plus upstream
 // Kubernetes' (ImageLocality) and a load balancer.
 var Policies = []string{"random", "least-loaded", "imagelocality", "image-match", "layer-match", "prefix-match"}
 
 // DepProfile returns the profile of a named policy: the request must fit
 // (Resources, HostName); then the policy's one scorer at full weight, as
-// seed 004 §5.1 runs them; ties go to a uniformly random host when rng is
+// §5.1 of the dependency-aware scheduling paper runs them; ties go to a uniformly random host when rng is
 // set ("random" is the dependency-agnostic baseline of §6). The deployer
 // adds LeastLoaded at weight 1 after a dependency scorer at weight 100, so
 // load only breaks ties of equal overlap.
@@ -242,7 +242,7 @@ func DepProfile(policy string, rng *rand.Rand) (*Profile, bool) {
 	return p, true
 }
 
-// DependencyDeployer is the deployer's profile with seed 004's
+// DependencyDeployer is the deployer's profile with the dependency-aware scheduling paper's
 // dependency scores: spreading an app's replicas first (the operator's
 // availability outranks startup time, §4.4 "balancing"), then the bytes of
 // the image's layers already on the host (and the image by name, which

@@ -2,7 +2,7 @@
 // Kubernetes scheduler framework: filter plugins drop the hosts that cannot
 // run it, weighted score plugins rank the rest, and the highest weighted sum
 // wins. Every path that places a container (the deployer, autoscalers, the
-// simulators of seeds 001, 003 and 004) goes through a Profile, so a policy
+// simulators of the WYSIWYG, Mu and dependency-aware scheduling papers) goes through a Profile, so a policy
 // is a list of plugins and weights, not a new code path.
 //
 // The package holds no state of its own: the caller builds the Nodes from
@@ -29,7 +29,7 @@ type Request struct {
 	Memory int64   // bytes the container is started with
 	Host   string  // required host, "" for any
 	Labels map[string]string
-	// Deps is the request's image resolved to its layers (seed 004 §5.2
+	// Deps is the request's image resolved to its layers (dependency-aware scheduling §5.2
 	// "image resolution"); nil when the controller could not resolve it,
 	// and the dependency scorers then score every host 0.
 	Deps *ImageDeps

@@ -6,7 +6,7 @@ import (
 	"math"
 )
 
-// Mu's placement (seed 003 §3.5.2, Algorithm 3): DRF picks which
+// Mu's placement (Mu §3.5.2, Algorithm 3): DRF picks which
 // function's pod goes next, a score plugin picks its node. The three node
 // scorers below and Kubernetes' BalancedAllocation (for the Default
 // baseline) are ordinary score plugins; PlaceDRF is the pod-selection loop.
@@ -42,7 +42,7 @@ func minMax(s []float64) {
 	}
 }
 
-// Alignment scores Σ_j (a_nj/c_nj)·(d_fj/c_nj) (seed 003 §3.5.2, after
+// Alignment scores Σ_j (a_nj/c_nj)·(d_fj/c_nj) (Mu §3.5.2, after
 // Tetris): the node whose free resources line up with the demand.
 type Alignment struct{}
 
@@ -78,7 +78,7 @@ func (WorstFit) Score(_ *Cycle, r *Request, n *Node) float64 {
 func (WorstFit) Normalize(_ *Cycle, _ *Request, _ []*Node, s []float64) { minMax(s) }
 
 // BestFit is the classic best fit [22]: the node with the least room left
-// after the pod, −Σ_j (a_nj − d_fj)/c_nj. Seed 003 prints Σ (a−d)/a with
+// after the pod, −Σ_j (a_nj − d_fj)/c_nj. Mu prints Σ (a−d)/a with
 // "most resources left", which is a worst fit under another name; we keep
 // the name's meaning so the three heuristics differ (docs/mu.md).
 type BestFit struct{}

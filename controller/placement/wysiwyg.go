@@ -7,7 +7,7 @@ import (
 	"github.com/escra-dev/escra/internal/wysiwyg"
 )
 
-// WysiwygExt is the Node.Ext key of the host CPU allocation (seed 001): a
+// WysiwygExt is the Node.Ext key of the host CPU allocation (WYSIWYG containers): a
 // *wysiwyg.Host, the node's P1/P2/P3 pools as its escrad (or a simulator)
 // holds them.
 const WysiwygExt = "wysiwyg"
@@ -101,7 +101,7 @@ func (WysiwygScore) Score(c *Cycle, r *Request, n *Node) float64 {
 	return MaxScore * float64(a.R-a.SharedMilli()) / float64(a.R)
 }
 
-// WysiwygDeployer is the deployer's profile with seed 001's optimized
+// WysiwygDeployer is the deployer's profile with the WYSIWYG paper's optimized
 // orchestrator-level allocation: the simulated allocation filters and
 // ranks first, then the deployer's own scores.
 func WysiwygDeployer() *Profile {

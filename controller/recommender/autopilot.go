@@ -8,7 +8,7 @@ import (
 
 // Autopilot-style recommender (Rzadca et al., "Autopilot: workload
 // autoscaling at Google", EuroSys 2020, §3.2 moving window and §3.3 ML
-// recommender), as recreated by seed 000 §VI-A.
+// recommender), as recreated by Escra §VI-A.
 //
 // Each arm i is a moving-window statistic over exponentially decayed usage
 // samples, times a safety margin:
@@ -16,7 +16,7 @@ import (
 //	w(s)  = 2^(-(now - s.T)/HalfLife)         for samples inside Window
 //	L_i   = M_i · stat_i({s}, w)               stat ∈ {max, weighted p_q}
 //
-// At each update (every Interval, 1 s: the best case seed 000 gave it) the
+// At each update (every Interval, 1 s: the best case the Escra paper gave it) the
 // cost each arm would have incurred since the last update, with the limit it
 // recommended last time, is folded into a decayed running cost:
 //
@@ -55,7 +55,7 @@ type AutopilotConfig struct {
 }
 
 // DefaultAutopilotCPU and DefaultAutopilotMem are the tuned values used by
-// the benchmarks (seed 000 §VI-A: the weights are not published, tuned for
+// the benchmarks (Escra §VI-A: the weights are not published, tuned for
 // best performance). Overrun of CPU costs 10× a core of slack, of memory
 // (OOM risk) 50×.
 func DefaultAutopilotCPU() AutopilotConfig {

@@ -1,5 +1,5 @@
 // Package recommender holds the baseline limit policies Escra is compared
-// with in the benchmarks (issue 7; seed 000 §VI-B to §VI-D): Static k×peak,
+// with in the benchmarks (Escra §VI-B to §VI-D): Static k×peak,
 // an Autopilot-style moving-window recommender with a cost-based selector
 // (Rzadca et al., EuroSys 2020) and a VPA-style decaying-histogram
 // recommender (Kubernetes Vertical Pod Autoscaler). They are pure functions
@@ -42,7 +42,7 @@ type Recommender interface {
 	Interval() time.Duration
 }
 
-// Static recommends k × the peak measured in a profiling run (seed 000 §VI-B:
+// Static recommends k × the peak measured in a profiling run (Escra §VI-B:
 // k = 1.5, 1.0 and 0.75).
 type Static struct {
 	K       float64

@@ -92,7 +92,7 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		writeJSON(w, 200, spec)
 	})
-	// The Application Deployer (seed 000 §IV-A): place and create the
+	// The Application Deployer (Escra §IV-A): place and create the
 	// app's containers; all or nothing.
 	mux.HandleFunc("POST /v1/apps/{name}/deploy", func(w http.ResponseWriter, r *http.Request) {
 		var req DeployRequest
@@ -112,7 +112,7 @@ func (s *Server) adminHandler() http.Handler {
 			writeJSON(w, 200, adminapi.DeployResponse{Containers: placed, Rollout: roll})
 		}
 	})
-	s.scaleRoutes(mux) // issue 15: an autoscaler adds and removes replicas
+	s.scaleRoutes(mux) // Mu: an autoscaler adds and removes replicas
 	mux.HandleFunc("DELETE /v1/apps/{name}", func(w http.ResponseWriter, r *http.Request) {
 		n, err := s.RemoveApp(r.Context(), r.PathValue("name"))
 		switch {

@@ -18,14 +18,14 @@ import (
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
-// The Application Deployer (seed 000 §IV-A): place an app's containers on
+// The Application Deployer (Escra §IV-A): place an app's containers on
 // the connected hosts, have each host's escrad create and start them with
 // the escra.app label and their bootstrap limits, and roll everything back
 // when one of them fails. Placement is the deployer profile of
 // controller/placement (docs/operator.md): a host must have the free CPU and
 // memory for the container's bootstrap limits; among those, the one with the
 // fewest containers of this app wins, then the one holding the most bytes of
-// the image's layers (seed 004 layer-match, docs/depsched.md), then the least
+// the image's layers (dependency-aware scheduling's layer-match, docs/depsched.md), then the least
 // loaded (mean free fraction of CPU and memory), then the lowest host id.
 
 // The deploy API's bodies (controller/adminapi).
@@ -107,7 +107,7 @@ func (s *Server) place(app string, cs []DeployContainer) ([]placement, error) {
 	for _, c := range cs {
 		prof := base
 		if c.CPUClass == "wysiwyg" {
-			// Seed 001 §IV-D: every candidate host simulates Algorithm 1
+			// WYSIWYG §IV-D: every candidate host simulates Algorithm 1
 			// for this container; the best simulated allocation wins.
 			s.askCPUPlacement(c, nodes, hosts)
 			prof = placementpkg.WysiwygDeployer()
@@ -226,7 +226,7 @@ func call(ctx context.Context, ss *session.Session, env *pb.Envelope) (*pb.Envel
 	}
 }
 
-// Deploy creates an app's containers across the hosts (seed 000 §IV-A).
+// Deploy creates an app's containers across the hosts (Escra §IV-A).
 // For an app without containers it is all or nothing: on any failure every
 // container of the app is removed again and the error says what failed.
 // An app that runs containers is rolled out to req instead (rollout.go).

@@ -55,7 +55,7 @@ func TestPlacement(t *testing.T) {
 	}
 }
 
-// Seed 001 §IV-D: a cpu_placement: wysiwyg container goes to the host
+// WYSIWYG §IV-D: a cpu_placement: wysiwyg container goes to the host
 // whose own simulation of Algorithm 1 puts the most of it on exclusive
 // cores, even against the deployer's load spreading; a host that would
 // refuse it as not WYSIWYG is dropped, one that does not answer is left to

@@ -22,7 +22,7 @@ const (
 	maxImageString    = 512
 )
 
-// ImageState keeps a host's image and layer state (seed 004 §4.2–4.3),
+// ImageState keeps a host's image and layer state (dependency-aware scheduling §4.2–4.3),
 // replacing the previous one.
 func (s *Server) ImageState(ss *session.Session, st *pb.ImageState) {
 	h := s.host(ss.ID)
@@ -68,7 +68,7 @@ func (s *Server) imageResolver() *imageresolve.Resolver {
 }
 
 // resolveImages resolves each distinct image of a deploy, waiting at most
-// ResolveWait for the ones not cached yet (seed 004 §5.2: resolution off
+// ResolveWait for the ones not cached yet (dependency-aware scheduling §5.2: resolution off
 // the critical path; a late one serves the next deploy).
 func (s *Server) resolveImages(images []string) map[string]*placementpkg.ImageDeps {
 	wait := s.cfg.ResolveWait
@@ -91,8 +91,8 @@ func (s *Server) resolveImages(images []string) map[string]*placementpkg.ImageDe
 	return out
 }
 
-// placementProfile is the deployer's profile: the configured seed 004
-// policy, or the default (replicas spread first, then the bytes of the
+// placementProfile is the deployer's profile: the configured dependency-aware
+// scheduling policy, or the default (replicas spread first, then the bytes of the
 // request's layers already on the host, then the least loaded).
 func (s *Server) placementProfile() (*placementpkg.Profile, error) {
 	switch s.cfg.Placement {

@@ -24,7 +24,7 @@ func sendImages(t *testing.T, d *simdaemon.Daemon, st *pb.ImageState) {
 	}
 }
 
-// The deployer places where the image's dependencies are (seed 004):
+// The deployer places where the image's dependencies are (dependency-aware scheduling):
 // by normalised name when the image cannot be resolved, by layers when
 // the registry's manifest says which ones it has; replicas still spread.
 func TestDeployerPlacesByImageState(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 )
 
 // adminState reads GET /v1/state and checks Σ quotas + Σ leases ≤ Ω for
-// app (issue 11: a lease counts as allocated until used or returned).
+// app (host-local leases: a lease counts as allocated until used or returned).
 func adminState(t *testing.T, s *Server, app string) (AppState, int64) {
 	t.Helper()
 	resp, err := http.Get("http://" + s.AdminAddr() + "/v1/state")

@@ -41,7 +41,7 @@ func newMetrics(s *Server) *metrics {
 	m.throttleEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_throttle_events_total",
 		Help: "Throttle events (a container ran out of quota mid-period), by result: raised, took (members above their share cut; the raise follows their acknowledgements), nochange, stale."}, []string{"result"})
 	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_lease_events_total",
-		Help: "Host-local CPU lease messages (issue 11), by event: grant, revoke (sent), use, return (received)."}, []string{"event"})
+		Help: "Host-local CPU lease messages, by event: grant, revoke (sent), use, return (received)."}, []string{"event"})
 	m.badInput = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_bad_input_total",
 		Help: "Dropped input (telemetry and session messages), by reason."}, []string{"reason"})
 	m.decisionLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escra_decision_latency_seconds",

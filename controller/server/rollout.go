@@ -12,14 +12,14 @@ import (
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
-// The declarative apply of a running app (issue 18): bring its containers
+// The declarative apply of a running app: bring its containers
 // to a new DeployRequest one replica at a time, like a Kubernetes rolling
 // update with maxSurge 0 and maxUnavailable 1. Scale-down goes first (it
 // frees budget and host room), then replacements (remove, then create
 // under the same name: Docker names are unique per engine), then
 // scale-up. A container whose template (image, command, env, network,
 // host) did not change is never touched. The budget is kept throughout:
-// every new member joins through the allocator (seed 000 §IV-A eq. 2),
+// every new member joins through the allocator (Escra §IV-A eq. 2),
 // which takes its fair share from the others' quotas rather than exceed Ω.
 
 // leaveTimeout bounds the wait for a removed container to leave the app.

@@ -13,7 +13,7 @@ import (
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
-// Horizontal scaling of a deployed app (seed 003's autoscaler, issue 15):
+// Horizontal scaling of a deployed app (Mu's autoscaler):
 // add replicas to an app that already runs, or remove one, through the
 // same placement and escrad RPCs as Deploy. Unlike Deploy these do not
 // rewrite the app's stored desired state: replicas an autoscaler adds are

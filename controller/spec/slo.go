@@ -7,7 +7,7 @@ import (
 )
 
 // slo decodes the app's `slo:` section: the latency objective of the
-// pema policy (seed 002) and the policy's settings (docs/pema.md).
+// pema policy (PEMA) and the policy's settings (docs/pema.md).
 func (d *decoder) slo(n *yaml.Node, field string) *SLO {
 	s := &SLO{}
 	seen := d.mapping(n, field, map[string]func(v *yaml.Node, f string){

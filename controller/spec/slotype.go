@@ -8,7 +8,7 @@ import (
 )
 
 // SLO is an app's latency objective and the settings of the pema policy
-// (seed 002) that walks its CPU down to what the objective needs.
+// (PEMA) that walks its CPU down to what the objective needs.
 type SLO struct {
 	P95 time.Duration `json:"p95" yaml:"p95"`
 	// Interval between PEMA steps (paper: 2 min; default 20 s).

@@ -1,5 +1,5 @@
-// Package spec reads the YAML description of a Distributed Container (seed
-// 000 §IV-A): one app, its global CPU and memory limits, σ, the allocator's
+// Package spec reads the YAML description of a Distributed Container (Escra
+// §IV-A): one app, its global CPU and memory limits, σ, the allocator's
 // parameters, and the containers that share the budget. Every error names the
 // file, line and field, so a user can fix a spec without guessing.
 //
@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// Defaults from the paper (seed 000 §V: κ = 0.8, γ = 0.2, Υ = 20; §IV-C:
+// Defaults from the paper (Escra §V: κ = 0.8, γ = 0.2, Υ = 20; §IV-C:
 // a 50 MiB reclaim safe margin). The window length n, σ, the CPU floor and
 // the OOM step are not given there; these are our choices (docs/spec.md).
 // The reclaim interval (5 s) is the controller's, not an app's.
@@ -51,11 +51,11 @@ type App struct {
 	// docker run --label escra.app=NAME.
 	Containers []Container
 	Line       int // where the app starts in its file
-	// SLO: the latency objective of the pema policy (seed 002).
+	// SLO: the latency objective of the pema policy (PEMA).
 	SLO *SLO
 }
 
-// Allocator holds the resource allocator's parameters (seed 000 §IV-C/D).
+// Allocator holds the resource allocator's parameters (Escra §IV-C/D).
 type Allocator struct {
 	Policy             string        // "escra"; later issues add others
 	Kappa              float64       // κ: scale-down rate
@@ -81,7 +81,7 @@ type Container struct {
 	Replicas int
 	Host     string // optional: only on this host id
 	Network  string // "none" (loopback only) or "host"
-	CPUClass string // escra.cpu (seed 001): "wysiwyg", "shared", "auto" or ""
+	CPUClass string // escra.cpu (WYSIWYG containers): "wysiwyg", "shared", "auto" or ""
 	MinCPU   float64
 	MinBytes int64
 	Line     int // where the entry starts in the file
@@ -97,7 +97,7 @@ func (a *App) Replicas() int {
 }
 
 // Bootstrap is the CPU (cores) and memory (bytes) each replica of c starts
-// with, before the controller takes over (seed 000 §IV-A eq. 2): every replica
+// with, before the controller takes over (Escra §IV-A eq. 2): every replica
 // gets its minimum, and what is left of the global CPU limit, and of the global
 // memory limit less the withheld share σ, is split equally over all replicas.
 func (a *App) Bootstrap(c *Container) (cpu float64, mem int64) {

@@ -44,7 +44,7 @@ func TestShopExample(t *testing.T) {
 	if a.Containers[1].Host != "h2" || a.Containers[1].Network != "none" {
 		t.Fatalf("cache: %+v", a.Containers[1])
 	}
-	// Bootstrap (seed 000 §IV-A eq. 2): the whole CPU limit and memory less σ
+	// Bootstrap (Escra §IV-A eq. 2): the whole CPU limit and memory less σ
 	// are handed out, minimums first.
 	var cpu float64
 	var mem int64

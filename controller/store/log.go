@@ -9,7 +9,7 @@ import (
 )
 
 // Log is an append-only log of records in the controller's store: the
-// pema policy keeps its RHDb (seed 002 §3.3) in one per app and workload
+// pema policy keeps its RHDb (PEMA §3.3) in one per app and workload
 // range, in the same bbolt file as the apps.
 type Log interface {
 	Append(v []byte) error

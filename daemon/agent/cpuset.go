@@ -28,7 +28,7 @@ const (
 // DefaultViewDir holds the per-container CPU views escrad keeps truthful.
 const DefaultViewDir = "/run/escra/view"
 
-// cpuMgr is escrad's host CPU allocator (seed 001 §IV-B, Algorithm 1,
+// cpuMgr is escrad's host CPU allocator (WYSIWYG §IV-B, Algorithm 1,
 // internal/wysiwyg), run live: every quota the controller sets for a C1
 // container goes through it, and the cpuset writes of the plan it returns
 // are made in order around the quota write, so that at no instant a
@@ -94,7 +94,7 @@ func toMilli(quotaUs int64, periodUs uint32) int64 {
 }
 
 // add places a new container: C1 by Algorithm 1 when labelled wysiwyg (or
-// auto, and its image was profiled processor-sensitive: seed 001 §IV-C)
+// auto, and its image was profiled processor-sensitive: WYSIWYG §IV-C)
 // and limited, else in the shared pool. A container whose cpuset its owner
 // gave Docker and that carries no escra.cpu label is left alone (make
 // bench pins its apps that way). Shared cpusets are not written into

@@ -13,7 +13,7 @@ import (
 
 var errNoDocker = errors.New("this escrad manages no Docker engine (--no-docker)")
 
-// CreateContainer implements link.Deployer (seed 000 §IV-A): the container
+// CreateContainer implements link.Deployer (Escra §IV-A): the container
 // starts with the escra.app label, so the watcher registers it.
 func (a *Agent) CreateContainer(ctx context.Context, m *pb.CreateContainer) (*pb.CreateContainerResult, error) {
 	if a.cfg.Docker == nil {
@@ -30,7 +30,7 @@ func (a *Agent) CreateContainer(ctx context.Context, m *pb.CreateContainer) (*pb
 	}
 	if (cs.CPU == containers.CPUWysiwyg || cs.CPU == containers.CPUAuto) && a.cpu != nil {
 		// The container's online view, truthful from its first instruction
-		// (seed 001's WYSIWYG principle; docs/wysiwyg.md). An auto
+		// (the WYSIWYG principle; docs/wysiwyg.md). An auto
 		// container gets it too: its profile may make it C1, and for C2
 		// the view follows the shared pool.
 		cores := 0
@@ -46,7 +46,7 @@ func (a *Agent) CreateContainer(ctx context.Context, m *pb.CreateContainer) (*pb
 	id, err := containers.Create(ctx, a.cfg.Docker, cs)
 	var pull time.Duration
 	if errors.Is(err, containers.ErrNoImage) && len(a.cfg.PullRegistries) > 0 {
-		// Provisioning (seed 004 §3.3): pull what the engine lacks, then
+		// Provisioning (dependency-aware scheduling §3.3): pull what the engine lacks, then
 		// create; the pull time goes back to the controller.
 		if pull, err = containers.Pull(ctx, a.cfg.Docker, m.GetImage(), a.cfg.PullRegistries); err == nil {
 			a.log.Info("image pulled for the deployer", "image", m.GetImage(), "took", pull)

@@ -16,7 +16,7 @@ import (
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
-// Image and layer state (seed 004 §4.2–4.3, §5: the kubelet's part): what
+// Image and layer state (dependency-aware scheduling §4.2–4.3, §5: the kubelet's part): what
 // the engine's image store holds goes to the controller after every
 // connect and after image events, so the deployer can place a container
 // where its layers already are. With --image-budget the store is kept

@@ -18,7 +18,7 @@ import (
 )
 
 // On a private engine: escrad reports its images with their RootFS
-// diff-ids on connect and again after an image event (seed 004 §5.1–5.2),
+// diff-ids on connect and again after an image event (dependency-aware scheduling §5.1–5.2),
 // and its image budget removes the least recently used images no
 // container uses, never one a container uses.
 func TestImageStateAndBudgetOnAnEngine(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
-// Issue 11, host-local leases: with no credit a throttle event goes to
+// Host-local leases: with no credit a throttle event goes to
 // the controller; with credit the quota is raised at once, the use is
 // reported and the event is not forwarded; a revoke returns what is left;
 // the credit dies with the session. The test is the source: it feeds the

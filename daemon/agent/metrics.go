@@ -30,9 +30,9 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		records:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_telemetry_records_total", Help: "Per-period CPU records produced."}),
 		thrEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_throttle_events_total", Help: "Throttle events sent (nr_throttled rose between period samples)."}),
 		thrRaise:     prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_throttle_raise_seconds", Help: "Throttle event seen to the write that raised the quota above the one throttled.", Buckets: us}),
-		leaseRaise:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_lease_raise_seconds", Help: "Throttle event seen to the quota raised from host-local lease credit (issue 11).", Buckets: us}),
+		leaseRaise:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_lease_raise_seconds", Help: "Throttle event seen to the quota raised from host-local lease credit.", Buckets: us}),
 		leaseUses:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_lease_uses_total", Help: "Throttle events answered from host-local lease credit (not forwarded)."}),
-		reclaimed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (seed 000 §IV-C)."}),
+		reclaimed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (Escra §IV-C)."}),
 		restored:     prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_limits_restored_total", Help: "Containers whose own limits were put back for want of a controller (--restore-after)."}),
 	}
 	registerProcessMetrics(r, "escrad")

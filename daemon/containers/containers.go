@@ -1,5 +1,5 @@
 // Package containers finds the containers escrad manages: running Docker
-// containers labelled escra.app=APP (seed 000 §IV-A "Container Watcher"),
+// containers labelled escra.app=APP (Escra §IV-A "Container Watcher"),
 // and plain cgroups named in the configuration (hosts or VMs without Docker).
 package containers
 
@@ -15,7 +15,7 @@ import (
 // Distributed Container named by its value. Nothing without it is touched.
 const AppLabel = "escra.app"
 
-// CPULabel picks a container's CPU placement (seed 001 §IV-B):
+// CPULabel picks a container's CPU placement (WYSIWYG §IV-B):
 // "wysiwyg" (C1: an exclusive cpuset of ⌈quota⌉ cores), "shared" (C2, the
 // default: the shared pool) or "auto" (the verdict `escractl profile
 // --record` stored for the container's image decides; shared when none).

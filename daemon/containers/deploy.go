@@ -12,7 +12,7 @@ import (
 	"github.com/docker/docker/client"
 )
 
-// CreateSpec is one container the controller's deployer asks for (seed 000
+// CreateSpec is one container the controller's deployer asks for (the Escra paper
 // §IV-A, Application Deployer).
 type CreateSpec struct {
 	App     string
@@ -21,8 +21,8 @@ type CreateSpec struct {
 	Command []string // replaces the image's entrypoint and command
 	Env     []string // KEY=VALUE
 	Network string   // "none" or "host"
-	Limits  Limits   // bootstrap limits (seed 000 §IV-A eq. 2)
-	CPU     string   // escra.cpu label (seed 001), "" for none
+	Limits  Limits   // bootstrap limits (Escra §IV-A eq. 2)
+	CPU     string   // escra.cpu label (WYSIWYG containers), "" for none
 	Binds   []string // docker run -v mounts (the CPU view of a wysiwyg container)
 }
 

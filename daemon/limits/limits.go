@@ -1,5 +1,5 @@
 // Package limits applies container limits: the fast path writes cgroup
-// files through descriptors opened once (seed 000 §IV-C/D: changes within a
+// files through descriptors opened once (Escra §IV-C/D: changes within a
 // period), and a background reconciler brings Docker's own view (docker
 // inspect) up to date through ContainerUpdate, batched and retried, never
 // on the fast path.
@@ -56,7 +56,7 @@ type Entry struct {
 	cur     Current
 	memAt   time.Time // when the last memory write was issued
 
-	// Docker's view in flight (issue 12): runc writes what a docker update
+	// Docker's view in flight (no budget violation from a late docker update): runc writes what a docker update
 	// carries when Docker gets to it, which may be after a newer cut. Until
 	// the reconciler knows the update settled, a cut below what it carries
 	// is written but not acknowledged (HoldAck), so the controller keeps the
@@ -278,8 +278,8 @@ func (a *Applier) RaiseMemory(h uint32, limit int64) (int64, error) {
 	return now, err
 }
 
-// RaiseCPU raises h's CPU quota on the daemon's own authority (issue 11,
-// host-local leases): raise gets the current quota and period and returns
+// RaiseCPU raises h's CPU quota on the daemon's own authority (host-local
+// leases): raise gets the current quota and period and returns
 // the quota to write (<= the current one: nothing is written). The write
 // bumps no generation: the controller answers it with a newer one. It
 // returns the quota in place afterwards.
@@ -414,7 +414,7 @@ func (e *Entry) writeMemory(mem int64) error {
 	return nil
 }
 
-// Reclaim applies seed 000 §IV-C to each handle (all when hs is empty):
+// Reclaim applies Escra §IV-C to each handle (all when hs is empty):
 // when limit > usage + margin, limit ← usage + margin (page-aligned up, so
 // never below usage). Containers without a memory limit are left alone.
 func (a *Applier) Reclaim(margin uint64, hs []uint32) []*pb.ReclaimResult_Reclaimed {
@@ -443,7 +443,7 @@ func (a *Applier) Reclaim(margin uint64, hs []uint32) []*pb.ReclaimResult_Reclai
 		// Not below what the group used since the previous reclaim: a
 		// reclaim in a lull would otherwise leave a bursty container δ
 		// above its trough, and its next burst would wait on OOM rescues
-		// (issue 11, demo-http). Seed 000 §IV-C's usage + δ where the
+		// (seen with demo-http). Escra §IV-C's usage + δ where the
 		// kernel keeps no resettable peak.
 		need := usage
 		if peak, ok := e.G.MemPeak(); ok {
@@ -523,7 +523,7 @@ func (a *Applier) Restore(h uint32, l Current) (bool, error) {
 	return true, nil
 }
 
-// SetCPUs writes h's cpuset.cpus (escrad's host CPU allocator, seed 001;
+// SetCPUs writes h's cpuset.cpus (escrad's host CPU allocator, WYSIWYG containers;
 // the allocator orders these writes) and reconciles Docker's view.
 func (a *Applier) SetCPUs(h uint32, cpus string) error {
 	e := a.Get(h)
@@ -549,7 +549,7 @@ func (a *Applier) SetCPUs(h uint32, cpus string) error {
 
 // HoldAck reports whether the acknowledgement of generation gen, just
 // applied to h, must wait until Docker's view settles: an unsettled docker
-// update carries more CPU or memory than h now has (issue 12, soak). The
+// update carries more CPU or memory than h now has (seen in the soak test). The
 // reconciler calls its Settled hook with the newest generation held once
 // the update returned and the newest limits are back in the cgroup.
 func (a *Applier) HoldAck(h uint32, gen uint64) bool {

@@ -48,7 +48,7 @@ func TestDockerCPUKeepsTheFormTheContainerWasCreatedWith(t *testing.T) {
 
 // runcDocker stands in for the Docker client in the reconciler's unit test:
 // each update waits for release, then writes the CPU quota it carries into
-// the cgroup as runc would, late (issue 12's soak: a hung engine served an
+// the cgroup as runc would, late (as in the soak test: a hung engine served an
 // update after escrad's newer cut).
 type runcDocker struct {
 	rel     string

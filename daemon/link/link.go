@@ -32,7 +32,7 @@ type Handler interface {
 }
 
 // Deployer creates and removes containers for the controller's deployer
-// (seed 000 §IV-A). A Handler that also implements it serves
+// (Escra §IV-A). A Handler that also implements it serves
 // CreateContainer and RemoveContainers; others answer with an Error.
 // The calls talk to Docker, so they run off the reader goroutine.
 type Deployer interface {
@@ -40,14 +40,14 @@ type Deployer interface {
 	RemoveContainers(ctx context.Context, m *escrapb.RemoveContainers) (*escrapb.RemoveContainersResult, error)
 }
 
-// CPUPlacer is implemented by a Handler that simulates seed 001's host
+// CPUPlacer is implemented by a Handler that simulates the WYSIWYG paper's host
 // CPU allocation for the deployer (CpuPlacementQuery).
 type CPUPlacer interface {
 	SimulateCPU(q *escrapb.CpuPlacementQuery) *escrapb.CpuPlacementAnswer
 }
 
 // LeaseHandler is implemented by a Handler that holds host-local CPU
-// lease credit (issue 11). Lease runs on the reader goroutine and returns
+// lease credit (host-local leases). Lease runs on the reader goroutine and returns
 // the answer to a revoke (nil: none); LeasesLost is called when the
 // session ends, before another can start: the controller drops its side.
 type LeaseHandler interface {
@@ -56,7 +56,7 @@ type LeaseHandler interface {
 }
 
 // ImageReporter is implemented by a Handler that reports its engine's
-// image store (seed 004 §4.2–4.3); the last state goes after every
+// image store (dependency-aware scheduling §4.2–4.3); the last state goes after every
 // connect, changes through SendImageState.
 type ImageReporter interface {
 	ImageState() *escrapb.ImageState

@@ -103,7 +103,7 @@ func (b Burst) Schedule(d time.Duration) []time.Duration {
 // per-second rate is a raised cosine between Min and Max, multiplied by
 // log-normal noise with memory (AR(1), so busy seconds cluster) and rare
 // spikes, clamped to [Min, Max]; arrivals are Poisson at that rate. It is
-// generated from Seed alone, so every policy sees the same trace. Seed 000
+// generated from Seed alone, so every policy sees the same trace. The Escra paper
 // replays an Alibaba trace sped up 10× at 56–548 req/s; that trace is not
 // available offline, so this is a synthetic stand-in with the same range.
 type Trace struct {

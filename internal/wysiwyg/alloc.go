@@ -1,4 +1,4 @@
-// Package wysiwyg is seed 001's hybrid CPU allocator (§IV-B, Algorithm 1):
+// Package wysiwyg is the WYSIWYG paper's hybrid CPU allocator (§IV-B, Algorithm 1):
 // a host's cores are split into P1 (exclusive to one processor-sensitive
 // container, C1), P2 (shared by fractions of C1 containers and by the
 // shared pool) and P3 (the shared pool of C2 containers). A C1 container

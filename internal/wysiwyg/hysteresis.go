@@ -3,7 +3,7 @@ package wysiwyg
 import "time"
 
 // Hysteresis decides the allocation a C1 container's cpuset is laid out
-// for while its quota moves every period (Escra's controller; seed 001
+// for while its quota moves every period (Escra's controller; the WYSIWYG paper
 // sized it once). A raise is laid out at once: the container must never
 // see fewer cores than its quota needs. A cut that keeps the layout's
 // shape (the same whole cores, the fraction on the same core) is done in
@@ -19,7 +19,7 @@ type Hysteresis struct {
 	since time.Time // the quota first asked for a smaller layout
 }
 
-// DefaultHold and DefaultBand are the hysteresis defaults (ours: seed 001
+// DefaultHold and DefaultBand are the hysteresis defaults (ours: the WYSIWYG paper
 // resizes nothing).
 const (
 	DefaultHold = time.Second

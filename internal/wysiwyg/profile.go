@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// Type determination (seed 001 §IV-C) happens once per application, in
+// Type determination (WYSIWYG §IV-C) happens once per application, in
 // CI, by benchmarking; its verdict then picks the allocation mechanism.
 // `escractl profile --record DIR` stores the verdict for the profiled
 // image, and escrad resolves a container labelled escra.cpu=auto from it:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# make bench: the comparison of seed 000 §VI against Static, Autopilot-style
-# and VPA-style limits on real workloads and clients (issue 7).
+# make bench: the comparison of Escra §VI against Static, Autopilot-style
+# and VPA-style limits on real workloads and clients (docs/benchmarks.md).
 #   make bench           quick matrix (about 28 minutes: 6 cells × 4 policies × 3 reps)
 #   make bench FULL=1    every load and policy, 60 s runs, 3 repetitions
 # Writes results/bench/{results.json,report.md,summary.json,plots/}.

@@ -1,7 +1,7 @@
 // Package failure kills the real escra-controller and escrad processes (by
 // PID) beside the real Docker engine and real cgroups, and checks what a
 // user would: containers keep running with sane limits, no OOM wait
-// outlives its deadline, nothing is lost or counted twice (issue 8).
+// outlives its deadline, nothing is lost or counted twice.
 package failure
 
 import (

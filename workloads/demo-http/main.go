@@ -1,4 +1,4 @@
-// Command demo-http is the benchmark's own HTTP service (issue 7 workload 1):
+// Command demo-http is the benchmark's own HTTP service (workload 1):
 // a CPU-heavy endpoint and a memory-growing endpoint, so a policy's CPU and
 // memory limits both show up in client latency.
 //

@@ -1,6 +1,6 @@
 // Command memhog allocates memory in steps, touching every page, then exits
 // 0. Tests run it in a container with a memory limit below its total to
-// make the container hit its limit (seed 000 §IV-C OOM events).
+// make the container hit its limit (Escra §IV-C OOM events).
 package main
 
 import (

@@ -1,5 +1,5 @@
 // Command memwave is a memory workload whose working set grows and shrinks
-// in a wave (issue 7 workload 3): it exercises OOM handling and memory slack.
+// in a wave (the benchmark's workload 3): it exercises OOM handling and memory slack.
 // The resident set follows
 //
 //	ws(t) = min + (max-min) * (1 - cos(2πt/period)) / 2

@@ -383,7 +383,7 @@ The controller ran as its own process (PID %d, started with prefix %q); its CPU 
 | input dropped | %d | |
 | apps with Σ quotas > Ω at the end | %d | 0 |
 
-Floors met: %v. Seed 000 §VI-I reports 1,192 containers per core (5.7%% of a core for 68).
+Floors met: %v. Escra §VI-I reports 1,192 containers per core (5.7%% of a core for 68).
 `, o.containers, o.hosts, o.apps, o.period, o.oomRate, wall, o.warmup, o.pid, o.prefix, o.pid, sum["load_average_1m_end"],
 		cores, sum["containers_per_core"], after.DecisionLatencyP50Us, after.DecisionLatencyP99Us,
 		sum["decisions_per_s"], sum["stats_per_s"], sum["wire_bytes_per_stat"],

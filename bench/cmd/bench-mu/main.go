@@ -1,4 +1,4 @@
-// Command bench-mu is `make bench-mu` (issue 15): seed 003's Table 3 and
+// Command bench-mu is `make bench-mu`: Mu's Table 3 and
 // Table 5 comparisons, the load-balancer experiment and the placement
 // simulation at this machine's scale; writes results/mu/summary.json,
 // report.md and plots. Root (escrad writes cgroups).

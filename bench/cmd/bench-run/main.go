@@ -1,4 +1,4 @@
-// Command bench-run runs the benchmark matrix of issue 7 and writes
+// Command bench-run runs the benchmark matrix (docs/benchmarks.md) and writes
 // OUT/results.json, then the report (OUT/report.md, OUT/summary.json,
 // OUT/plots/) from it.
 //
@@ -71,7 +71,7 @@ func run() error {
 	duration := flag.Duration("duration", 0, "length of each run (default 20 s quick: one Burst cycle and one memwave period; 60 s full)")
 	reps := flag.Int("reps", 0, "repetitions (default 1 quick, 3 full)")
 	port := flag.Int("port", 18080, "first loopback port of the workloads")
-	// δ of seed 000 §IV-C is 50 MiB for containers of GiBs; these are tens of
+	// δ of Escra §IV-C is 50 MiB for containers of GiBs; these are tens of
 	// MiB (scaled down like the request rates), and with δ = 50 MiB reclaim
 	// would never take anything back from them.
 	safeMargin := flag.String("safe-margin", "8MiB", "reclaim margin δ given to escra-controller")
@@ -81,10 +81,10 @@ func run() error {
 	clientCPUs := flag.String("client-cpus", "0", "CPUs the client (this process, vegeta, wrk, redis-benchmark) is pinned to (\"\": not pinned)")
 	appCPUs := flag.String("app-cpus", "1", "CPUs of the containers under test, the batch container, escrad and escra-controller (\"\": not pinned)")
 	escradCPUs := flag.String("escrad-cpus", "", "CPUs of escrad when not the app CPUs (diagnostic A/B runs; default: -app-cpus, so the daemon's cost falls on the app)")
-	ctlCPUs := flag.String("controller-cpus", "", "CPUs of escra-controller (default: -client-cpus, the control node of seed 000 §V, where the baselines' recommenders run too; -app-cpus puts its cost on the app)")
-	burstCycle := flag.Duration("burst-cycle", 0, "cycle of the Burst load, calm then burst, half each (default 6 s quick: three cycles per run; 20 s full, seed 000's)")
+	ctlCPUs := flag.String("controller-cpus", "", "CPUs of escra-controller (default: -client-cpus, the control node of Escra §V, where the baselines' recommenders run too; -app-cpus puts its cost on the app)")
+	burstCycle := flag.Duration("burst-cycle", 0, "cycle of the Burst load, calm then burst, half each (default 6 s quick: three cycles per run; 20 s full, the Escra paper's)")
 	noBatch := flag.Bool("no-batch", false, "leave out the P+batch policies (the app beside a best-effort batch container)")
-	cfsBurst := flag.Float64("burst", 0, "run every policy's containers with a CFS burst of this share of their quota, in [0, 1] (escrad --cfs-burst for Escra, a cgroup write beside the baselines' limits; 0: none, as seed 000)")
+	cfsBurst := flag.Float64("burst", 0, "run every policy's containers with a CFS burst of this share of their quota, in [0, 1] (escrad --cfs-burst for Escra, a cgroup write beside the baselines' limits; 0: none, as in the Escra paper)")
 	orderSeed := flag.Int64("order-seed", 0, "seed of the policies' order per repetition and cell (0: a new one each run, from the clock, recorded in results.json as order_seed; give it back to replay an order). The requests stay the same in every run")
 	profilesFrom := flag.String("profiles", "", "reuse the profiles (and so the budgets) of an earlier run's profiles.json instead of profiling (A/B runs at equal budgets)")
 	flag.Parse()
@@ -95,7 +95,7 @@ func run() error {
 		return err
 	}
 	// escrad is the worker's agent: its cost falls on the app's CPUs. The
-	// controller runs on seed 000 §V's control node, not on a worker; here
+	// controller runs on Escra §V's control node, not on a worker; here
 	// that is the client's CPUs, beside Autopilot's and VPA's recommenders
 	// (this process), so every policy's control loop is off the app's CPUs.
 	for _, f := range []struct {
@@ -224,12 +224,12 @@ func run() error {
 		Commit: commit, Pinning: report.Pinning{ClientCPUs: *clientCPUs, AppCPUs: *appCPUs, EscraCPUs: escraCPUs}, OrderSeed: cfg.OrderSeed}
 	res.Notes = append(res.Notes, fmt.Sprintf("Each run lasts %s; Static limits are k × the peak of a profiling run of the same workload and load without limits (CPU: largest 1 s mean; memory: largest 100 ms sample), capped at the app's %g CPUs.", cfg.Duration, cfg.AppCores))
 	if cfg.BurstCycle > 0 {
-		res.Notes = append(res.Notes, fmt.Sprintf("The Burst load cycles every %s (calm, then a burst, half each; seed 000: 20 s), so every run holds %.1f cycles.", cfg.BurstCycle, cfg.Duration.Seconds()/cfg.BurstCycle.Seconds()))
+		res.Notes = append(res.Notes, fmt.Sprintf("The Burst load cycles every %s (calm, then a burst, half each; the Escra paper: 20 s), so every run holds %.1f cycles.", cfg.BurstCycle, cfg.Duration.Seconds()/cfg.BurstCycle.Seconds()))
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("Pinning: the client (bench-run with vegeta, the sampler and the baseline recommenders; wrk and redis-benchmark) on CPUs %q; the containers under test and the batch container on CPUs %q; escrad and escra-controller on %q.", *clientCPUs, *appCPUs, escraCPUs))
 	res.Notes = append(res.Notes, fmt.Sprintf("Policies run in a random order per repetition and cell (order seed %d, new each run unless -order-seed is given; the requests are the same in every run); Autopilot", cfg.OrderSeed)+" and VPA start warm: their recommenders are fed the profiling run of the same load as history (not measured) and their first recommendation applies at the first sample.")
 	if slices.ContainsFunc(cfg.Policies, func(p string) bool { _, b := matrix.SplitBatch(p); return b }) {
-		res.Notes = append(res.Notes, "A policy named P+batch runs P with a best-effort batch container (a CPU spinner, cpu.shares 2, cpu.idle 1) beside the app on the app CPUs; its quota is the app CPUs minus Σ the app's container limits, moved every 100 ms: its CPU is what the capacity the policy leaves unreserved buys, and its row's latency what sharing the CPUs with it costs the app. Every other policy runs the app alone, as seed 000 measured it.")
+		res.Notes = append(res.Notes, "A policy named P+batch runs P with a best-effort batch container (a CPU spinner, cpu.shares 2, cpu.idle 1) beside the app on the app CPUs; its quota is the app CPUs minus Σ the app's container limits, moved every 100 ms: its CPU is what the capacity the policy leaves unreserved buys, and its row's latency what sharing the CPUs with it costs the app. Every other policy runs the app alone, as the Escra paper measured it.")
 	}
 	for _, cell := range cells {
 		res.Notes = append(res.Notes, fmt.Sprintf("Profiled peak of %s/%s: %s.", cell.Workload, cell.Load, describe(profiles[cell].Peaks)))
@@ -249,7 +249,7 @@ func run() error {
 		}
 		stopEscra, e, err := startEscra(ctx, cfg, profiles, escraOpts{bin: *bin, out: *out, safeMargin: *safeMargin,
 			escradCPUs: *escradCPUs, ctlCPUs: *ctlCPUs, ctlFlags: extra, backend: *backend, daemonFlags: dflags})
-		res.Notes = append(res.Notes, fmt.Sprintf("Escra: one app per cell and Escra policy, its budget exactly Σ static15 limits of that cell; reclaim margin δ = %s (seed 000: 50 MiB for containers of GiBs; these are tens of MiB), other parameters the controller's defaults (docs/allocator.md).", *safeMargin))
+		res.Notes = append(res.Notes, fmt.Sprintf("Escra: one app per cell and Escra policy, its budget exactly Σ static15 limits of that cell; reclaim margin δ = %s (the Escra paper: 50 MiB for containers of GiBs; these are tens of MiB), other parameters the controller's defaults (docs/allocator.md).", *safeMargin))
 		if len(extra) > 0 {
 			res.Notes = append(res.Notes, fmt.Sprintf("escra-controller run with the extra flags %q.", *ctlFlags))
 		}

@@ -51,7 +51,7 @@ func (b bytesFlag) Set(s string) error {
 
 // The --apps file is specs (docs/spec.md), the same format escractl apply
 // takes: one or more apps, as YAML documents or a list; their containers,
-// if any, are not deployed by the controller. appEntry is the round-1
+// if any, are not deployed by the controller. appEntry is the older
 // format (a list of {name, cpu, memory, sigma, policy}), still read.
 type appEntry struct {
 	Name   string  `yaml:"name"`
@@ -90,7 +90,7 @@ func parseApps(path string, data []byte) ([]server.AppSpec, error) {
 	return nil, err
 }
 
-// parseOldApps reads the round-1 --apps format.
+// parseOldApps reads the older --apps format.
 func parseOldApps(path string, data []byte) ([]server.AppSpec, error) {
 	var entries []appEntry
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
@@ -169,7 +169,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&floor, "cpu-floor", floor, "smallest quota per period a container is cut to")
 	policyName := fs.String("policy", allocator.PolicyEscra, "default allocator policy of apps that do not name one ("+strings.Join(allocator.PolicyNames(), ", ")+")")
 	fs.DurationVar(&p.PeakHalfLife, "peak-half-life", p.PeakHalfLife, "escra policy: a scale-down keeps the quota above a peak usage decaying with this half-life (0: the window's peak only)")
-	fs.Float64Var(&p.Headroom, "headroom", p.Headroom, "a CPU scale-down keeps the quota at least this fraction above the window's peak usage (0: seed 000's rule exactly)")
+	fs.Float64Var(&p.Headroom, "headroom", p.Headroom, "a CPU scale-down keeps the quota at least this fraction above the window's peak usage (0: the Escra paper's rule exactly)")
 	minStep := time.Duration(p.MinStepUs) * time.Microsecond
 	fs.DurationVar(&minStep, "min-step", minStep, "smallest quota change worth sending")
 	fs.BoolVar(&p.FairShareOnThrottle, "fair-share-on-throttle", p.FairShareOnThrottle, "escra policy: a container throttled below its equal share of the app's CPU whose raise the pool cannot cover takes the rest from members above it (docs/allocator.md)")
@@ -285,7 +285,7 @@ func run(args []string, stderr io.Writer) int {
 		}
 		if data, err := os.ReadFile(*appsFile); err == nil {
 			if _, err := spec.ParseAll(*appsFile, data); err != nil {
-				fmt.Fprintf(stderr, "escra-controller: warning: --apps %s is in round 1's format; write specs (docs/spec.md): %s\n",
+				fmt.Fprintf(stderr, "escra-controller: warning: --apps %s is in the older format; write specs (docs/spec.md): %s\n",
 					*appsFile, strings.SplitN(err.Error(), "\n", 2)[0])
 			}
 		}

@@ -1,4 +1,4 @@
-// Command escra-gateway is Mu's ingress gateway (seed 003, issue 15): it
+// Command escra-gateway is Mu's ingress gateway (the Mu paper): it
 // routes /fn/NAME/... (or Host NAME.*) to a replica of function NAME,
 // balances with the function's policy, strips the queue proxy's
 // piggybacked metrics, and scales each function every 2 s through the
@@ -81,7 +81,7 @@ func run(args []string) error {
 	prefix := fs.String("prefix", "mu-", "container name prefix of the replicas")
 	basePort := fs.Int("base-port", 20000, "first 127.0.0.1 port of the replicas (two per replica)")
 	proxyPath := fs.String("queue-proxy", "/escra-queue-proxy", "path of the queue proxy inside the function images")
-	nodeSelect := fs.String("node-select", gateway.DefaultNodeSelect, "where new replicas go (seed 003 Algorithm 3): alignment, worstfit, bestfit, default (Kubernetes' least allocated + balanced), or controller (the controller's deployer)")
+	nodeSelect := fs.String("node-select", gateway.DefaultNodeSelect, "where new replicas go (Mu Algorithm 3): alignment, worstfit, bestfit, default (Kubernetes' least allocated + balanced), or controller (the controller's deployer)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

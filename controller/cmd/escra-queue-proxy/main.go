@@ -1,4 +1,4 @@
-// Command escra-queue-proxy is Mu's queue proxy (seed 003 §3.1) as a
+// Command escra-queue-proxy is Mu's queue proxy (Mu §3.1) as a
 // sidecar process: it starts the function's server as its child (the
 // arguments after --), queues requests in front of it to a concurrency,
 // and piggybacks capacity metrics on every response for escra-gateway.

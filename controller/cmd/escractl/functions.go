@@ -13,7 +13,7 @@ import (
 	"github.com/escra-dev/escra/controller/mu/gateway"
 )
 
-// Functions are served by escra-gateway (issue 15), not the controller:
+// Functions are served by escra-gateway (Mu), not the controller:
 // `escractl get functions` and `escractl top --gateway URL` read its
 // /v1/functions.
 

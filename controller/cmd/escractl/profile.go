@@ -20,7 +20,7 @@ import (
 	"github.com/escra-dev/escra/internal/wysiwyg"
 )
 
-// profileCmd is seed 001 §IV-C's container type determination: the app is
+// profileCmd is WYSIWYG §IV-C's container type determination: the app is
 // evaluated under CFS quota and under a cpuset of the same size, for
 // several allocations and repetitions, on the real engine; it is C1
 // (escra.cpu=wysiwyg) if the cpuset performs better in most evaluations.
@@ -28,7 +28,7 @@ func profileCmd(e *env) *cobra.Command {
 	var o profileOpts
 	c := &cobra.Command{
 		Use:   "profile -f FILE [--workload CMD]",
-		Short: "Decide whether a container needs escra.cpu=wysiwyg (seed 001 §IV-C)",
+		Short: "Decide whether a container needs escra.cpu=wysiwyg (WYSIWYG §IV-C)",
 		Long: `profile runs the spec's first container on the local Docker engine under
 CFS quota and under a cpuset of the same size, for each allocation and
 repetition, and says whether it is processor-sensitive (C1: label it
@@ -133,7 +133,7 @@ func runProfile(e *env, o profileOpts) error {
 					q = v
 				}
 			}
-			// Seed 001 §IV-C: "better under CPU set"; ours: by more than
+			// WYSIWYG §IV-C: "better under CPU set"; ours: by more than
 			// the margin, so that noise on a shared host is not a verdict.
 			better := s > q*(1+*margin)
 			if *score == "time" {

@@ -24,7 +24,7 @@ import (
 	"github.com/escra-dev/escra/internal/dockertest"
 )
 
-// The declarative apply on the real engine (issue 18): the real escractl
+// The declarative apply on the real engine: the real escractl
 // code, the real controller, a real escrad agent and the host's Docker
 // engine. Changing replicas or image of a running app changes only the
 // containers it must, one at a time, within the budget; the others keep

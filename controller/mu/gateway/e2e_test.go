@@ -1,6 +1,6 @@
 package gateway_test
 
-// Issue 15's acceptance path on the real engine: the real controller, a
+// Mu's acceptance path on the real engine: the real controller, a
 // real escrad agent, the mu-fn image (queue proxy + demo-http) created
 // through POST /v1/apps/{fn}/containers, requests through the gateway.
 

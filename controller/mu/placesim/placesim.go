@@ -1,4 +1,4 @@
-// Package placesim is seed 003 §3.5.3's placement experiment: random
+// Package placesim is Mu §3.5.3's placement experiment: random
 // clusters of 40 nodes and 300 functions whose demand exceeds them (CPU
 // capacity 80 % of the demand, memory 60 %), placed by the Kubernetes
 // default and by DRF with Alignment, WorstFit and BestFit node selection

@@ -1,4 +1,4 @@
-// Package queueproxy is Mu's queue proxy (seed 003 §3.1): it sits in front
+// Package queueproxy is Mu's queue proxy (Mu §3.1): it sits in front
 // of one function replica, lets at most Concurrency requests into the user
 // server at a time, queues up to MaxQueue more (503 beyond), runs
 // Algorithm 1 on the traffic and piggybacks its metrics on every response

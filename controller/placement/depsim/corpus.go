@@ -1,4 +1,4 @@
-// Package depsim is seed 004's cluster simulator (§6.1 iv): Poisson pod
+// Package depsim is the dependency-aware scheduling paper's cluster simulator (§6.1 iv): Poisson pod
 // arrivals over a synthetic image corpus, placed through the same
 // controller/placement profiles the controller uses, with per-node image
 // stores, eviction, and pull cost = Σ pull time of the missing layers.
@@ -14,7 +14,7 @@ import (
 )
 
 // CorpusConfig shapes the synthetic image corpus. The defaults reproduce
-// seed 004 Table 1 and §4.3: 56,218 images, 11.95 layers per image, 383K
+// dependency-aware scheduling Table 1 and §4.3: 56,218 images, 11.95 layers per image, 383K
 // unique of 675K layer references (57 %), mean layer pull 1.75 s, mean
 // image pull 19.2 s, mean image 590 MB (33.15 TB / 56,218).
 type CorpusConfig struct {
@@ -28,7 +28,7 @@ type CorpusConfig struct {
 	// most layers are small, a few are gigabytes).
 	LayerMeanBytes float64
 	LayerSigma     float64
-	// Pull time of a layer = PullBaseS + size / PullBytesPerS (seed 004
+	// Pull time of a layer = PullBaseS + size / PullBytesPerS (the dependency-aware scheduling paper
 	// Fig 2 is close to linear in size with a fixed registration cost;
 	// fitted so the two means of Table 1 hold: 0.28 s + 37 MB/s).
 	PullBaseS     float64

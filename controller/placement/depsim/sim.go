@@ -11,7 +11,7 @@ import (
 	"github.com/escra-dev/escra/controller/placement"
 )
 
-// Config is one simulation run. Defaults (seed 004 §6.1): 200 nodes, at
+// Config is one simulation run. Defaults (dependency-aware scheduling §6.1): 200 nodes, at
 // most 16 running containers and a 32 GB image store per node, Poisson
 // arrivals at ~80 % utilisation under the agnostic policy, Zipf 0.75 image
 // choice, tasks 1–10 s.
@@ -32,7 +32,7 @@ type Config struct {
 	Seed       int64
 }
 
-// Default is seed 004's default setting; Rate 0 means "calibrate to 80 %
+// Default is the dependency-aware scheduling paper's default setting; Rate 0 means "calibrate to 80 %
 // agnostic utilisation" (Calibrate).
 func Default() Config {
 	return Config{Nodes: 200, Slots: 16, CacheBytes: 32e9, DurationS: 1200, WarmupS: 600,

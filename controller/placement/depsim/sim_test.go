@@ -14,7 +14,7 @@ func TestCorpusHasTable1Statistics(t *testing.T) {
 	s := cp.Stats()
 	check := func(name string, got, lo, hi float64) {
 		if got < lo || got > hi {
-			t.Errorf("%s = %.3f, want in [%.3f, %.3f] (seed 004 Table 1)", name, got, lo, hi)
+			t.Errorf("%s = %.3f, want in [%.3f, %.3f] (dependency-aware scheduling Table 1)", name, got, lo, hi)
 		}
 	}
 	check("layers per image", s.LayersPerImage, 11.5, 12.5)

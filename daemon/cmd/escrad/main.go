@@ -103,7 +103,7 @@ func run(args []string, restoreOnly bool) error {
 		tlsServer   = fs.String("tls-server-name", auth.ControllerName, "name the controller's certificate must carry")
 		noGuard     = fs.Bool("no-oom-guard", false, "do not start the OOM guard process (it re-enables the OOM killer of trapped containers if escrad dies)")
 		oomState    = fs.String("oom-state", "", "state file listing every group whose OOM killer escrad disabled, written before arming (default /run/escra/escrad-HOST.oom-armed)")
-		cpuPlace    = fs.String("cpu-placement", "hard", "host CPU placement for escra.cpu=wysiwyg containers (seed 001): hard (refuse a quota that cannot be WYSIWYG), besteffort, or off")
+		cpuPlace    = fs.String("cpu-placement", "hard", "host CPU placement for escra.cpu=wysiwyg containers (WYSIWYG containers): hard (refuse a quota that cannot be WYSIWYG), besteffort, or off")
 		viewDir     = fs.String("view-dir", agent.DefaultViewDir, "directory of per-container CPU views: NAME/online follows the cpuset of container NAME (bind-mount it on /sys/devices/system/cpu/online)")
 		cpuProfiles = fs.String("cpu-profiles", wysiwyg.DefaultProfileDir, "verdicts of escractl profile --record, one file per image: an escra.cpu=auto container is wysiwyg if its image's says so, else shared")
 		lockDir     = fs.String("lock-dir", defaultLockDir, "directory of the per-engine lock files (one escrad per Docker engine)")
