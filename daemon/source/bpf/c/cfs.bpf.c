@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * escrad's bpf backend: seed 000 §IV-B's per-period CFS record on a stock
+ * escrad's bpf backend: Escra §IV-B's per-period CFS record on a stock
  * kernel with BTF, in place of the escra.ko period hook.
  *
  * The hrtimer_expire_entry tracepoint fires before a timer's callback
@@ -29,12 +29,12 @@
  *
  * "Throttled in the period" is not taken from nr_throttled, which the
  * timer bumps after this point and which would mark the next period too
- * (issue 13 item 3). It is a flag per group: set when cfs_rqs are still
- * throttled when the period timer's callback returns (the new period
- * starts throttled), when the slack timer fires with cfs_rqs throttled
- * (released within the period) or when a throttled task is switched out;
- * reported and cleared at the next period boundary, or-ed with
- * "throttled at the boundary".
+ * (a period's record must say whether that period throttled). It is a
+ * flag per group: set when cfs_rqs are still throttled when the period
+ * timer's callback returns (the new period starts throttled), when the
+ * slack timer fires with cfs_rqs throttled (released within the period)
+ * or when a throttled task is switched out; reported and cleared at the
+ * next period boundary, or-ed with "throttled at the boundary".
  *
  * The group is the cpu controller's task_group, so the cgroup id comes
  * from whichever hierarchy the cpu controller is mounted on (v1 or v2):
@@ -71,7 +71,7 @@ enum escra_rec_kind {
 	ESCRA_REC_NEAR = 2,		/* runtime nearly used up within a period */
 };
 
-/* One ring buffer record; daemon/bpf decodes it by these offsets. */
+/* One ring buffer record; daemon/source/bpf decodes it by these offsets. */
 struct escra_rec {
 	u64 cgroup_id;
 	u64 ts_ns;		/* ktime (CLOCK_MONOTONIC) */
