@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/escra-dev/escra/daemon/genl"
 	"golang.org/x/sys/unix"
+
+	"github.com/escra-dev/escra/daemon/genl"
 )
 
 // listener owns a multicast socket. Commands go over a second socket:
