@@ -3,15 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/escra-dev/escra/vm-tests/harness"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/genl"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
 // scenarioLoadUnload loads and unloads escra.ko 20 times; the 10th time an
@@ -61,23 +60,14 @@ func scenarioLoadUnload(e *harness.Env) error {
 }
 
 func unloadWithWaiter() error {
-	cg, err := harness.NewCgroup("ld-oom")
+	// The module was loaded with oom_timeout_ms=20000: left as it is.
+	f, err := harness.NewOOMCgroup("ld-oom", 16<<20, 0)
 	if err != nil {
 		return err
 	}
-	defer cg.Remove()
-	if err := cg.Set("memory.max", strconv.Itoa(16<<20)); err != nil {
-		return err
-	}
-	ctl, err := genl.DialOwner()
-	if err != nil {
-		return err
-	}
-	defer ctl.Close()
-	if err := ctl.Watch(cg.ID); err != nil {
-		return err
-	}
-	hog, err := cg.Start("hog-mem", "64")
+	defer f.Close()
+	ctl := f.Owner
+	hog, err := f.Start("hog-mem", "64")
 	if err != nil {
 		return err
 	}

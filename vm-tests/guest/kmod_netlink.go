@@ -12,10 +12,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/escra-dev/escra/vm-tests/harness"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/genl"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
 // scenarioBadInput sends malformed and unauthorised requests: each must be

@@ -8,10 +8,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/escra-dev/escra/vm-tests/harness"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/genl"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
 type oomResult struct {
@@ -26,28 +26,12 @@ type oomResult struct {
 // runOOM puts a 64 MiB hog in a cgroup with memory.max 32 MiB while a
 // handler (escrad's role) answers the module's OOM requests.
 func runOOM(name string, timeoutMs int, handle func(ctl *genl.Owner, cg *harness.Cgroup, req genl.OOMRequest) error) (*oomResult, error) {
-	restore, err := harness.SetOOMTimeout(timeoutMs)
+	f, err := harness.NewOOMCgroup(name, 32<<20, timeoutMs)
 	if err != nil {
 		return nil, err
 	}
-	defer restore()
-	cg, err := harness.NewCgroup(name)
-	if err != nil {
-		return nil, err
-	}
-	defer cg.Remove()
-	if err := cg.Set("memory.max", strconv.Itoa(32<<20)); err != nil {
-		return nil, err
-	}
-	ctl, err := genl.DialOwner()
-	if err != nil {
-		return nil, err
-	}
-	defer ctl.Close()
-	if err := ctl.Watch(cg.ID); err != nil {
-		return nil, err
-	}
-	defer func() { _ = ctl.Unwatch(cg.ID) }()
+	defer f.Close()
+	cg, ctl := f.Cgroup, f.Owner
 	res := &oomResult{}
 	if res.before, err = ctl.Stats(); err != nil {
 		return nil, err

@@ -6,10 +6,10 @@ import (
 	"sort"
 	"time"
 
-	"github.com/escra-dev/escra/vm-tests/harness"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/genl"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
 // tick is one scheduler tick of the test kernel (CONFIG_HZ=250): the

@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/escra-dev/escra/vm-tests/harness"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/genl"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
 // scenarioV1ID moves the cpu controller to a cgroup v1 hierarchy (ids

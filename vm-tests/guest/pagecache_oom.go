@@ -9,10 +9,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/escra-dev/escra/vm-tests/harness"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/genl"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
 // scenarioPageCacheOOM (kernels with tmpfs: the debug flavour). Page cache
@@ -33,28 +33,12 @@ func scenarioPageCacheOOM(*harness.Env) error {
 		return fmt.Errorf("mount tmpfs: %w", err)
 	}
 	defer func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }()
-	restore, err := harness.SetOOMTimeout(2000)
+	f, err := harness.NewOOMCgroup("pc-oom", 32<<20, 2000)
 	if err != nil {
 		return err
 	}
-	defer restore()
-	cg, err := harness.NewCgroup("pc-oom")
-	if err != nil {
-		return err
-	}
-	defer cg.Remove()
-	if err := cg.Set("memory.max", strconv.Itoa(32<<20)); err != nil {
-		return err
-	}
-	own, err := genl.DialOwner()
-	if err != nil {
-		return err
-	}
-	defer own.Close()
-	if err := own.Watch(cg.ID); err != nil {
-		return err
-	}
-	defer func() { _ = own.Unwatch(cg.ID) }()
+	defer f.Close()
+	cg, own := f.Cgroup, f.Owner
 
 	// 1. write(2): charged with i_rwsem held.
 	oom0, _ := cg.Keyed("memory.events", "oom")
@@ -188,30 +172,13 @@ func scenarioPageCacheOOMExt4(*harness.Env) error {
 			_ = unix.Unmount(dir, unix.MNT_DETACH)
 		}
 	}()
-	restore, err := harness.SetOOMTimeout(2000)
-	if err != nil {
-		return err
-	}
-	defer restore()
-	own, err := genl.DialOwner()
-	if err != nil {
-		return err
-	}
-	defer own.Close()
-
 	// 1. write(2): charged with i_rwsem held.
-	cg, err := harness.NewCgroup("ext4-write")
+	f, err := harness.NewOOMCgroup("ext4-write", 32<<20, 2000)
 	if err != nil {
 		return err
 	}
-	defer cg.Remove()
-	if err := cg.Set("memory.max", strconv.Itoa(32<<20)); err != nil {
-		return err
-	}
-	if err := own.Watch(cg.ID); err != nil {
-		return err
-	}
-	defer func() { _ = own.Unwatch(cg.ID) }()
+	defer f.Close()
+	cg, own := f.Cgroup, f.Owner
 	max0, _ := cg.Keyed("memory.events", "max")
 	oom0, _ := cg.Keyed("memory.events", "oom")
 	kill0, _ := cg.Keyed("memory.events", "oom_kill")
@@ -253,18 +220,12 @@ func scenarioPageCacheOOMExt4(*harness.Env) error {
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("drop_caches: %w", err)
 	}
-	cg2, err := harness.NewCgroup("ext4-mmap")
+	f2, err := harness.NewOOMCgroup("ext4-mmap", 32<<20, 0) // oom_timeout_ms set above
 	if err != nil {
 		return err
 	}
-	defer cg2.Remove()
-	if err := cg2.Set("memory.max", strconv.Itoa(32<<20)); err != nil {
-		return err
-	}
-	if err := own.Watch(cg2.ID); err != nil {
-		return err
-	}
-	defer func() { _ = own.Unwatch(cg2.ID) }()
+	defer f2.Close()
+	cg2 := f2.Cgroup
 	var st0 genl.Stats
 	if c, err := genl.Dial(); err == nil {
 		st0, _ = c.Stats()
@@ -274,7 +235,7 @@ func scenarioPageCacheOOMExt4(*harness.Env) error {
 	if err != nil {
 		return err
 	}
-	ps, grants, err := harness.GrantUntilExit(own, cg2, mm, 120*time.Second)
+	ps, grants, err := harness.GrantUntilExit(f2.Owner, cg2, mm, 120*time.Second)
 	if err != nil {
 		return fmt.Errorf("mmap toucher: %w", err)
 	}

@@ -23,28 +23,12 @@ import (
 // is granted after raising the limit by 1 MiB. The hog times every page
 // touch; the slowest touches, one per grant, are the rescued charges.
 func benchOOM(sum map[string]any) error {
-	restore, err := harness.SetOOMTimeout(2000) // measure latency, not timeouts
+	f, err := harness.NewOOMCgroup("bench-oom", 16<<20, 2000) // measure latency, not timeouts
 	if err != nil {
 		return err
 	}
-	defer restore()
-	cg, err := harness.NewCgroup("bench-oom")
-	if err != nil {
-		return err
-	}
-	defer cg.Remove()
-	if err := cg.Set("memory.max", strconv.Itoa(16<<20)); err != nil {
-		return err
-	}
-	ctl, err := genl.DialOwner()
-	if err != nil {
-		return err
-	}
-	defer ctl.Close()
-	if err := ctl.Watch(cg.ID); err != nil {
-		return err
-	}
-	defer func() { _ = ctl.Unwatch(cg.ID) }()
+	defer f.Close()
+	cg, ctl := f.Cgroup, f.Owner
 	lat := "/tmp/bench-oom-lat"
 	hog, err := cg.Start("hog-mem-timed", "48", lat)
 	if err != nil {
