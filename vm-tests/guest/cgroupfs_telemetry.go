@@ -76,7 +76,7 @@ func scenarioCgroupfsTelemetry(*harness.Env) error {
 	sort.Slice(usage, func(i, j int) bool { return usage[i] < usage[j] })
 	med := usage[len(usage)/2]
 	// The sampler's window is not aligned with the group's CFS period (user
-	// space cannot see its phase; seed 000 §IV-B footnote 3) and its timer
+	// space cannot see its phase; Escra §IV-B, footnote 3) and its timer
 	// jitters under TCG on a shared host: usage per record is quota ± a
 	// few ms, so the check is on the median (within one tick) and on two
 	// thirds of the records within two ticks.

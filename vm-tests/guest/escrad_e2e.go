@@ -19,7 +19,7 @@ import (
 // escrad's agent with the kernel backend → escra-controller over
 // loopback TCP/UDP, and back: records of a throttled CPU hog reach the
 // controller, and a memory hog above its bootstrap limit is rescued by a
-// controller grant (seed 000 §III, §IV-B/C) — exit 0, no OOM kill.
+// controller grant (Escra §III, §IV-B/C) — exit 0, no OOM kill.
 func scenarioEscradE2E(*harness.Env) error {
 	// Verdict deadlines sized for a TCG guest on a busy host: escrad 1 s,
 	// the module 2 s (it must outlast escrad).

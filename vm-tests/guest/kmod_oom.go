@@ -83,7 +83,7 @@ loop:
 }
 
 // scenarioOOMGrant: the handler raises memory.max, then grants; the hog
-// completes with exit 0 and no OOM kill (seed 000 §III, reactive memory).
+// completes with exit 0 and no OOM kill (Escra §III, reactive memory).
 func scenarioOOMGrant(*harness.Env) error {
 	res, err := runOOM("oom-grant", 2000, func(ctl *genl.Owner, cg *harness.Cgroup, req genl.OOMRequest) error {
 		newMax := req.MaxBytes + 16<<20

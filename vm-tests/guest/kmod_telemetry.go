@@ -13,12 +13,12 @@ import (
 )
 
 // tick is one scheduler tick of the test kernel (CONFIG_HZ=250): the
-// accuracy the seed's per-period telemetry promises.
+// accuracy Escra's per-period telemetry promises.
 const tick = 4 * time.Millisecond
 
 // scenarioTelemetry checks per-period records: a CPU hog under 20 ms / 100 ms
 // gives one throttled record per period with ~0 unused; a half-busy group
-// gives unused ≈ quota − usage (seed 000 §III).
+// gives unused ≈ quota − usage (Escra §III).
 func scenarioTelemetry(*harness.Env) error {
 	const quota, period = 20 * time.Millisecond, 100 * time.Millisecond
 	hogCg, err := harness.NewCgroup("tel-hog")
@@ -106,9 +106,9 @@ collect:
 		case !r.Throttled && time.Duration(r.UnusedNs) <= tick:
 			return fmt.Errorf("hog record %d (seq %d): quota used up (unused %v) but not throttled", i, r.Seq, time.Duration(r.UnusedNs))
 		case !r.Throttled:
-			// The flag is exact since issue 13: a period in which the
-			// emulated CPU did not run the hog for its quota (host
-			// contention under TCG) was not throttled.
+			// The flag is exact: a period in which the emulated CPU
+			// did not run the hog for its quota (host contention
+			// under TCG) was not throttled.
 			starved++
 		case time.Duration(r.UnusedNs) > tick:
 			return fmt.Errorf("hog record %d (seq %d): throttled with unused %v, want <= one tick (%v)", i, r.Seq, time.Duration(r.UnusedNs), tick)

@@ -70,7 +70,7 @@ loop:
 	return nil
 }
 
-// benchOOMEscrad: the seed's path — blocked in try_charge_memcg → escra.ko
+// benchOOMEscrad: Escra's path — blocked in try_charge_memcg → escra.ko
 // → escrad (kernel backend) → controller grant (1 MiB steps) → escrad
 // raises memory.max → reply → charge retried. With raised false the
 // timeouts are the defaults a user gets (the module's oom_timeout_ms,
