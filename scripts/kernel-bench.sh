@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench-kernel, part 1: the kernel path measured inside the QEMU guest
-# (vm-tests/guest/bench.go) -> results/kernel/summary.json + report.txt.
+# (bench/cmd/bench-kernel-guest, which vm-tests/run.sh boots instead of the
+# scenarios when VMTEST_BENCH is set) -> results/kernel/summary.json + report.txt.
 # Part 2 (the Makefile runs it next) is make bench-bpf on this host's own
 # kernel, which merges its keys into the same summary.json.
 # Under TCG absolute times are inflated (roughly 5-20x); compare ratios, or

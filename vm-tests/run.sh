@@ -2,7 +2,8 @@
 # Kernel-path tests in QEMU (make vm-test; scripts/test.sh runs it too).
 #
 # Builds (or reuses) the patched kernel, escra.ko against it, and the static
-# guest driver (vm-tests/guest); packs a busybox initramfs; boots
+# guest driver (vm-tests/guest; with VMTEST_BENCH the benchmark's guest,
+# bench/cmd/bench-kernel-guest, instead); packs a busybox initramfs; boots
 # qemu-system-x86_64 under TCG; the guest runs the scenarios and prints
 # --- PASS / --- FAIL lines on the serial console. Then, unless
 # VMTEST_STOCK=0, it boots Debian's stock kernel with escra.ko built against
@@ -59,16 +60,26 @@ say "kernel (cached by input hash)"
 kdir=$(scripts/kernel-build.sh | tail -1)
 say "escra.ko against $kdir"
 ko=$(KMOD_OUT=$work/kmod scripts/kernel-kmod.sh | tail -1)
-say "static guest driver"
-CGO_ENABLED=0 go build -trimpath -o "$work/escra-vmtest" ./vm-tests/guest
+if [ -n "${VMTEST_BENCH:-}" ]; then
+	say "static benchmark guest"
+	CGO_ENABLED=0 go build -trimpath -o "$work/bench-kernel-guest" ./bench/cmd/bench-kernel-guest
+else
+	say "static guest driver"
+	CGO_ENABLED=0 go build -trimpath -o "$work/escra-vmtest" ./vm-tests/guest
+fi
 say "static escrad (the cgroupfs-* scenarios run it with --backend=cgroupfs)"
 CGO_ENABLED=0 go build -trimpath -o "$work/escrad" ./daemon/cmd/escrad
 
-# initramfs NAME KO: busybox, the guest driver, the module and /init.
+# initramfs NAME KO: busybox, the guest driver (or the benchmark guest),
+# the module and /init.
 initramfs() {
 	local root=$work/$1
 	mkdir -p "$root"/{bin,dev,proc,sys,tmp,root}
-	cp "$work/escra-vmtest" "$root/escra-vmtest"
+	if [ -n "${VMTEST_BENCH:-}" ]; then
+		cp "$work/bench-kernel-guest" "$root/bench-kernel-guest"
+	else
+		cp "$work/escra-vmtest" "$root/escra-vmtest"
+	fi
 	cp "$work/escrad" "$root/escrad"
 	cp /bin/busybox "$root/bin/busybox"
 	cp "$2" "$root/escra.ko"
@@ -83,7 +94,7 @@ ip link set lo up 2>/dev/null || ifconfig lo 127.0.0.1 up
 echo 1 > /proc/sys/kernel/panic_on_oops
 echo "escra-vmtest: kernel $(uname -r), $(nproc) CPUs, $(awk '/MemTotal/{print $2" kB"}' /proc/meminfo)"
 if [ -n "$escra_bench" ]; then
-	/escra-vmtest -module /escra.ko -bench /tmp/summary.json
+	/bench-kernel-guest -module /escra.ko -out /tmp/summary.json
 	rc=$?
 	echo "ESCRA-BENCH-JSON-BEGIN"
 	cat /tmp/summary.json 2>/dev/null

@@ -16,6 +16,7 @@ import (
 	"github.com/escra-dev/escra/daemon/source/kmod"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
 // scenarioKmodOOMPages: the pages escra.ko's held charge wants reach the
@@ -24,24 +25,24 @@ import (
 // from pages_wanted (the allocator grants max(step, pages wanted)). The
 // session runs through a tap that forwards it byte for byte and decodes
 // the requests and verdicts on the way.
-func scenarioKmodOOMPages(*env) error {
+func scenarioKmodOOMPages(*harness.Env) error {
 	// Verdict deadlines sized for a TCG guest on a busy host, as escrad-e2e.
-	restore, err := setOOMTimeout(2000)
+	restore, err := harness.SetOOMTimeout(2000)
 	if err != nil {
 		return err
 	}
 	defer restore()
-	memCg, err := newCgroup("pages-mem")
+	memCg, err := harness.NewCgroup("pages-mem")
 	if err != nil {
 		return err
 	}
-	defer memCg.remove()
+	defer memCg.Remove()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const page = 4096
-	srv, err := startController(ctx, page, server.AppSpec{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5})
+	srv, err := harness.StartController(ctx, page, server.AppSpec{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -65,26 +66,26 @@ func scenarioKmodOOMPages(*env) error {
 	go func() { agentDone <- a.Run(ctx) }()
 	defer func() { cancel(); <-agentDone }()
 
-	mb, err := registered(srv, "pages-mem", memCg)
+	mb, err := harness.Registered(srv, "pages-mem", memCg)
 	if err != nil {
 		return err
 	}
 	boot := mb.MemoryLimitBytes
 	// 2 MiB over the bootstrap limit: hundreds of one-page grants at most.
 	want := boot>>20 + 2
-	mem, err := memCg.start("hog-mem", strconv.FormatInt(want, 10))
+	mem, err := memCg.Start("hog-mem", strconv.FormatInt(want, 10))
 	if err != nil {
 		return err
 	}
-	ps, err := waitTimeout(mem, 120*time.Second)
+	ps, err := harness.WaitTimeout(mem, 120*time.Second)
 	if err != nil {
 		return fmt.Errorf("memory hog: %w", err)
 	}
-	kills, err := memCg.keyed("memory.events", "oom_kill")
+	kills, err := memCg.Keyed("memory.events", "oom_kill")
 	if err != nil {
 		return err
 	}
-	m, _ := member(srv, "pages-mem")
+	m, _ := harness.Member(srv, "pages-mem")
 	seen := tap.results()
 	if !ps.Success() || kills != 0 || m.OOMGrants == 0 || len(seen) == 0 {
 		return fmt.Errorf("memory hog of %d MiB over a %d MiB bootstrap limit: %v, oom_kill %d, controller grants %d (requests %d), %d verdicts seen: want exit 0, no kill, >= 1 grant",

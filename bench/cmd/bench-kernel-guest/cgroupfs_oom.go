@@ -1,5 +1,10 @@
 package main
 
+// The cgroupfs-backend OOM half of make bench-kernel: escrad's stock-kernel
+// backend on this guest's cgroup v2, measured in the same VM run, so the
+// kernel/cgroupfs ratios mean something under TCG. (Its telemetry is
+// measured beside the kernel backend's in telemetry.go.)
+
 import (
 	"context"
 	"errors"
@@ -16,12 +21,8 @@ import (
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
-
-// The cgroupfs-backend OOM half of make bench-kernel: escrad's stock-kernel
-// backend on this guest's cgroup v2, measured in the same VM run, so the
-// kernel/cgroupfs ratios mean something under TCG. (Its telemetry is
-// measured beside the kernel backend's in bench.go.)
 
 // benchCgroupfsOOM: escrad's agent on the cgroupfs backend (cgroup v2
 // brake: memory.high 8 MiB below memory.max) and the controller on
@@ -32,15 +33,15 @@ import (
 // came no earlier) to the hog's first touch completing after memory.max
 // and memory.high were raised.
 func benchCgroupfsOOM(sum map[string]any) error {
-	cg, err := newCgroup("bench-cf-oom")
+	cg, err := harness.NewCgroup("bench-cf-oom")
 	if err != nil {
 		return err
 	}
-	defer cg.remove()
+	defer cg.Remove()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := startController(ctx, brakeMargin, server.AppSpec{Name: "benchcf", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.75})
+	srv, err := harness.StartController(ctx, harness.BrakeMargin, server.AppSpec{Name: "benchcf", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.75})
 	if err != nil {
 		return err
 	}
@@ -65,26 +66,26 @@ func benchCgroupfsOOM(sum map[string]any) error {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	m, err := registered(srv, "bench-cf-oom", cg)
+	m, err := harness.Registered(srv, "bench-cf-oom", cg)
 	if err != nil {
 		return err
 	}
-	if err := waitBrake(cg, brakeFor(m.MemoryLimitBytes), 5*time.Second); err != nil {
+	if err := harness.WaitBrake(cg, harness.BrakeFor(m.MemoryLimitBytes), 5*time.Second); err != nil {
 		return err
 	}
 	trace := "/tmp/bench-cf-trace"
 	want := m.MemoryLimitBytes>>20 + 192
-	hog, err := cg.start("hog-mem-trace", strconv.FormatInt(want, 10), trace)
+	hog, err := cg.Start("hog-mem-trace", strconv.FormatInt(want, 10), trace)
 	if err != nil {
 		return err
 	}
-	ps, err := waitTimeout(hog, 180*time.Second)
+	ps, err := harness.WaitTimeout(hog, 180*time.Second)
 	if err != nil {
 		return err
 	}
-	kills, _ := cg.keyed("memory.events", "oom_kill")
-	highs, _ := cg.keyed("memory.events", "high")
-	m, _ = member(srv, "bench-cf-oom")
+	kills, _ := cg.Keyed("memory.events", "oom_kill")
+	highs, _ := cg.Keyed("memory.events", "high")
+	m, _ = harness.Member(srv, "bench-cf-oom")
 	if !ps.Success() || kills != 0 {
 		return fmt.Errorf("hog of %d MiB: %v, oom_kill %d (controller: %d requests, %d grants, %d denials)",
 			want, ps, kills, m.OOMRequests, m.OOMGrants, m.OOMDenials)
@@ -123,7 +124,7 @@ func benchCgroupfsOOM(sum map[string]any) error {
 	sum["cgroupfs_oom_rescues"] = len(rescueUs)
 	sum["cgroupfs_oom_grants"] = m.OOMGrants
 	sum["cgroupfs_oom_high_events"] = highs
-	sum["cgroupfs_oom_step_bytes"] = brakeMargin
+	sum["cgroupfs_oom_step_bytes"] = harness.BrakeMargin
 	sum["cgroupfs_oom_rescue_p50_us"] = pctl(rescueUs, 0.50)
 	sum["cgroupfs_oom_rescue_p99_us"] = pctl(rescueUs, 0.99)
 	sum["cgroupfs_oom_raise_p50_us"] = pctl(raiseUs, 0.50)
@@ -166,7 +167,7 @@ func readTrace(path string) (ends []int64, durs []float64, err error) {
 // hogMemTrace touches args[0] MiB and writes, per touch, its end (Unix
 // ns, the guest's clock shared with escrad) and its duration (us) to args[1].
 func hogMemTrace(args []string) int {
-	n := atoiArg(args, 0, 48)
+	n := harness.AtoiArg(args, 0, 48)
 	b := make([]byte, n<<20)
 	ends := make([]int64, 0, len(b)/4096)
 	durs := make([]int64, 0, len(b)/4096)

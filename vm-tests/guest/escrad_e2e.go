@@ -12,36 +12,37 @@ import (
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/source/kmod"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
 // scenarioEscradE2E runs the whole data path in the guest: escra.ko →
 // escrad's agent with the kernel backend → escra-controller over
 // loopback TCP/UDP, and back: records of a throttled CPU hog reach the
 // controller, and a memory hog above its bootstrap limit is rescued by a
-// controller grant (seed 000 §III, §IV-B/C) — exit 0, no OOM kill.
-func scenarioEscradE2E(*env) error {
+// controller grant (Escra §III, §IV-B/C) — exit 0, no OOM kill.
+func scenarioEscradE2E(*harness.Env) error {
 	// Verdict deadlines sized for a TCG guest on a busy host: escrad 1 s,
 	// the module 2 s (it must outlast escrad).
-	restore, err := setOOMTimeout(2000)
+	restore, err := harness.SetOOMTimeout(2000)
 	if err != nil {
 		return err
 	}
 	defer restore()
-	cpuCg, err := newCgroup("e2e-cpu")
+	cpuCg, err := harness.NewCgroup("e2e-cpu")
 	if err != nil {
 		return err
 	}
-	defer cpuCg.remove()
-	memCg, err := newCgroup("e2e-mem")
+	defer cpuCg.Remove()
+	memCg, err := harness.NewCgroup("e2e-mem")
 	if err != nil {
 		return err
 	}
-	defer memCg.remove()
+	defer memCg.Remove()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := startController(ctx, 0, server.AppSpec{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5})
+	srv, err := harness.StartController(ctx, 0, server.AppSpec{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
@@ -65,40 +66,40 @@ func scenarioEscradE2E(*env) error {
 
 	// Registered and bootstrapped: decided by the controller and written
 	// by escrad (the snapshot can show a decision before the write lands).
-	if _, err := registered(srv, "e2e-cpu", cpuCg); err != nil {
+	if _, err := harness.Registered(srv, "e2e-cpu", cpuCg); err != nil {
 		return err
 	}
-	mb, err := registered(srv, "e2e-mem", memCg)
+	mb, err := harness.Registered(srv, "e2e-mem", memCg)
 	if err != nil {
 		return err
 	}
 	boot := mb.MemoryLimitBytes
-	hog, err := cpuCg.start("hog-cpu")
+	hog, err := cpuCg.Start("hog-cpu")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = hog.Process.Kill(); _, _ = hog.Process.Wait() }()
 
 	want := boot>>20 + 32 // MiB: above the bootstrap limit, inside the app's pool
-	mem, err := memCg.start("hog-mem", strconv.FormatInt(want, 10))
+	mem, err := memCg.Start("hog-mem", strconv.FormatInt(want, 10))
 	if err != nil {
 		return err
 	}
-	ps, err := waitTimeout(mem, 90*time.Second)
+	ps, err := harness.WaitTimeout(mem, 90*time.Second)
 	if err != nil {
 		return fmt.Errorf("memory hog: %w", err)
 	}
-	kills, err := memCg.keyed("memory.events", "oom_kill")
+	kills, err := memCg.Keyed("memory.events", "oom_kill")
 	if err != nil {
 		return err
 	}
-	m, _ := member(srv, "e2e-mem")
+	m, _ := harness.Member(srv, "e2e-mem")
 	if !ps.Success() || kills != 0 || m.OOMGrants == 0 {
 		return fmt.Errorf("memory hog of %d MiB over a %d MiB bootstrap limit: %v, oom_kill %d, controller grants %d (requests %d): want exit 0, no kill, >= 1 grant",
 			want, boot>>20, ps, kills, m.OOMGrants, m.OOMRequests)
 	}
 	time.Sleep(2 * time.Second)
-	c, _ := member(srv, "e2e-cpu")
+	c, _ := harness.Member(srv, "e2e-cpu")
 	if c.Periods < 10 {
 		return fmt.Errorf("controller saw %d periods of the CPU hog, want >= 10", c.Periods)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,7 +12,120 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/source/kmod"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
+
+// scenarioPageCacheOOM (kernels with tmpfs: the debug flavour). Page cache
+// charged inside write(2) - with i_rwsem held - must never wait for a
+// verdict: the owner gets no request and the OOM path runs as without the
+// module. The same kind of pages touched through mmap are charged in a
+// user fault: the request comes, a grant lets the toucher finish. Lockdep
+// and the atomic-sleep checks watch both (dmesg-clean).
+func scenarioPageCacheOOM(*harness.Env) error {
+	if !strings.Contains(harness.ReadProc("/proc/filesystems"), "tmpfs") {
+		return harness.Skip("no tmpfs in this kernel (the debug flavour has it)")
+	}
+	const dir = "/tmp/pc"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=256m"); err != nil {
+		return fmt.Errorf("mount tmpfs: %w", err)
+	}
+	defer func() { _ = unix.Unmount(dir, unix.MNT_DETACH) }()
+	f, err := harness.NewOOMCgroup("pc-oom", 32<<20, 2000)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cg, own := f.Cgroup, f.Owner
+
+	// 1. write(2): charged with i_rwsem held.
+	oom0, _ := cg.Keyed("memory.events", "oom")
+	wr, err := cg.Start("write-file", dir+"/w", "64")
+	if err != nil {
+		return err
+	}
+	ps, err := harness.WaitTimeout(wr, 60*time.Second)
+	if err != nil {
+		return fmt.Errorf("writer: %w", err)
+	}
+	asked := harness.DenyPending(own)
+	oom1, _ := cg.Keyed("memory.events", "oom")
+	fmt.Printf("    write(2) of 64 MiB to tmpfs under a 32 MiB limit: writer %v, memory.events oom +%d, requests to the owner %d\n", ps, oom1-oom0, asked)
+	if asked != 0 {
+		return fmt.Errorf("%d OOM requests for charges inside write(2): the task would have waited holding i_rwsem", asked)
+	}
+	if ps.Success() || oom1 == oom0 {
+		return fmt.Errorf("writer %v, oom events +%d: the OOM path did not run", ps, oom1-oom0)
+	}
+	_ = os.Remove(dir + "/w")
+
+	// 2. The same pages through mmap: a user fault, so the task asks and
+	// waits at the end of the fault.
+	mm, err := cg.Start("mmap-file", dir+"/m", "48")
+	if err != nil {
+		return err
+	}
+	ps, grants, err := harness.GrantUntilExit(own, cg, mm, 60*time.Second)
+	if err != nil {
+		return fmt.Errorf("mmap toucher: %w", err)
+	}
+	fmt.Printf("    mmap touch of 48 MiB of tmpfs: %v after %d grants, memory.max %s\n", ps, grants, harness.Must(cg.Get("memory.max")))
+	_ = os.Remove(dir + "/m")
+	if !ps.Success() || grants == 0 {
+		return fmt.Errorf("mmap toucher %v after %d grants: want exit 0 after >= 1 grant", ps, grants)
+	}
+	return nil
+}
+
+// writeFile writes args[1] MiB to the file args[0] with write(2).
+func writeFile(args []string) int {
+	f, err := os.Create(args[0])
+	if err != nil {
+		fmt.Println("write-file:", err)
+		return 1
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = 1
+	}
+	for i := 0; i < harness.AtoiArg(args, 1, 64); i++ {
+		if _, err := f.Write(buf); err != nil {
+			fmt.Println("write-file:", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// mmapFile maps args[1] MiB of the file args[0] shared and touches every
+// page: the charges happen in user page faults.
+func mmapFile(args []string) int {
+	n := harness.AtoiArg(args, 1, 48) << 20
+	f, err := os.Create(args[0])
+	if err != nil {
+		fmt.Println("mmap-file:", err)
+		return 1
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(n)); err != nil {
+		fmt.Println("mmap-file:", err)
+		return 1
+	}
+	b, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		fmt.Println("mmap-file:", err)
+		return 1
+	}
+	for i := 0; i < n; i += 4096 {
+		b[i] = 1
+	}
+	_ = unix.Munmap(b)
+	fmt.Printf("mmap-file: touched %d MiB\n", n>>20)
+	return 0
+}
 
 // ext4Disk is the virtio disk vm-tests/run.sh attaches to the debug
 // flavour: an empty ext4 file system made on the host with mkfs.ext4.
@@ -40,12 +152,12 @@ const ext4Disk = "/dev/vda"
 //     the stock kernel (docs/kernel.md, "What the hook does not cover").
 //
 // Lockdep and the atomic-sleep checks watch both (dmesg-clean runs last).
-func scenarioPageCacheOOMExt4(*env) error {
-	if !strings.Contains(readProc("/proc/filesystems"), "ext4") {
-		return skipError("no ext4 in this kernel (the debug flavour has it)")
+func scenarioPageCacheOOMExt4(*harness.Env) error {
+	if !strings.Contains(harness.ReadProc("/proc/filesystems"), "ext4") {
+		return harness.Skip("no ext4 in this kernel (the debug flavour has it)")
 	}
 	if _, err := os.Stat(ext4Disk); err != nil {
-		return skipError("no " + ext4Disk + " (vm-tests/run.sh attaches the ext4 disk to the debug flavour)")
+		return harness.Skip("no " + ext4Disk + " (vm-tests/run.sh attaches the ext4 disk to the debug flavour)")
 	}
 	const dir = "/tmp/ext4"
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -60,45 +172,28 @@ func scenarioPageCacheOOMExt4(*env) error {
 			_ = unix.Unmount(dir, unix.MNT_DETACH)
 		}
 	}()
-	restore, err := setOOMTimeout(2000)
-	if err != nil {
-		return err
-	}
-	defer restore()
-	own, err := kmod.DialOwner()
-	if err != nil {
-		return err
-	}
-	defer own.Close()
-
 	// 1. write(2): charged with i_rwsem held.
-	cg, err := newCgroup("ext4-write")
+	f, err := harness.NewOOMCgroup("ext4-write", 32<<20, 2000)
 	if err != nil {
 		return err
 	}
-	defer cg.remove()
-	if err := cg.set("memory.max", strconv.Itoa(32<<20)); err != nil {
-		return err
-	}
-	if err := own.Watch(cg.id); err != nil {
-		return err
-	}
-	defer func() { _ = own.Unwatch(cg.id) }()
-	max0, _ := cg.keyed("memory.events", "max")
-	oom0, _ := cg.keyed("memory.events", "oom")
-	kill0, _ := cg.keyed("memory.events", "oom_kill")
-	wr, err := cg.start("write-file", dir+"/w", "64")
+	defer f.Close()
+	cg, own := f.Cgroup, f.Owner
+	max0, _ := cg.Keyed("memory.events", "max")
+	oom0, _ := cg.Keyed("memory.events", "oom")
+	kill0, _ := cg.Keyed("memory.events", "oom_kill")
+	wr, err := cg.Start("write-file", dir+"/w", "64")
 	if err != nil {
 		return err
 	}
-	ps, err := waitTimeout(wr, 120*time.Second)
+	ps, err := harness.WaitTimeout(wr, 120*time.Second)
 	if err != nil {
 		return fmt.Errorf("writer: %w", err)
 	}
-	asked := denyPending(own)
-	max1, _ := cg.keyed("memory.events", "max")
-	oom1, _ := cg.keyed("memory.events", "oom")
-	kill1, _ := cg.keyed("memory.events", "oom_kill")
+	asked := harness.DenyPending(own)
+	max1, _ := cg.Keyed("memory.events", "max")
+	oom1, _ := cg.Keyed("memory.events", "oom")
+	kill1, _ := cg.Keyed("memory.events", "oom_kill")
 	fmt.Printf("    write(2) of 64 MiB to ext4 under a 32 MiB limit: writer %v, memory.events max +%d, oom +%d, oom_kill +%d, requests to the owner %d\n",
 		ps, max1-max0, oom1-oom0, kill1-kill0, asked)
 	if asked != 0 {
@@ -114,7 +209,7 @@ func scenarioPageCacheOOMExt4(*env) error {
 	if !ps.Success() && !(killed && kill1 > kill0) {
 		return fmt.Errorf("writer %v (oom_kill +%d): want exit 0, or an OOM kill", ps, kill1-kill0)
 	}
-	_ = own.Unwatch(cg.id)
+	_ = own.Unwatch(cg.ID)
 	_ = os.Remove(dir + "/w")
 
 	// 2. The file's pages through a shared, lock-on-fault mapping.
@@ -125,33 +220,27 @@ func scenarioPageCacheOOMExt4(*env) error {
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0o644); err != nil {
 		return fmt.Errorf("drop_caches: %w", err)
 	}
-	cg2, err := newCgroup("ext4-mmap")
+	f2, err := harness.NewOOMCgroup("ext4-mmap", 32<<20, 0) // oom_timeout_ms set above
 	if err != nil {
 		return err
 	}
-	defer cg2.remove()
-	if err := cg2.set("memory.max", strconv.Itoa(32<<20)); err != nil {
-		return err
-	}
-	if err := own.Watch(cg2.id); err != nil {
-		return err
-	}
-	defer func() { _ = own.Unwatch(cg2.id) }()
+	defer f2.Close()
+	cg2 := f2.Cgroup
 	var st0 kmod.Stats
 	if c, err := kmod.Dial(); err == nil {
 		st0, _ = c.Stats()
 		c.Close()
 	}
-	mm, err := cg2.start("mmap-locked", dir+"/m", strconv.Itoa(mb))
+	mm, err := cg2.Start("mmap-locked", dir+"/m", strconv.Itoa(mb))
 	if err != nil {
 		return err
 	}
-	ps, grants, err := grantUntilExit(own, cg2, mm, 120*time.Second)
+	ps, grants, err := harness.GrantUntilExit(f2.Owner, cg2, mm, 120*time.Second)
 	if err != nil {
 		return fmt.Errorf("mmap toucher: %w", err)
 	}
 	fmt.Printf("    mlocked shared mmap of a 48 MiB ext4 file, read page by page: %v after %d grants, memory.max %s\n",
-		ps, grants, must(cg2.get("memory.max")))
+		ps, grants, harness.Must(cg2.Get("memory.max")))
 	_ = os.Remove(dir + "/m")
 	if !ps.Success() || grants == 0 {
 		if c, err := kmod.Dial(); err == nil {
@@ -160,75 +249,10 @@ func scenarioPageCacheOOMExt4(*env) error {
 			fmt.Printf("    module: requests +%d, granted +%d, timeouts +%d, unsent +%d\n", st1.OOMRequests-st0.OOMRequests,
 				st1.OOMGranted-st0.OOMGranted, st1.OOMTimeouts-st0.OOMTimeouts, st1.OOMUnsent-st0.OOMUnsent)
 		}
-		printOOMReport()
+		harness.PrintOOMReport()
 		return fmt.Errorf("mmap toucher %v after %d grants: want exit 0 after >= 1 grant", ps, grants)
 	}
 	return nil
-}
-
-// denyPending answers "not granted" to the requests already queued on the
-// owner socket and returns how many there were.
-func denyPending(own *kmod.Owner) int {
-	n := 0
-	for {
-		select {
-		case req := <-own.Requests():
-			n++
-			_ = own.ReplyOOM(req.ID, false)
-		default:
-			return n
-		}
-	}
-}
-
-// grantUntilExit answers every OOM request of the owner by raising cg's
-// memory.max 16 MiB above the limit the request saw, then granting, until
-// cmd exits (or is killed after d). It returns cmd's state and the grants.
-func grantUntilExit(own *kmod.Owner, cg *cgroup, cmd *exec.Cmd, d time.Duration) (*os.ProcessState, int, error) {
-	var ps *os.ProcessState
-	var err error
-	exited := make(chan struct{})
-	go func() { ps, err = waitTimeout(cmd, d); close(exited) }()
-	grants := 0
-	for {
-		select {
-		case req := <-own.Requests():
-			if serr := cg.set("memory.max", strconv.FormatUint(req.MaxBytes+16<<20, 10)); serr != nil {
-				_ = own.ReplyOOM(req.ID, false)
-				_ = cmd.Process.Kill()
-				<-exited
-				return ps, grants, serr
-			}
-			if own.ReplyOOM(req.ID, true) == nil {
-				grants++
-			}
-		case <-exited:
-			return ps, grants, err
-		}
-	}
-}
-
-// printOOMReport prints the kernel's last OOM-killer report (who charged
-// what, from where), for a scenario that did not expect the kill.
-func printOOMReport() {
-	log, err := dmesg()
-	if err != nil {
-		return
-	}
-	i := strings.LastIndex(log, "invoked oom-killer")
-	if i < 0 {
-		return
-	}
-	if j := strings.LastIndex(log[:i], "\n"); j >= 0 {
-		i = j + 1
-	}
-	lines := strings.Split(log[i:], "\n")
-	if len(lines) > 60 {
-		lines = lines[:60]
-	}
-	for _, l := range lines {
-		fmt.Println("    dmesg:", l)
-	}
 }
 
 // writeSynced writes mb MiB to path with write(2) and fsync (blocks
@@ -262,7 +286,7 @@ func writeSynced(path string, mb int) error {
 // dropping mmap_lock for the I/O (a fault that drops it is retried, and
 // its question withdrawn, instead of ending in VM_FAULT_OOM).
 func mmapLocked(args []string) int {
-	n := atoiArg(args, 1, 48) << 20
+	n := harness.AtoiArg(args, 1, 48) << 20
 	f, err := os.Open(args[0])
 	if err != nil {
 		fmt.Println("mmap-locked:", err)

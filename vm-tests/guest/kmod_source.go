@@ -12,6 +12,7 @@ import (
 	"github.com/escra-dev/escra/daemon/rescue"
 	"github.com/escra-dev/escra/daemon/source/kmod"
 	pb "github.com/escra-dev/escra/proto/escrapb"
+	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
 // recSink records what escrad's kernel backend hands the agent.
@@ -28,8 +29,11 @@ func (s *recSink) CPU(st *pb.CpuStat) {
 	s.stats = append(s.stats, c)
 	s.mu.Unlock()
 }
-func (s *recSink) Flush()              {}
+
+func (s *recSink) Flush() {}
+
 func (s *recSink) OOM(ev rescue.Event) { s.onOOM(ev) }
+
 func (s *recSink) snapshot() []*pb.CpuStat {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -40,8 +44,8 @@ func (s *recSink) snapshot() []*pb.CpuStat {
 // source.Source the agent uses) on the real module: per-period stats
 // for a throttled hog, and an OOM event resolved as the agent does (raise
 // memory.max, then Resolve granted). The controller leg is not in the VM.
-func scenarioKernelSource(*env) error {
-	restore, err := setOOMTimeout(2000)
+func scenarioKernelSource(*harness.Env) error {
+	restore, err := harness.SetOOMTimeout(2000)
 	if err != nil {
 		return err
 	}
@@ -50,25 +54,25 @@ func scenarioKernelSource(*env) error {
 	if err != nil {
 		return err
 	}
-	cpuCg, err := newCgroup("src-cpu")
+	cpuCg, err := harness.NewCgroup("src-cpu")
 	if err != nil {
 		return err
 	}
-	defer cpuCg.remove()
-	memCg, err := newCgroup("src-mem")
+	defer cpuCg.Remove()
+	memCg, err := harness.NewCgroup("src-mem")
 	if err != nil {
 		return err
 	}
-	defer memCg.remove()
-	if err := cpuCg.set("cpu.max", "20000 100000"); err != nil {
+	defer memCg.Remove()
+	if err := cpuCg.Set("cpu.max", "20000 100000"); err != nil {
 		return err
 	}
-	if err := memCg.set("memory.max", strconv.Itoa(32<<20)); err != nil {
+	if err := memCg.Set("memory.max", strconv.Itoa(32<<20)); err != nil {
 		return err
 	}
 	var groups []*cgroups.Group
-	for _, cg := range []*cgroup{cpuCg, memCg} {
-		g, err := cgroups.Open(cgroups.Paths{Version: cgroups.V2, Unified: cg.path})
+	for _, cg := range []*harness.Cgroup{cpuCg, memCg} {
+		g, err := cgroups.Open(cgroups.Paths{Version: cgroups.V2, Unified: cg.Path})
 		if err != nil {
 			return err
 		}
@@ -89,7 +93,7 @@ func scenarioKernelSource(*env) error {
 			return
 		}
 		newMax := ev.Limit + 16<<20
-		if err := memCg.set("memory.max", strconv.FormatInt(newMax, 10)); err != nil {
+		if err := memCg.Set("memory.max", strconv.FormatInt(newMax, 10)); err != nil {
 			resolveErr = err
 			_ = src.Resolve(ev, false, 0)
 			return
@@ -104,23 +108,23 @@ func scenarioKernelSource(*env) error {
 	go func() { runDone <- src.Run(ctx, sink) }()
 	defer func() { cancel(); <-runDone }()
 
-	hog, err := cpuCg.start("hog-cpu")
+	hog, err := cpuCg.Start("hog-cpu")
 	if err != nil {
 		return err
 	}
 	defer func() { _ = hog.Process.Kill(); _, _ = hog.Process.Wait() }()
-	mem, err := memCg.start("hog-mem", "64")
+	mem, err := memCg.Start("hog-mem", "64")
 	if err != nil {
 		return err
 	}
-	ps, err := waitTimeout(mem, 60*time.Second)
+	ps, err := harness.WaitTimeout(mem, 60*time.Second)
 	if err != nil {
 		return fmt.Errorf("memory hog: %w", err)
 	}
 	if resolveErr != nil {
 		return resolveErr
 	}
-	kills, err := memCg.keyed("memory.events", "oom_kill")
+	kills, err := memCg.Keyed("memory.events", "oom_kill")
 	if err != nil {
 		return err
 	}
