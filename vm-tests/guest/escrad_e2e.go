@@ -3,15 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strconv"
 	"time"
 
 	"github.com/escra-dev/escra/controller/server"
-	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/source/kmod"
 	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
@@ -41,28 +37,17 @@ func scenarioEscradE2E(*harness.Env) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := harness.StartController(ctx, 0, server.AppSpec{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
-	a, err := agent.New(agent.Config{
-		HostID: "vm", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
-		Backend: agent.BackendKernel, KernelSource: kmod.NewSource, Log: quiet, OOMDeadline: time.Second,
-		Cgroups: []containers.CgroupSpec{
-			{Name: "e2e-cpu", App: "vmapp", Path: "/e2e-cpu"},
-			{Name: "e2e-mem", App: "vmapp", Path: "/e2e-mem"},
-		},
-	})
+	esc, err := harness.StartEscrad(ctx, srv.TCPAddr(), time.Second,
+		containers.CgroupSpec{Name: "e2e-cpu", App: "vmapp", Path: "/e2e-cpu"},
+		containers.CgroupSpec{Name: "e2e-mem", App: "vmapp", Path: "/e2e-mem"})
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
-	if a.Backend() != agent.BackendKernel {
-		return fmt.Errorf("agent picked backend %s", a.Backend())
-	}
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- a.Run(ctx) }()
-	defer func() { cancel(); <-agentDone }()
+	defer esc.Stop()
 
 	// Registered and bootstrapped: decided by the controller and written
 	// by escrad (the snapshot can show a decision before the write lands).
@@ -105,11 +90,5 @@ func scenarioEscradE2E(*harness.Env) error {
 	}
 	fmt.Printf("    controller: e2e-cpu %d periods (%d throttled, last usage %d us of quota %d us); e2e-mem %d MiB -> %d MiB, %d OOM requests, %d grants; hog exit 0\n",
 		c.Periods, c.ThrottledPeriods, c.CPUUsageUs, c.CPUQuotaUs, boot>>20, m.MemoryLimitBytes>>20, m.OOMRequests, m.OOMGrants)
-	select {
-	case err := <-agentDone:
-		agentDone <- err
-		return fmt.Errorf("agent stopped early: %v", err)
-	default:
-	}
-	return nil
+	return esc.Early()
 }

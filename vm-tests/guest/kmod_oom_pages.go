@@ -4,16 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/escra-dev/escra/controller/server"
-	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
-	"github.com/escra-dev/escra/daemon/source/kmod"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 	"github.com/escra-dev/escra/vm-tests/harness"
@@ -40,7 +37,6 @@ func scenarioKmodOOMPages(*harness.Env) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	const page = 4096
 	srv, err := harness.StartController(ctx, page, server.AppSpec{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5})
 	if err != nil {
@@ -51,20 +47,12 @@ func scenarioKmodOOMPages(*harness.Env) error {
 		return err
 	}
 	defer tap.close()
-	a, err := agent.New(agent.Config{
-		HostID: "vm", Controller: tap.addr(), Period: 100 * time.Millisecond,
-		Backend: agent.BackendKernel, KernelSource: kmod.NewSource, Log: quiet, OOMDeadline: time.Second,
-		Cgroups: []containers.CgroupSpec{{Name: "pages-mem", App: "vmapp", Path: "/pages-mem"}},
-	})
+	esc, err := harness.StartEscrad(ctx, tap.addr(), time.Second,
+		containers.CgroupSpec{Name: "pages-mem", App: "vmapp", Path: "/pages-mem"})
 	if err != nil {
-		return fmt.Errorf("agent: %w", err)
+		return err
 	}
-	if a.Backend() != agent.BackendKernel {
-		return fmt.Errorf("agent picked backend %s", a.Backend())
-	}
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- a.Run(ctx) }()
-	defer func() { cancel(); <-agentDone }()
+	defer esc.Stop()
 
 	mb, err := harness.Registered(srv, "pages-mem", memCg)
 	if err != nil {
@@ -110,13 +98,7 @@ func scenarioKmodOOMPages(*harness.Env) error {
 	}
 	fmt.Printf("    pages-mem %d MiB -> %d MiB: %d OOM requests (%.1f pages wanted on average), %d grants each >= its pages; hog exit 0, no kill\n",
 		boot>>20, m.MemoryLimitBytes>>20, len(seen), float64(pages)/float64(len(seen)), granted)
-	select {
-	case err := <-agentDone:
-		agentDone <- err
-		return fmt.Errorf("agent stopped early: %v", err)
-	default:
-	}
-	return nil
+	return esc.Early()
 }
 
 // tapResult is one OOM request and its verdict as they crossed the tap.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"sort"
 	"strconv"
@@ -13,7 +11,6 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/controller/server"
-	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/source/kmod"
 	"github.com/escra-dev/escra/vm-tests/harness"
@@ -102,20 +99,16 @@ func benchOOMEscrad(sum map[string]any, prefix string, raised bool) error {
 	defer cg.Remove()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := harness.StartController(ctx, 1<<20, server.AppSpec{Name: "benchapp", CPUCores: 1, MemoryBytes: 256 << 20, Sigma: 0.75})
 	if err != nil {
 		return err
 	}
-	a, err := agent.New(agent.Config{HostID: "vm", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
-		Backend: agent.BackendKernel, KernelSource: kmod.NewSource, Log: quiet, OOMDeadline: deadline,
-		Cgroups: []containers.CgroupSpec{{Name: "bench-e2e", App: "benchapp", Path: "/bench-e2e"}}})
+	esc, err := harness.StartEscrad(ctx, srv.TCPAddr(), deadline,
+		containers.CgroupSpec{Name: "bench-e2e", App: "benchapp", Path: "/bench-e2e"})
 	if err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer esc.Stop()
 	mb, err := harness.Registered(srv, "bench-e2e", cg)
 	if err != nil {
 		return err
