@@ -268,9 +268,12 @@ func TestDeadline(t *testing.T) {
 	case <-time.After(10 * time.Millisecond):
 	}
 
+	// A limit already above the one hit when the deadline fires (a
+	// SetLimits raise): granted. Raised before the event, so no scheduling
+	// delay of this goroutine can let the deadline fire first.
 	g = newRig(t, 20*time.Millisecond)
-	g.r.OOM(g.event(4))
 	g.mem.set(limit0 * 2)
+	g.r.OOM(g.event(4))
 	if res := g.resolved(t); !res.granted || res.limit != limit0*2 {
 		t.Fatalf("resolved %+v, want granted at the raised limit", res)
 	}
