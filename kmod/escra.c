@@ -548,12 +548,26 @@ static struct notifier_block escra_netlink_nb = {
 
 /* ---- generic netlink commands ---- */
 
+/*
+ * GENL_ADMIN_PERM asks for CAP_NET_ADMIN. Watching a cgroup takes its OOM
+ * verdicts, which decide whether its tasks are killed, so the commands that
+ * take or give them ask for CAP_SYS_ADMIN too, as joining the telemetry
+ * group does.
+ */
+static bool escra_may_decide(const struct sk_buff *skb)
+{
+	return netlink_capable(skb, CAP_SYS_ADMIN);
+}
+
 static int escra_cmd_watch(struct sk_buff *skb, struct genl_info *info)
 {
 	struct escra_watch *w;
 	struct cgroup *cgrp;
 	u64 id;
 	int err = 0;
+
+	if (!escra_may_decide(skb))
+		return -EPERM;
 
 	if (GENL_REQ_ATTR_CHECK(info, ESCRA_A_CGROUP_ID))
 		return -EINVAL;
@@ -601,6 +615,9 @@ static int escra_cmd_unwatch(struct sk_buff *skb, struct genl_info *info)
 	struct escra_watch *w;
 	int err = 0;
 
+	if (!escra_may_decide(skb))
+		return -EPERM;
+
 	if (GENL_REQ_ATTR_CHECK(info, ESCRA_A_CGROUP_ID))
 		return -EINVAL;
 
@@ -626,6 +643,9 @@ static int escra_cmd_oom_reply(struct sk_buff *skb, struct genl_info *info)
 	struct escra_oom_waiter *w;
 	int err = -ENOENT;
 	u64 id;
+
+	if (!escra_may_decide(skb))
+		return -EPERM;
 
 	if (GENL_REQ_ATTR_CHECK(info, ESCRA_A_REQUEST_ID) ||
 	    GENL_REQ_ATTR_CHECK(info, ESCRA_A_GRANTED))
