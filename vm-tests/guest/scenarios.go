@@ -15,6 +15,7 @@ var scenarios = []harness.Scenario{
 	{Name: "oom-deny", Fn: scenarioOOMDeny},
 	{Name: "oom-timeout", Fn: scenarioOOMTimeout},
 	{Name: "oom-noraise", Fn: scenarioOOMGrantNoRaise},
+	{Name: "oom-rounds-decay", Fn: scenarioOOMRoundsDecay},
 	{Name: "bad-input", Fn: scenarioBadInput},
 	{Name: "kernel-source", Fn: scenarioKernelSource},
 	{Name: "escrad-e2e", Fn: scenarioEscradE2E},
