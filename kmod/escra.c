@@ -91,6 +91,7 @@ struct escra_rec {
 	u64 quota_ns;
 	u64 period_ns;
 	u64 unused_ns;
+	u64 used_ns;
 	u64 throttled_ns;
 	u64 timestamp_ns;
 	u32 nr_throttled;
@@ -218,6 +219,7 @@ static void escra_cfs_period(const struct escra_cfs_period *p)
 		r->quota_ns = p->quota_ns;
 		r->period_ns = p->period_ns;
 		r->unused_ns = p->unused_ns;
+		r->used_ns = p->used_ns;
 		r->throttled_ns = p->throttled_ns;
 		r->nr_throttled = p->nr_throttled;
 		r->timestamp_ns = ktime_get_ns();
@@ -254,7 +256,8 @@ static int escra_put_rec(struct sk_buff *skb, const struct escra_rec *r)
 	    nla_put_u8(skb, ESCRA_REC_THROTTLED, r->throttled) ||
 	    nla_put_u32(skb, ESCRA_REC_NR_THROTTLED, r->nr_throttled) ||
 	    nla_put_u64_64bit(skb, ESCRA_REC_THROTTLED_NS, r->throttled_ns, ESCRA_REC_PAD) ||
-	    nla_put_u64_64bit(skb, ESCRA_REC_TIMESTAMP_NS, r->timestamp_ns, ESCRA_REC_PAD)) {
+	    nla_put_u64_64bit(skb, ESCRA_REC_TIMESTAMP_NS, r->timestamp_ns, ESCRA_REC_PAD) ||
+	    nla_put_u64_64bit(skb, ESCRA_REC_USED_NS, r->used_ns, ESCRA_REC_PAD)) {
 		nla_nest_cancel(skb, nest);
 		return -EMSGSIZE;
 	}

@@ -11,6 +11,7 @@ var scenarios = []harness.Scenario{
 	{Name: "load-unload", Fn: scenarioLoadUnload},
 	{Name: "telemetry", Fn: scenarioTelemetry},
 	{Name: "telemetry-drops", Fn: scenarioTelemetryDrops},
+	{Name: "telemetry-burst", Fn: scenarioTelemetryBurst},
 	{Name: "oom-grant", Fn: scenarioOOMGrant},
 	{Name: "oom-deny", Fn: scenarioOOMDeny},
 	{Name: "oom-timeout", Fn: scenarioOOMTimeout},
