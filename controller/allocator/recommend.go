@@ -115,15 +115,45 @@ func (a *Books) ShadowUsage(k Key, usage int64) (Decision, bool) {
 }
 
 // ShadowReclaim lowers the recommended memory limits of the members
-// other than except to usage + δ where they are above it (the §IV-C
-// reclaim, done on the books alone), and reports how many it lowered.
-func (a *Books) ShadowReclaim(except Key) int {
+// (but except, when given) to usage + δ where they are above it (the
+// §IV-C reclaim, done on the books alone), and reports how many it
+// lowered.
+func (a *Books) ShadowReclaim(except ...Key) int {
 	n := 0
-	for _, k := range a.ReclaimCandidates(except) {
+	for _, k := range a.order {
 		m := a.members[k]
+		if len(except) > 0 && k == except[0] || m.MemLimit == 0 || m.MemLimit <= m.MemUsage+a.P.SafeMarginBytes {
+			continue
+		}
 		if a.Reclaimed(k, m.MemUsage+a.P.SafeMarginBytes, m.MemUsage) {
 			n++
 		}
 	}
 	return n
+}
+
+// SetMax changes member k's caps (0: none) and cuts what is above them.
+// A memory cut below usage is refused by the daemon, which keeps the old
+// limit (applied.go), as for any cut.
+func (a *Books) SetMax(k Key, maxQuotaUs, maxMem int64) []Decision {
+	m := a.members[k]
+	if m == nil {
+		return nil
+	}
+	m.MaxQuotaUs, m.MaxMem = max(maxQuotaUs, 0), max(maxMem, 0)
+	m.HostMaxUs = m.hostUs
+	if m.MaxQuotaUs > 0 {
+		m.HostMaxUs = min(m.HostMaxUs, m.MaxQuotaUs)
+	}
+	var q, mem int64
+	if m.QuotaUs > m.HostMaxUs {
+		q = m.HostMaxUs
+	}
+	if m.MaxMem > 0 && m.MemLimit > m.MaxMem {
+		mem = m.MaxMem
+	}
+	if d := a.decide(m, q, mem, ReasonRebalance); d.Gen != 0 {
+		return []Decision{d}
+	}
+	return nil
 }
