@@ -39,7 +39,7 @@ type AppSpec struct {
 	// and shown but never sent to the daemons (docs/spec.md).
 	Mode string `json:"mode,omitempty" yaml:"mode,omitempty"`
 	// Maxima cap the allocator per container template (max_cpu,
-	// max_memory): a member is matched by its name (Max.Matches).
+	// max_memory): a member is matched by its name (MaxFor).
 	Maxima []Max `json:"maxima,omitempty" yaml:"maxima,omitempty"`
 	// Spec is the spec the app was applied with, kept to be shown back
 	// (escractl get apps -o yaml); the fields above are what takes effect.
