@@ -117,7 +117,9 @@ func (s *App) leave(k allocator.Key, reason string) {
 func (s *App) LeaveHeld(k allocator.Key, reason string, hold time.Duration) {
 	s.do(func() {
 		m := s.members[k]
-		if m == nil || s.auto || hold <= 0 { // an auto app shrinks instead
+		// An auto app shrinks instead; a recommend-mode app applied
+		// nothing its host could still hold.
+		if m == nil || s.auto || hold <= 0 || s.recommend {
 			s.leave(k, reason)
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/escra-dev/escra/controller/spec"
 	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
@@ -67,5 +68,17 @@ func TestRecommendModeShown(t *testing.T) {
 	}
 	if r := runCLI(t, append(ctl, "get", "apps", "-o", "wide")...); !strings.Contains(r.stdout, "enforce") {
 		t.Fatalf("after enforce:\n%s", r.stdout)
+	}
+}
+
+// apply --dry-run names a change of mode or of a maximum.
+func TestPlanNamesModeAndMaxima(t *testing.T) {
+	cur := spec.Doc{Name: "a", CPU: "1", Memory: "1GiB", Containers: []spec.DocContainer{{Name: "web", Image: "i", Replicas: 2}}}
+	want := cur
+	want.Mode = spec.ModeRecommend
+	want.Containers = []spec.DocContainer{{Name: "web", Image: "i", Replicas: 2, MaxCPU: "0.5"}}
+	got := strings.Join(planLines(cur, want), "\n")
+	if got != "max web: cpu none → 0.5, memory none → none (running replicas kept)\nmode enforce → recommend" {
+		t.Fatalf("plan:\n%s", got)
 	}
 }
