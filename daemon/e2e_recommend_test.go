@@ -134,3 +134,18 @@ func TestRecommendModeChangesNoCgroupUntilEnforced(t *testing.T) {
 	}
 	t.Logf("enforced within %s of escractl apply: busy quota %s µs", time.Since(applied).Round(time.Millisecond), readFile(t, quota))
 }
+
+// An OOM request in recommend mode is answered as Docker would be without
+// Escra: denied, and the kernel acts at the container's own limit. The
+// same app enforcing grants it (TestRealControllerGrantsMemoryHogFinishes).
+func TestRecommendModeDeniesOOMAtTheContainersOwnLimit(t *testing.T) {
+	s := startController(t, server.AppSpec{Name: appLabel(t)[containers.AppLabel], CPUCores: 1, MemoryBytes: 256 << 20,
+		Sigma: 0.875, Mode: "recommend"})
+	code, kills, _, a := oomCaseAgent(t, s.TCPAddr(), verdictNotDeadline)
+	if kills == 0 || code != 137 {
+		t.Fatalf("exit %d, oom_kill %d; want OOM-killed at its own 32 MiB", code, kills)
+	}
+	if o := oomOutcomes(t, a); o["denied"] == 0 || o["granted"] != 0 {
+		t.Fatalf("outcomes %v: want denials only", o)
+	}
+}
