@@ -44,6 +44,19 @@ func (a *Books) Enforce() []Decision {
 	var out []Decision
 	for _, k := range a.order {
 		m := a.members[k]
+		if a.HoldRaises {
+			// Nothing is raised while hosts may still hold what the pools
+			// seem to have: a recommendation above what the cgroup holds
+			// waits (Redistribute hands it out after the hold).
+			if m.ackQuota > 0 && m.QuotaUs > m.ackQuota {
+				a.cpuAlloc -= m.QuotaUs - m.ackQuota
+				m.wantQuota, m.QuotaUs = m.QuotaUs, m.ackQuota
+			}
+			if m.ackMem > 0 && m.MemLimit > m.ackMem {
+				a.memAlloc -= m.MemLimit - m.ackMem
+				m.MemLimit = m.ackMem
+			}
+		}
 		a.refresh(m)
 		d := Decision{Key: k, Reason: ReasonEnforce}
 		if m.QuotaUs > 0 && m.QuotaUs != m.ackQuota {

@@ -174,3 +174,23 @@ func TestShadowUsage(t *testing.T) {
 		t.Fatalf("Σ recommendations %d over the budget", a.MemAllocated())
 	}
 }
+
+// Switching to enforce while raises are held (a controller that just
+// started) sends only cuts; a recommended raise waits for the hold's end.
+func TestEnforceUnderHoldRaisesOnlyCuts(t *testing.T) {
+	a := newApp(t, 1, gib, 0)
+	a.Join(Join{Key: 1, HostMaxUs: 400000, CurQuotaUs: 20000})
+	a.Join(Join{Key: 2, HostMaxUs: 400000, CurQuotaUs: 300000})
+	a.HoldRaises = true
+	for _, d := range a.Enforce() {
+		if q, _ := a.Member(d.Key).Applied(); d.QuotaUs > q {
+			t.Fatalf("raise %+v sent under HoldRaises (cgroup holds %d)", d, q)
+		}
+	}
+	if q := a.Member(1).QuotaUs; q != 20000 {
+		t.Fatalf("target %d, want what the cgroup holds", q)
+	}
+	if a.CPUAllocatedUs() > a.OmegaUs() {
+		t.Fatalf("Σ %d over Ω", a.CPUAllocatedUs())
+	}
+}
