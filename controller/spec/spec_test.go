@@ -112,7 +112,7 @@ func TestErrors(t *testing.T) {
 		{"comment only", "# nothing\n", "app.yaml: is empty"},
 		{"list doc", "- a\n", "app.yaml:1: must be a mapping of fields"},
 		{"two docs", good + "---\nname: b\n", "app.yaml:10: holds more than one YAML document"},
-		{"unknown top", good + "cpus: 3\n", "app.yaml:10: cpus: unknown field (known: allocator, containers, cpu, memory, name, sigma, slo)"},
+		{"unknown top", good + "cpus: 3\n", "app.yaml:10: cpus: unknown field (known: allocator, containers, cpu, memory, mode, name, sigma, slo)"},
 		{"unknown container field", strings.Replace(good, "    replicas: 2", "    replica: 2", 1), "app.yaml:7: containers[0].replica: unknown field"},
 		{"replicas zero", strings.Replace(good, "  - name: db\n    image: img\n", "  - name: db\n    image: img\n    replicas: 0\n", 1), "app.yaml:10: containers[1].replicas: 0 must be ≥ 1"},
 		{"replicas text", strings.Replace(good, "replicas: 2", "replicas: two", 1), "app.yaml:7: containers[0].replicas: \"two\" is not a whole number"},
