@@ -355,7 +355,7 @@ func TestAdminAPI(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return strings.Contains(string(b), `escra_container_cpu_quota_us{app="api",container="h-c3",host="h"}`) &&
+		return strings.Contains(string(b), `escra_container_cpu_limit_cores{app="api",container="h-c3",host="h"}`) &&
 			strings.Contains(string(b), "escra_decision_latency_seconds")
 	})
 	for _, p := range []string{"/v1/containers", "/v1/hosts"} {
