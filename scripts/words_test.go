@@ -95,7 +95,8 @@ func inRepo(p string) bool {
 
 func TestProductWords(t *testing.T) {
 	for _, f := range trackedFiles(t, "*.go", "*.md") {
-		if f == "CHANGELOG.md" {
+		// CHANGELOG.md tells history; this file spells out what it forbids.
+		if f == "CHANGELOG.md" || f == "scripts/words_test.go" {
 			continue
 		}
 		b, err := os.ReadFile("../" + f)
