@@ -2,6 +2,7 @@ package scripts_test
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path"
@@ -79,10 +80,13 @@ func wordProblems(file, text string, exists func(string) bool) []string {
 	return out
 }
 
-// localHost: loopback, example domains and placeholders (HOST,
-// escra-controller): addresses in commands, not links.
+// localHost: loopback and private addresses, example domains and
+// placeholders (HOST, escra-controller): addresses in commands, not links.
 func localHost(h string) bool {
-	return h == "localhost" || strings.HasPrefix(h, "127.") || h == "::1" || !strings.Contains(h, ".") ||
+	if ip := net.ParseIP(h); ip != nil {
+		return ip.IsLoopback() || ip.IsPrivate() || ip.IsUnspecified()
+	}
+	return h == "localhost" || !strings.Contains(h, ".") ||
 		h == "example.com" || h == "example.org" || h == "example.net" || strings.HasSuffix(h, ".example")
 }
 
@@ -122,6 +126,7 @@ func TestWordRules(t *testing.T) {
 		"docs/d.md":        "the paper (`../shared/seeds/004_*.txt`)",
 		"docs/e.md":        "see https://github.com/escra-dev/escra/issues/12",
 		"docs/f.md":        "[blog](https://blog.example.net/escra)",
+		"docs/h.md":        "see https://203.0.113.9/escra",
 		"daemon/x/y.go":    "// read /work/shared/BRIEF.md",
 		"daemon/x/z.go":    `os.ReadFile("../../../outside.txt")`,
 		"controller/a.go":  "// https://github.com/x/y/pull/3",
@@ -139,7 +144,7 @@ func TestWordRules(t *testing.T) {
 	}
 	good := map[string]string{
 		"docs/a.md":       "Escra §IV-B; the Mu paper §3.3; wavering around 1 core; seed 7",
-		"docs/b.md":       "curl https://127.0.0.1:7472/metrics and http://HOST:PORT, https://doi.org/10.1145/x",
+		"docs/b.md":       "curl https://127.0.0.1:7472/metrics and http://HOST:PORT, https://10.0.0.1:7472, https://doi.org/10.1145/x",
 		"docs/c.md":       "[the spec](spec.md), [kernel](../kmod/escra.c)",
 		"daemon/x/y.go":   `os.ReadFile("../../packaging/grafana/escra-dashboard.json") // https://www.w3.org/2000/svg`,
 		"controller/a.go": "// escractl certs issues the certificates",
