@@ -117,7 +117,7 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"EscradDown", "EscraControllerNoLeader", "EscraOOMRescueDenied", "EscraCPUBudgetExceeded", "EscraMemoryBudgetExceeded"} {
+	for _, want := range []string{"EscradDown", "EscraControllerNoLeader", "EscraOOMRescueDenied", "EscraCPUBudgetExceeded", "EscraMemoryBudgetExceeded", "EscraCertificateExpiresSoon"} {
 		if !names[want] {
 			t.Errorf("no %s rule", want)
 		}
