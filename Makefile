@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 
 GO       ?= go
-VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+VERSION  ?= $(shell scripts/version.sh)
 LDFLAGS  := -s -w -X github.com/escra-dev/escra/internal/version.Version=$(VERSION)
 BIN      := bin
 BINARIES := $(BIN)/escrad $(BIN)/escra-controller $(BIN)/escractl

@@ -2,7 +2,10 @@ module github.com/escra-dev/escra/packaging
 
 go 1.26.4
 
-require github.com/goreleaser/nfpm/v2 v2.48.0
+require (
+	github.com/goreleaser/nfpm/v2 v2.48.0
+	go.yaml.in/yaml/v3 v3.0.5
+)
 
 require (
 	dario.cat/mergo v1.0.2 // indirect
@@ -39,7 +42,6 @@ require (
 	github.com/ulikunitz/xz v0.5.17 // indirect
 	github.com/xanzy/ssh-agent v0.3.3 // indirect
 	gitlab.com/digitalxero/go-conventional-commit v1.0.7 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

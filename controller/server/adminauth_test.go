@@ -129,6 +129,10 @@ func TestAdminAPIRoles(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("plain /metrics listener: %v %v", resp, err)
 	}
+	// Under mutual TLS the controller says when its certificate expires.
+	if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), `escra_tls_certificate_expiry_timestamp_seconds{cn="escra-controller"}`) {
+		t.Error("no certificate expiry on /metrics")
+	}
 	resp.Body.Close()
 	if resp, err := http.Get("http://" + s.MetricsAddr() + "/v1/apps"); err == nil {
 		resp.Body.Close()

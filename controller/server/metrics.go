@@ -115,17 +115,19 @@ var (
 	dAppMembers  = prometheus.NewDesc("escra_app_members", "Members of the app.", []string{"app"}, nil)
 	dAppRecOnly  = prometheus.NewDesc("escra_app_recommend_mode", "1 when the app only recommends (mode: recommend), 0 when it enforces.", []string{"app"}, nil)
 	cLabels      = []string{"app", "host", "container"}
-	dCQuota      = prometheus.NewDesc("escra_container_cpu_quota_us", "CPU quota per period.", cLabels, nil)
-	dCUsage      = prometheus.NewDesc("escra_container_cpu_usage_us", "CPU used in the last reported period.", cLabels, nil)
-	dCMem        = prometheus.NewDesc("escra_container_memory_limit_bytes", "Memory limit.", cLabels, nil)
-	dCMemUse     = prometheus.NewDesc("escra_container_memory_usage_bytes", "Memory usage.", cLabels, nil)
-	dCThr        = prometheus.NewDesc("escra_container_throttled_periods_total", "Throttled periods.", cLabels, nil)
-	dCThrEv      = prometheus.NewDesc("escra_container_throttle_events_total", "Throttle events (out of quota mid-period).", cLabels, nil)
-	dCOOM        = prometheus.NewDesc("escra_container_oom_requests_total", "OOM requests.", cLabels, nil)
-	dCGrant      = prometheus.NewDesc("escra_container_oom_grants_total", "OOM requests granted.", cLabels, nil)
-	dCDeny       = prometheus.NewDesc("escra_container_oom_denials_total", "OOM requests denied.", cLabels, nil)
-	dCRecCPU     = prometheus.NewDesc("escra_container_recommended_cpu_cores", "CPU limit the allocator would set (apps in recommend mode).", cLabels, nil)
-	dCRecMem     = prometheus.NewDesc("escra_container_recommended_memory_bytes", "Memory limit the allocator would set (apps in recommend mode).", cLabels, nil)
+	// The names escrad also exports for the same fact (its kernel-side
+	// view); the job label tells them apart.
+	dCQuota  = prometheus.NewDesc("escra_container_cpu_limit_cores", "CPU quota the controller set, over the period, in cores.", cLabels, nil)
+	dCUsage  = prometheus.NewDesc("escra_container_cpu_period_usage_cores", "CPU used in the last reported period over the period, in cores.", cLabels, nil)
+	dCMem    = prometheus.NewDesc("escra_container_memory_max_bytes", "Memory limit the controller set.", cLabels, nil)
+	dCMemUse = prometheus.NewDesc("escra_container_memory_charged_bytes", "Memory charged, as escrad last reported.", cLabels, nil)
+	dCThr    = prometheus.NewDesc("escra_container_cpu_throttled_periods_total", "Throttled periods.", cLabels, nil)
+	dCThrEv  = prometheus.NewDesc("escra_container_throttle_events_total", "Throttle events (out of quota mid-period).", cLabels, nil)
+	dCOOM    = prometheus.NewDesc("escra_container_oom_requests_total", "OOM requests.", cLabels, nil)
+	dCGrant  = prometheus.NewDesc("escra_container_oom_grants_total", "OOM requests granted.", cLabels, nil)
+	dCDeny   = prometheus.NewDesc("escra_container_oom_denials_total", "OOM requests denied.", cLabels, nil)
+	dCRecCPU = prometheus.NewDesc("escra_container_recommended_cpu_cores", "CPU limit the allocator would set (apps in recommend mode).", cLabels, nil)
+	dCRecMem = prometheus.NewDesc("escra_container_recommended_memory_bytes", "Memory limit the allocator would set (apps in recommend mode).", cLabels, nil)
 )
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
@@ -163,8 +165,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		seen[l] = true
-		ch <- prometheus.MustNewConstMetric(dCQuota, g, float64(x.CPUQuotaUs), l[:]...)
-		ch <- prometheus.MustNewConstMetric(dCUsage, g, float64(x.CPUUsageUs), l[:]...)
+		if x.CPUPeriodUs > 0 {
+			p := float64(x.CPUPeriodUs)
+			ch <- prometheus.MustNewConstMetric(dCQuota, g, float64(x.CPUQuotaUs)/p, l[:]...)
+			ch <- prometheus.MustNewConstMetric(dCUsage, g, float64(x.CPUUsageUs)/p, l[:]...)
+		}
 		ch <- prometheus.MustNewConstMetric(dCMem, g, float64(x.MemoryLimitBytes), l[:]...)
 		ch <- prometheus.MustNewConstMetric(dCMemUse, g, float64(x.MemoryUsageBytes), l[:]...)
 		ch <- prometheus.MustNewConstMetric(dCThr, c, float64(x.ThrottledPeriods), l[:]...)

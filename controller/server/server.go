@@ -26,6 +26,7 @@ import (
 	"github.com/escra-dev/escra/controller/internal/ratelog"
 	"github.com/escra-dev/escra/controller/session"
 	"github.com/escra-dev/escra/controller/spec"
+	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
 )
 
@@ -94,6 +95,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.met = newMetrics(s)
 	// Heap, goroutines and descriptors on /metrics (make soak reads them).
 	s.met.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector("escra-controller"))
+	if cfg.TLS != nil {
+		s.met.reg.MustRegister(auth.ExpiryCollector(cfg.TLS))
+	}
 	// Stored apps first; --apps entries then override and are stored.
 	// Under an election this waits for the win (takeOver).
 	if cfg.Elector == nil {

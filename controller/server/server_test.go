@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -355,7 +357,7 @@ func TestAdminAPI(t *testing.T) {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		return strings.Contains(string(b), `escra_container_cpu_quota_us{app="api",container="h-c3",host="h"}`) &&
+		return strings.Contains(string(b), `escra_container_cpu_limit_cores{app="api",container="h-c3",host="h"}`) &&
 			strings.Contains(string(b), "escra_decision_latency_seconds")
 	})
 	for _, p := range []string{"/v1/containers", "/v1/hosts"} {
@@ -364,6 +366,38 @@ func TestAdminAPI(t *testing.T) {
 			t.Fatalf("%s: %v", p, err)
 		}
 		resp.Body.Close()
+	}
+	// The series are in cores, not µs: the quota over the period the
+	// admin API reports for the same container.
+	var cs []struct {
+		ContainerID string `json:"container_id"`
+		QuotaUs     int64  `json:"cpu_quota_us"`
+		PeriodUs    int64  `json:"cpu_period_us"`
+	}
+	resp, _ = http.Get(base + "/v1/containers")
+	if err := json.NewDecoder(resp.Body).Decode(&cs); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, _ = http.Get(base + "/metrics")
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	found := false
+	for _, c := range cs {
+		if c.ContainerID != "h-c3" || c.PeriodUs == 0 {
+			continue
+		}
+		found = true
+		m := regexp.MustCompile(`(?m)^escra_container_cpu_limit_cores\{app="api",container="h-c3",host="h"\} (\S+)$`).FindSubmatch(body)
+		if m == nil {
+			t.Fatalf("no cpu limit series for h-c3")
+		}
+		if got, want := string(m[1]), strconv.FormatFloat(float64(c.QuotaUs)/float64(c.PeriodUs), 'g', -1, 64); got != want {
+			t.Errorf("escra_container_cpu_limit_cores = %s, want quota/period %s (%d/%d µs)", got, want, c.QuotaUs, c.PeriodUs)
+		}
+	}
+	if !found {
+		t.Errorf("/v1/containers has no h-c3 with a period: %+v", cs)
 	}
 	_ = allocator.MiB
 }

@@ -364,8 +364,8 @@ func TestContainerMetricsInBaseUnits(t *testing.T) {
 		}
 		for _, n := range regexp.MustCompile(`\b(escra_container_[a-z_]+|escrad_[a-z_]+|escra_build_info)`).FindAllString(string(b), -1) {
 			n = strings.TrimSuffix(n, "_bucket")
-			if strings.HasSuffix(n, "_") || strings.HasSuffix(n, "_us") || n == "escra_container_memory_limit_bytes" || n == "escra_container_memory_usage_bytes" ||
-				strings.HasPrefix(n, "escra_container_oom_") || n == "escra_container_throttled_periods_total" {
+			if strings.HasSuffix(n, "_") || n == "escra_container_cpu_period_usage_cores" ||
+				strings.HasPrefix(n, "escra_container_oom_") || n == "escra_container_throttle_events_total" {
 				continue // the controller's per-container series
 			}
 			if !have[n] {

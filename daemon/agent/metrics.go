@@ -1,6 +1,10 @@
 package agent
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/escra-dev/escra/internal/auth"
+)
 
 type metrics struct {
 	applyLatency prometheus.Histogram
@@ -36,6 +40,9 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		restored:     prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_limits_restored_total", Help: "Containers whose own limits were put back for want of a controller (--restore-after)."}),
 	}
 	registerProcessMetrics(r, "escrad")
+	if a.cfg.TLS != nil {
+		r.MustRegister(auth.ExpiryCollector(a.cfg.TLS))
+	}
 	r.MustRegister(containerCollector{a})
 	r.MustRegister(m.applyLatency, m.applyErrors, m.acksDeferred, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_controller_term", Help: "Highest controller leadership term seen (0: no leader election)."}, func() float64 {

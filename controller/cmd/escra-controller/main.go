@@ -148,6 +148,25 @@ func loadHostApps(path string) (map[string][]string, error) {
 
 func main() { os.Exit(run(os.Args[1:], os.Stderr)) }
 
+// credential is the default path of a TLS file. The shipped unit runs as a
+// dynamic user that cannot read /etc/escra/controller-key.pem, so systemd
+// hands the files over with LoadCredential= into $CREDENTIALS_DIRECTORY;
+// where /etc/escra lacked one, the unit's SetCredential= fallback
+// (credentialAbsent) stands in, and the /etc/escra path is used so errors
+// name the file to create.
+func credential(path func(dir string) string) string {
+	if d := os.Getenv("CREDENTIALS_DIRECTORY"); d != "" {
+		if b, err := os.ReadFile(path(d)); err == nil && strings.TrimSpace(string(b)) != credentialAbsent {
+			return path(d)
+		}
+	}
+	return path(auth.DefaultDir)
+}
+
+// credentialAbsent is the SetCredential= value of
+// packaging/systemd/escra-controller.service.
+const credentialAbsent = "absent"
+
 func run(args []string, stderr io.Writer) int {
 	cfg := server.DefaultConfig()
 	p := allocator.DefaultParams()
@@ -186,16 +205,9 @@ func run(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Placement, "placement", "deployer", "deployer placement policy: deployer (spread replicas, then image layers on the host, then least loaded) or one of "+strings.Join(placement.Policies, ", ")+" alone (docs/depsched.md)")
 	resolveRegs := fs.String("resolve-registries", "", "comma-separated registries (host:port, plain HTTP) whose manifests the controller reads to resolve images to layers (default: none; images then match by name only)")
 	fs.DurationVar(&cfg.ResolveWait, "resolve-wait", 500*time.Millisecond, "how long a deploy waits for an image's first resolution (it goes on in the background)")
-	// Under systemd with LoadCredential= (the unit runs as a dynamic user
-	// that cannot read /etc/escra/*-key.pem) the files are in
-	// $CREDENTIALS_DIRECTORY.
-	certDir := auth.DefaultDir
-	if d := os.Getenv("CREDENTIALS_DIRECTORY"); d != "" {
-		certDir = d
-	}
-	tlsCA := fs.String("tls-ca", auth.CAPath(certDir), "CA certificate daemons' certificates must chain to")
-	tlsCert := fs.String("tls-cert", auth.CertPath(certDir, "controller"), "the controller's certificate (escractl certs)")
-	tlsKey := fs.String("tls-key", auth.KeyPath(certDir, "controller"), "the controller's private key")
+	tlsCA := fs.String("tls-ca", credential(auth.CAPath), "CA certificate daemons' certificates must chain to")
+	tlsCert := fs.String("tls-cert", credential(func(d string) string { return auth.CertPath(d, "controller") }), "the controller's certificate (escractl certs)")
+	tlsKey := fs.String("tls-key", credential(func(d string) string { return auth.KeyPath(d, "controller") }), "the controller's private key")
 	// systemd's StateDirectory=escra sets $STATE_DIRECTORY.
 	stateDir := store.DefaultDir
 	if d := os.Getenv("STATE_DIRECTORY"); d != "" {

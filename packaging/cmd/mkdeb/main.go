@@ -23,7 +23,7 @@ const maintainer = "Escra maintainers <escra@localhost>"
 
 // options say where the inputs are and where the packages go.
 type options struct {
-	Version string // Debian version, e.g. 0.1.0 or 0.0.0~git1a2b3c4
+	Version string // scripts/version.sh: 0.3.0, 0.3.0~5.g1a2b3c4 or 0.3.0+5.g1a2b3c4
 	Bin     string // escrad, escra-controller, escractl
 	Root    string // the source tree (packaging/, kmod/, docs/)
 	Out     string
@@ -52,10 +52,22 @@ func main() {
 
 var debVersionRE = regexp.MustCompile(`^[0-9]+(\.[0-9]+)*([-+~][A-Za-z0-9.+~-]*)?$`)
 
-// DebVersion turns a build version (a tag like v1.2.3, or git describe's
-// "1a2b3c4-dirty", or "dev") into a valid Debian version.
+// describeRE is git describe's "v1.2.3-4-g1a2b3c4[-dirty]".
+var describeRE = regexp.MustCompile(`^([0-9]+\.[0-9]+\.[0-9]+)-([0-9]+)-(g[0-9a-f]+)(-dirty)?$`)
+
+// DebVersion turns a build version (scripts/version.sh's 1.2.3,
+// 1.2.3~4.g1a2b3c4 or 1.2.3+4.g1a2b3c4, a tag like v1.2.3, git describe's
+// "v1.2.3-4-g1a2b3c4" or "1a2b3c4-dirty", or "dev") into a valid Debian
+// version. A hyphen would start a Debian revision, so describe's commits
+// after a tag become "+N.gHASH", which sorts after the release.
 func DebVersion(v string) string {
 	v = strings.TrimPrefix(strings.TrimSpace(v), "v")
+	if m := describeRE.FindStringSubmatch(v); m != nil {
+		v = m[1] + "+" + m[2] + "." + m[3]
+		if m[4] != "" {
+			v += ".dirty"
+		}
+	}
 	if debVersionRE.MatchString(v) {
 		return v
 	}
@@ -68,6 +80,8 @@ func DebVersion(v string) string {
 
 type pkg struct {
 	name, arch, desc string
+	license          string
+	copyright        []copyrightStanza
 	depends          []string
 	recommends       []string
 	contents         files.Contents
@@ -177,6 +191,12 @@ func build(o options) ([]string, error) {
 				" per-period CPU telemetry to the Escra controller, forwards OOM requests\n" +
 				" and applies the CPU and memory limits the controller decides.",
 			recommends: []string{"docker.io | docker-ce", "escra-dkms"},
+			license:    licGo + " and " + licKernel,
+			copyright: []copyrightStanza{
+				{files: "*", license: licGo, comment: goModules},
+				{files: "daemon/source/bpf/c/*", license: licKernel,
+					comment: "The BPF program of escrad's bpf backend, built into /usr/bin/escrad."},
+			},
 			contents: files.Contents{
 				bin("escrad"),
 				file(p("packaging/systemd/escrad.service"), "/lib/systemd/system/escrad.service", 0o644),
@@ -200,8 +220,12 @@ func build(o options) ([]string, error) {
 				file(p("docs/spec.md"), "/usr/share/doc/escra-controller/spec.md", 0o644),
 				file(p("docs/examples/shop.yaml"), "/usr/share/doc/escra-controller/examples/shop.yaml", 0o644),
 				file(p("docs/examples/minimal.yaml"), "/usr/share/doc/escra-controller/examples/minimal.yaml", 0o644),
+				file(p("packaging/grafana/escra-dashboard.json"), "/usr/share/escra/grafana/escra-dashboard.json", 0o644),
+				file(p("packaging/prometheus/escra-alerts.yml"), "/usr/share/escra/prometheus/escra-alerts.yml", 0o644),
 			},
-			scripts: ctlScripts,
+			license:   licGo,
+			copyright: []copyrightStanza{{files: "*", license: licGo, comment: goModules}},
+			scripts:   ctlScripts,
 		},
 		{
 			name: "escra-dkms", arch: "all",
@@ -209,13 +233,20 @@ func build(o options) ([]string, error) {
 				" escra.ko carries per-period CFS telemetry and blocking OOM requests\n" +
 				" from a kernel patched with the Escra hooks to escrad over generic\n" +
 				" netlink. On other kernels it builds as a stub that does not load.",
-			depends:  []string{"dkms"},
-			contents: dkmsFiles,
-			scripts:  dkmsScripts,
+			depends:   []string{"dkms"},
+			contents:  dkmsFiles,
+			license:   licKernel,
+			copyright: []copyrightStanza{{files: "*", license: licKernel}},
+			scripts:   dkmsScripts,
 		},
 	}
 	var out []string
 	for _, pk := range pkgs {
+		cr := filepath.Join(tmp, pk.name+".copyright")
+		if err := os.WriteFile(cr, []byte(copyrightFile(pk.name, pk.copyright)), 0o644); err != nil {
+			return nil, err
+		}
+		pk.contents = append(pk.contents, file(cr, "/usr/share/doc/"+pk.name+"/copyright", 0o644))
 		path, err := writeDeb(o.Out, ver, pk)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", pk.name, err)
@@ -231,7 +262,7 @@ func writeDeb(outDir, ver string, pk pkg) (string, error) {
 		Version: ver, VersionSchema: "none",
 		Section: "admin", Priority: "optional",
 		Maintainer: maintainer, Description: pk.desc,
-		Homepage: "https://github.com/escra-dev/escra", License: "Apache-2.0 and GPL-2.0 (kernel module)",
+		Homepage: "https://github.com/escra-dev/escra", License: pk.license,
 		Overridables: nfpm.Overridables{
 			Depends: pk.depends, Recommends: pk.recommends,
 			Contents: pk.contents, Scripts: pk.scripts,

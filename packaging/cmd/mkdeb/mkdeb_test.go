@@ -14,7 +14,9 @@ import (
 func TestDebVersion(t *testing.T) {
 	for in, want := range map[string]string{
 		"v1.2.3": "1.2.3", "0.1.0": "0.1.0", "1a2b3c4-dirty": "0.0.0~1a2b3c4.dirty", "dev": "0.0.0~dev",
-		"v0.3.0-4-g1a2b3c4": "0.3.0-4-g1a2b3c4", "": "0.0.0~dev", "a b": "0.0.0~a.b",
+		"v0.3.0-4-g1a2b3c4": "0.3.0+4.g1a2b3c4", "v0.3.0-4-g1a2b3c4-dirty": "0.3.0+4.g1a2b3c4.dirty",
+		"0.3.0~7.g1a2b3c4": "0.3.0~7.g1a2b3c4", "0.3.0+2.g1a2b3c4.dirty": "0.3.0+2.g1a2b3c4.dirty",
+		"": "0.0.0~dev", "a b": "0.0.0~a.b",
 	} {
 		if got := DebVersion(in); got != want {
 			t.Errorf("DebVersion(%q) = %q, want %q", in, got, want)
@@ -170,6 +172,8 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 		"lib/systemd/system/escrad.service", "lib/systemd/system/escra-controller.service",
 		"etc/escra/escrad.yaml", "etc/escra/escrad.env", "etc/escra/escra-controller.env",
 		"usr/share/doc/escrad/operator.md", "usr/src/escra-" + version + "/dkms.conf",
+		"usr/share/doc/escrad/copyright", "usr/share/doc/escra-controller/copyright",
+		"usr/share/escra/prometheus/escra-alerts.yml", "usr/share/escra/grafana/escra-dashboard.json",
 	} {
 		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
 			t.Errorf("after install: %v", err)
