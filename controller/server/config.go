@@ -58,9 +58,10 @@ type Config struct {
 	// DefaultHostMemoryBytes stands in for a host that reports no memory
 	// size when an auto-created app's member has no memory limit.
 	DefaultHostMemoryBytes int64
-	// HostApps limits the hosts it names to the apps listed for them (a
-	// stolen host certificate then moves only those apps' budgets); hosts
-	// it does not name may register any app (escra-controller --host-apps).
+	// HostApps binds the hosts it names to the apps listed for them, in
+	// addition to the apps their certificates bind (auth.CertApps; "*" is
+	// any app). A TLS host registers only apps it is bound to, a plain one
+	// any app unless named here (scope.go; escra-controller --host-apps).
 	HostApps map[string][]string
 	// MaxContainersPerHost caps the registrations of one session (0: no
 	// cap), so one host cannot grow the controller's memory without bound.

@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
@@ -21,9 +20,8 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 	if len(r.GetContainerId()) > 128 || len(r.GetName()) > 256 {
 		return errors.New("register: oversized container id or name")
 	}
-	if allowed, ok := s.cfg.HostApps[h.hello.GetHostId()]; ok && !slices.Contains(allowed, r.GetApp()) {
-		s.met.bad("app_not_allowed", 1)
-		return fmt.Errorf("register: host %s may not register containers of app %q (controller --host-apps)", h.hello.GetHostId(), r.GetApp())
+	if err := s.checkScope(h, r); err != nil {
+		return err
 	}
 	h.mu.RLock()
 	_, dup := h.cont[r.GetHandle()]

@@ -23,6 +23,7 @@ type host struct {
 	hello *pb.HostHello
 	maxUs int64
 	since time.Time
+	scope scope // the apps it may register (scope.go)
 
 	mu   sync.RWMutex
 	cont map[uint32]*ref
@@ -82,6 +83,7 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 		}
 		hs.tauth = ingest.NewSessionAuth(key)
 	}
+	hs.scope = s.hostScope(ss, h)
 	// A host reconnecting (after a partition its old session may not have
 	// timed out yet) replaces its old session: one session per host id, and
 	// the old one's members stop holding budget now.

@@ -187,13 +187,19 @@ func (d *Daemon) SendDatagram(b []byte) error { _, err := d.udp.Write(b); return
 
 // Register announces a container.
 func (d *Daemon) Register(handle uint32, app string, quotaUs int64, memLimit, memUsage int64) error {
+	return d.RegisterAs(handle, fmt.Sprintf("%s-c%d", d.HostID, handle), app, quotaUs, memLimit, memUsage)
+}
+
+// RegisterAs is Register with the container id given (a lying host's
+// made-up or borrowed id, in the controller's tests).
+func (d *Daemon) RegisterAs(handle uint32, containerID, app string, quotaUs int64, memLimit, memUsage int64) error {
 	d.mu.Lock()
 	d.cont[handle] = &Container{Handle: handle, QuotaUs: quotaUs, MemLimit: memLimit, MemUsage: memUsage}
 	d.nextID++
 	id := d.nextID
 	d.mu.Unlock()
 	return d.send(&pb.Envelope{RequestId: id, Body: &pb.Envelope_Register{Register: &pb.ContainerRegister{
-		Handle: handle, ContainerId: fmt.Sprintf("%s-c%d", d.HostID, handle), Name: fmt.Sprintf("c%d", handle),
+		Handle: handle, ContainerId: containerID, Name: fmt.Sprintf("c%d", handle),
 		App: app, Limits: &pb.Limits{CpuQuotaUs: quotaUs, CpuPeriodUs: d.PeriodUs, MemoryLimitBytes: memLimit},
 		MemoryUsageBytes: uint64(memUsage)}}})
 }

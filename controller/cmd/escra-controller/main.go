@@ -180,7 +180,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	appsFile := fs.String("apps", "", "specs (docs/spec.md) of apps to define at start, several per file; containers are not deployed")
-	hostAppsFile := fs.String("host-apps", "", "YAML map host id -> apps its daemon may register (hosts not named: any app)")
+	hostAppsFile := fs.String("host-apps", "", "YAML map host id -> apps its daemon may register besides those its certificate binds (a TLS host bound to none registers nothing)")
 	fs.IntVar(&cfg.MaxContainersPerHost, "max-containers-per-host", cfg.MaxContainersPerHost, "registrations one daemon session may hold; more are refused (0: no cap)")
 	fs.IntVar(&cfg.EventHistory, "events-history", cfg.EventHistory, "events kept for escractl events --since: this many limit changes and this many others (0: none)")
 	fs.StringVar(&cfg.Placement, "placement", "deployer", "deployer placement policy: deployer (spread replicas, then image layers on the host, then least loaded) or one of "+strings.Join(placement.Policies, ", ")+" alone (docs/depsched.md)")
