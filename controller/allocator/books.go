@@ -330,11 +330,12 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 		m.HostMaxUs = a.P.PeriodUs()
 	}
 	lambda := len(a.order) + 1
-	fair := max(a.floorUs(lambda), min(a.omegaUs/int64(lambda), m.HostMaxUs))
+	roomQ, roomM := a.hostRoom(j.Key.Host()) // hostshare.go
+	fair := max(a.floorUs(lambda), min(a.omegaUs/int64(lambda), m.HostMaxUs, roomQ))
 	poolCPU, poolMem := a.CPUUnallocatedUs(), a.MemUnallocated()
 	curQ, curM := min(max(j.CurQuotaUs, 0), m.HostMaxUs), max(j.CurMem, 0)
-	adoptQ := a.AckGated && curQ > 0 && curQ <= poolCPU
-	adoptM := a.AckGated && curM >= 4*MiB && curM <= poolMem
+	adoptQ := a.AckGated && curQ > 0 && curQ <= poolCPU && curQ <= roomQ
+	adoptM := a.AckGated && curM >= 4*MiB && curM <= poolMem && curM <= roomM
 	var out []Decision
 	if need := fair - a.targetFreeUs(); need > 0 && !adoptQ {
 		out = a.takeCPU(need, a.omegaUs/int64(lambda))
@@ -348,7 +349,7 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 	a.order = append(a.order, 0)
 	copy(a.order[i+1:], a.order[i:])
 	a.order[i] = j.Key
-	memFair := int64((1 - a.budget.Sigma) * float64(a.budget.MemoryBytes) / float64(lambda))
+	memFair := min(roomM, int64((1-a.budget.Sigma)*float64(a.budget.MemoryBytes)/float64(lambda)))
 	mem := min(memFair, a.MemUnallocated())
 	if a.AckGated {
 		// The cgroup holds its current limits until a decision replacing

@@ -174,6 +174,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&minStep, "min-step", minStep, "smallest quota change worth sending")
 	fs.BoolVar(&p.FairShareOnThrottle, "fair-share-on-throttle", p.FairShareOnThrottle, "escra policy: a container throttled below its equal share of the app's CPU whose raise the pool cannot cover takes the rest from members above it (docs/allocator.md)")
 	fs.Float64Var(&p.LeaseFraction, "lease-fraction", p.LeaseFraction, "share of an app's unallocated CPU lent to hosts as host-local leases, split by members (0: off, the default; docs/allocator.md)")
+	shareFlag := fs.Float64("host-max-share", 1, "most of an app's CPU and memory budget the members of one host may hold together, as a fraction (1: no cap; hosts are scoped to their bound apps either way; docs/security.md)")
 	fs.DurationVar(&cfg.ReclaimEvery, "reclaim-every", cfg.ReclaimEvery, "periodic memory reclaim interval (0: off)")
 	fs.Var(bytesFlag{&p.SafeMarginBytes}, "safe-margin", "δ: reclaim sets limit = usage + δ")
 	fs.Var(bytesFlag{&p.OOMStepBytes}, "oom-step", "memory granted per OOM request")
@@ -236,6 +237,12 @@ func run(args []string, stderr io.Writer) int {
 	}
 	p.CPUFloorUs = floor.Microseconds()
 	p.MinStepUs = minStep.Microseconds()
+	if !(*shareFlag > 0) || *shareFlag > 1 {
+		return fail("--host-max-share %v: want a fraction in (0, 1]", *shareFlag)
+	}
+	if *shareFlag < 1 {
+		p.HostMaxShare = *shareFlag
+	}
 	if err := p.Validate(); err != nil {
 		return fail("%v", err)
 	}
