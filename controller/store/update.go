@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	bolt "go.etcd.io/bbolt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // ErrConflict says a record kept changing under a read-modify-write.
