@@ -66,6 +66,21 @@ type Config struct {
 	// MaxContainersPerHost caps the registrations of one session (0: no
 	// cap), so one host cannot grow the controller's memory without bound.
 	MaxContainersPerHost int
+	// MaxSessions caps the open session connections, handshakes included
+	// (0: no cap; limits.go).
+	MaxSessions int
+	// SessionMsgRate and SessionMsgBurst pace what one session's daemon
+	// sends, in messages a second (0: no limit): past the burst its
+	// messages are read no faster, so a flooding host slows itself only.
+	SessionMsgRate  float64
+	SessionMsgBurst int
+	// TelemetryRatePerSource limits the datagrams taken from one source
+	// address a second, with bursts as large (0: no limit).
+	TelemetryRatePerSource float64
+	// TelemetryAnySource accepts a session's datagrams from any address
+	// (a relay or NAT between daemons and the controller); by default only
+	// from the session's TCP peer address.
+	TelemetryAnySource bool
 	// Elector, when set, makes this one of several controllers sharing
 	// Store: only the elected leader accepts daemon sessions and admin
 	// writes (docs/operator.md, "High availability").
@@ -114,6 +129,10 @@ func DefaultConfig() Config {
 		RPCTimeout:             2 * time.Second,
 		DefaultHostMemoryBytes: 1 << 30,
 		MaxContainersPerHost:   1000,
+		MaxSessions:            10000,
+		SessionMsgRate:         2000,
+		SessionMsgBurst:        5000,
+		TelemetryRatePerSource: 20000,
 		EventHistory:           events.DefaultHistory,
 		DeadHold:               11 * time.Second,
 		RejoinGrace:            3 * time.Second,

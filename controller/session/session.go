@@ -74,6 +74,9 @@ type Config struct {
 	// every second) for this long; default 3 s.
 	DeadAfter time.Duration
 	Observer  Observer
+	// MsgRate and MsgBurst pace the daemon's messages (pace.go; 0: none).
+	MsgRate  float64
+	MsgBurst int
 }
 
 // ErrSilent ends a session whose daemon sent nothing for Config.DeadAfter

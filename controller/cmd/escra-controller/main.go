@@ -183,6 +183,11 @@ func run(args []string, stderr io.Writer) int {
 	appsFile := fs.String("apps", "", "specs (docs/spec.md) of apps to define at start, several per file; containers are not deployed")
 	hostAppsFile := fs.String("host-apps", "", "YAML map host id -> apps its daemon may register besides those its certificate binds (a TLS host bound to none registers nothing)")
 	fs.IntVar(&cfg.MaxContainersPerHost, "max-containers-per-host", cfg.MaxContainersPerHost, "registrations one daemon session may hold; more are refused (0: no cap)")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions", cfg.MaxSessions, "open daemon session connections, handshakes included; more are closed at once (0: no cap)")
+	fs.Float64Var(&cfg.SessionMsgRate, "session-msg-rate", cfg.SessionMsgRate, "messages a second one daemon session is read at past its burst of --session-msg-burst (0: no limit)")
+	fs.IntVar(&cfg.SessionMsgBurst, "session-msg-burst", cfg.SessionMsgBurst, "messages one daemon session may send at once (its registrations after a connect)")
+	fs.Float64Var(&cfg.TelemetryRatePerSource, "telemetry-rate-per-source", cfg.TelemetryRatePerSource, "telemetry datagrams a second taken from one source address, bursts as large (0: no limit)")
+	fs.BoolVar(&cfg.TelemetryAnySource, "telemetry-any-source", false, "take a session's telemetry from any address (a relay or NAT between; default: only from the session's own peer address)")
 	fs.IntVar(&cfg.EventHistory, "events-history", cfg.EventHistory, "events kept for escractl events --since: this many limit changes and this many others (0: none)")
 	fs.StringVar(&cfg.Placement, "placement", "deployer", "deployer placement policy: deployer (spread replicas, then image layers on the host, then least loaded) or one of "+strings.Join(placement.Policies, ", ")+" alone (docs/depsched.md)")
 	resolveRegs := fs.String("resolve-registries", "", "comma-separated registries (host:port, plain HTTP) whose manifests the controller reads to resolve images to layers (default: none; images then match by name only)")
@@ -265,6 +270,9 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if cfg.MaxContainersPerHost < 0 {
 		return fail("--max-containers-per-host must be >= 0")
+	}
+	if cfg.MaxSessions < 0 || !(cfg.SessionMsgRate >= 0) || cfg.SessionMsgBurst < 1 || !(cfg.TelemetryRatePerSource >= 0) {
+		return fail("--max-sessions, --session-msg-rate and --telemetry-rate-per-source must be >= 0, --session-msg-burst >= 1")
 	}
 	if _, ok := placement.DepProfile(cfg.Placement, nil); !ok && cfg.Placement != "deployer" {
 		return fail("--placement %q: want deployer or one of %s", cfg.Placement, strings.Join(placement.Policies, ", "))
