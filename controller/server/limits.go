@@ -27,13 +27,15 @@ func peerAddr(peer string) netip.Addr {
 // FromPeer implements ingest.SourceChecker: a session's datagrams come
 // from the address its TCP session comes from, unless the operator said
 // a relay or NAT sits between (escra-controller --telemetry-any-source).
-// Checked before the HMAC, so datagrams from elsewhere cost no MAC.
+// Checked before the HMAC, so datagrams from elsewhere cost no MAC. A
+// session that is not open passes: it has no key, so Verify refuses it
+// without a MAC and it is counted as unknown_session.
 func (s *Server) FromPeer(session uint32, addr netip.Addr) bool {
 	if s.cfg.TelemetryAnySource {
 		return true
 	}
 	h := s.host(session)
-	return h != nil && (!h.peer.IsValid() || h.peer == addr)
+	return h == nil || !h.peer.IsValid() || h.peer == addr
 }
 
 // admit takes a slot for a new session connection; false past

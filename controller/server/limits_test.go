@@ -1,9 +1,13 @@
 package server
 
 import (
+	"net"
+	"net/netip"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/escra-dev/escra/controller/ingest"
 	"github.com/escra-dev/escra/internal/simdaemon"
 )
 
@@ -50,5 +54,42 @@ func TestSessionMessageRate(t *testing.T) {
 	if took < 450*time.Millisecond || s.Stats().Dropped["session_rate"] == 0 {
 		t.Fatalf("60 registrations in %v (want >= 0.5 s at 100/s past a burst of 10), session_rate %d",
 			took, s.Stats().Dropped["session_rate"])
+	}
+}
+
+// A session's own tagged datagram sent again from another address (a
+// spoofed or relayed copy) is dropped as wrong_source before its tag is
+// checked; the daemon's own datagrams from its peer address go through.
+func TestTelemetryFromAnotherAddressDropped(t *testing.T) {
+	dir := pki(t, "h1")
+	s := startTLS(t, dir)
+	d, err := simdaemon.DialTLS(s.TCPAddr(), "h1", 4, 8<<30, clientTLS(t, dir, "h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	var mu sync.Mutex
+	var sent [][]byte
+	d.Tap = func(b []byte) { mu.Lock(); sent = append(sent, b); mu.Unlock() }
+	d.Register(1, "web", -1, 0, 10*mib)
+	eventually(t, "bootstrap", func() bool { c, ok := d.Container(1); return ok && c.QuotaUs > 0 })
+	d.SendPeriod([]simdaemon.Stat{{Handle: 1, UsageUs: 1000}})
+	eventually(t, "the daemon's own datagram taken", func() bool { return s.Stats().TelemetryStats > 0 })
+	other, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP("127.0.0.2")}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(s.UDPAddr())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	mu.Lock()
+	copies := append([][]byte(nil), sent...)
+	mu.Unlock()
+	for _, b := range copies {
+		other.Write(b)
+	}
+	eventually(t, "copies from 127.0.0.2 dropped as wrong_source", func() bool {
+		return s.Stats().Dropped[ingest.DropWrongSource] == uint64(len(copies))
+	})
+	if n := s.Stats().Dropped[ingest.DropForged] + s.Stats().Dropped[ingest.DropReplayed]; n != 0 {
+		t.Fatalf("%d copies reached the tag or replay check", n)
 	}
 }
