@@ -62,6 +62,8 @@ type Daemon struct {
 	bmu     sync.Mutex
 
 	SetLimits, Updates, Reclaims, UDPBytes, UDPStats atomic.Uint64
+	// LimitsTerm is the leadership term the last SetLimits was stamped with.
+	LimitsTerm atomic.Uint64
 	// Tap, when set, sees a copy of every telemetry datagram sent (replay tests).
 	Tap func(datagram []byte)
 	// OnUpdate, when set, sees every applied update (under the daemon lock).
@@ -356,6 +358,7 @@ func (d *Daemon) readLoop(r *wire.EnvelopeReader) {
 		switch b := env.Body.(type) {
 		case *pb.Envelope_SetLimits:
 			d.SetLimits.Add(1)
+			d.LimitsTerm.Store(env.GetTerm())
 			go d.applyLimits(env.RequestId, b.SetLimits)
 		case *pb.Envelope_Reclaim:
 			d.Reclaims.Add(1)
