@@ -379,6 +379,7 @@ func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 		for k, r := range h.cont {
 			if r.app == a {
 				delete(h.cont, k)
+				s.releaseID(h.id, r.id)
 			}
 		}
 		h.mu.Unlock()

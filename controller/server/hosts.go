@@ -136,6 +136,7 @@ func (s *Server) Closed(ss *session.Session) {
 		hold = time.Duration(ms)*time.Millisecond + time.Second
 	}
 	for _, r := range refs {
+		s.releaseID(ss.ID, r.id)
 		r.app.LeaveHeld(r.key, "daemon session closed", hold)
 	}
 	for _, r := range refs {

@@ -40,12 +40,13 @@ func (sc scope) allows(app string) bool {
 	return !sc.scoped || slices.Contains(sc.apps, auth.AnyApp) || slices.Contains(sc.apps, app)
 }
 
-// checkScope refuses a registration outside the host's scope, and a
-// container id another live session (or another handle of this one)
-// already holds: Docker's ids are random, so a second claim on one is
-// made up. What a host reports is otherwise its word; the damage a lying
-// host can do is bounded by its scope and by --host-max-share.
-func (s *Server) checkScope(h *host, r *pb.ContainerRegister) error {
+// checkScope refuses a registration outside the host's scope, and claims
+// its container id: one another live session (or another handle of this
+// one) already holds is refused, as Docker's ids are random and a second
+// claim on one is made up. What a host reports is otherwise its word; the
+// damage a lying host can do is bounded by its scope and by
+// --host-max-share. A claim is released with releaseID.
+func (s *Server) checkScope(ss uint32, h *host, r *pb.ContainerRegister) error {
 	if !h.scope.allows(r.GetApp()) {
 		s.met.bad("app_not_allowed", 1)
 		return fmt.Errorf("register: host %s is not bound to app %q (its certificate's apps, or the controller's --host-apps)", h.hello.GetHostId(), r.GetApp())
@@ -58,22 +59,20 @@ func (s *Server) checkScope(h *host, r *pb.ContainerRegister) error {
 		}
 		return nil
 	}
-	var holder string
-	s.hosts.Range(func(_, v any) bool {
-		o := v.(*host)
-		o.mu.RLock()
-		for _, c := range o.cont {
-			if c.id == id {
-				holder = o.hello.GetHostId()
-				break
-			}
-		}
-		o.mu.RUnlock()
-		return holder == ""
-	})
-	if holder != "" {
+	if holder, taken := s.containerIDs.LoadOrStore(id, ss); taken {
 		s.met.bad("container_id_taken", 1)
-		return fmt.Errorf("register: container %.12s is already registered by host %s", id, holder)
+		who := "another handle of this session"
+		if o := s.host(holder.(uint32)); o != nil && o != h {
+			who = "host " + o.hello.GetHostId()
+		}
+		return fmt.Errorf("register: container %.12s is already registered by %s", id, who)
 	}
 	return nil
+}
+
+// releaseID gives up session ss's claim on a container id.
+func (s *Server) releaseID(ss uint32, id string) {
+	if id != "" {
+		s.containerIDs.CompareAndDelete(id, ss)
+	}
 }

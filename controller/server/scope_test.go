@@ -53,6 +53,12 @@ func TestHostScopedByDefault(t *testing.T) {
 	if n := len(s.Snapshot().Containers); n != 2 {
 		t.Fatalf("%d containers after a borrowed id; want 2", n)
 	}
+	// Once h1's container left, its id may be registered again (a
+	// restarted escrad, a new session).
+	d["h1"].Unregister(1)
+	eventually(t, "h1's container gone", func() bool { return len(s.Snapshot().Containers) == 1 })
+	d["h1"].RegisterAs(3, "h1-c1", "web", -1, 0, 10*mib)
+	eventually(t, "the released id registered again", func() bool { return len(s.Snapshot().Containers) == 2 })
 }
 
 // A plain (--insecure) host has no proven identity: it may register any

@@ -56,16 +56,18 @@ type Server struct {
 	rollMu   sync.Mutex         // one deploy or rollout at a time
 	pema     map[string]pemaRef // the pema policy's loops, by app (under mu)
 
-	hosts   sync.Map // uint32 → *host
-	nextID  atomic.Uint32
-	conns   atomic.Int64 // open session connections (limits.go)
-	hub     events.Hub
-	met     *metrics
-	leading atomic.Bool
-	term    atomic.Uint64
-	decLat  hist.H
-	oomLat  hist.H
-	closeMu sync.Once
+	hosts  sync.Map // uint32 → *host
+	nextID atomic.Uint32
+	conns  atomic.Int64 // open session connections (limits.go)
+	// containerIDs: container id → the session that registered it (scope.go).
+	containerIDs sync.Map
+	hub          events.Hub
+	met          *metrics
+	leading      atomic.Bool
+	term         atomic.Uint64
+	decLat       hist.H
+	oomLat       hist.H
+	closeMu      sync.Once
 
 	resolveOnce sync.Once
 	resolver    *imageresolve.Resolver
