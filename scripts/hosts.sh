@@ -28,6 +28,7 @@
 # with --ha: ESCRA_CONTROLLER2_BASE (the second controller's session port;
 # telemetry and admin on the next two, default 7480), ESCRA_ETCD_ADDR
 # (client address, default 127.0.0.1:2379; the peer port is the next one),
+# ESCRA_HOST_APPS (the apps the host certificates bind, default *),
 # ESCRA_CERTS (the certificate directory, default /run/NAME/certs: the CA,
 # controller.pem, hN.pem and the operators' admin.pem and viewer.pem; files
 # missing for a host are made with `escractl certs`, reusing the CA there).
@@ -257,9 +258,9 @@ ensure_certs() {
 	mkdir -p "$CERTS"
 	chmod 700 "$CERTS"
 	if [ -x bin/escractl ]; then
-		bin/escractl certs --dir "$CERTS" --hosts "$hosts" >/dev/null || die "escractl certs failed"
+		bin/escractl certs --dir "$CERTS" --hosts "$hosts" --apps "${ESCRA_HOST_APPS:-*}" >/dev/null || die "escractl certs failed"
 	else
-		go run ./controller/cmd/escractl certs --dir "$CERTS" --hosts "$hosts" >/dev/null || die "escractl certs failed"
+		go run ./controller/cmd/escractl certs --dir "$CERTS" --hosts "$hosts" --apps "${ESCRA_HOST_APPS:-*}" >/dev/null || die "escractl certs failed"
 	fi
 }
 

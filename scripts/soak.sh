@@ -25,7 +25,7 @@ CGO_ENABLED=0 go build -trimpath -o bin/escra-controller ./controller/cmd/escra-
 go build -o bin/escra-soak ./bench/cmd/bench-soak
 certs=$(mktemp -d)
 names=$(seq -s, -f 'soak%g' 1 "$hosts")
-bin/escractl certs --dir "$certs" --hosts "$names" >/dev/null 2>&1 || go run ./controller/cmd/escractl certs --dir "$certs" --hosts "$names" >/dev/null
+bin/escractl certs --dir "$certs" --hosts "$names" --apps "*" >/dev/null 2>&1 || go run ./controller/cmd/escractl certs --dir "$certs" --hosts "$names" --apps "*" >/dev/null
 
 bin/escra-controller --listen 127.0.0.1:0 --telemetry-listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
 	--state-dir "$certs/state" --tls-ca "$certs/ca.pem" --tls-cert "$certs/controller.pem" --tls-key "$certs/controller-key.pem" \

@@ -146,7 +146,7 @@ func (a *Books) Redistribute() []Decision {
 			m.wantQuota = 0
 			continue
 		}
-		q := min(m.wantQuota, m.QuotaUs+a.CPUUnallocatedUs())
+		q := a.raiseRoomUs(m, min(m.wantQuota, m.QuotaUs+a.CPUUnallocatedUs()))
 		if q < a.floorUs(len(a.order)) {
 			continue // not enough yet: wait for more acknowledgements
 		}

@@ -351,14 +351,15 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 		m.HostMaxUs = min(m.HostMaxUs, m.MaxQuotaUs)
 	}
 	lambda := len(a.order) + 1
-	fair := max(a.floorUs(lambda), min(a.omegaUs/int64(lambda), m.HostMaxUs))
+	roomQ, roomM := a.hostRoom(j.Key.Host()) // hostshare.go
+	fair := max(a.floorUs(lambda), min(a.omegaUs/int64(lambda), m.HostMaxUs, roomQ))
 	poolCPU, poolMem := a.CPUUnallocatedUs(), a.MemUnallocated()
 	// What the cgroup holds is bounded by the host, not by the cap: an
 	// uncapped cgroup may use the whole host until a cut is acknowledged.
 	curQ, curM := min(max(j.CurQuotaUs, 0), m.hostUs), max(j.CurMem, 0)
 	adoptQ0 := curQ <= m.HostMaxUs
-	adoptQ := a.AckGated && curQ > 0 && curQ <= poolCPU && adoptQ0
-	adoptM := a.AckGated && curM >= 4*MiB && curM <= poolMem && (m.MaxMem == 0 || curM <= m.MaxMem)
+	adoptQ := a.AckGated && curQ > 0 && curQ <= poolCPU && adoptQ0 && curQ <= roomQ
+	adoptM := a.AckGated && curM >= 4*MiB && curM <= poolMem && (m.MaxMem == 0 || curM <= m.MaxMem) && curM <= roomM
 	var out []Decision
 	if need := fair - a.targetFreeUs(); need > 0 && !adoptQ {
 		out = a.takeCPU(need, a.omegaUs/int64(lambda))
@@ -375,7 +376,7 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 	// What its cgroup holds now: counted under AckGated, and what a
 	// recommend-mode app shows as applied (recommend.go).
 	m.ackQuota, m.ackMem = curQ, curM
-	memFair := int64((1 - a.budget.Sigma) * float64(a.budget.MemoryBytes) / float64(lambda))
+	memFair := min(roomM, int64((1-a.budget.Sigma)*float64(a.budget.MemoryBytes)/float64(lambda)))
 	if m.MaxMem > 0 {
 		memFair = min(memFair, m.MaxMem)
 	}

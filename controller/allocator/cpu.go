@@ -158,7 +158,7 @@ func (a *Books) peakDecay() float64 {
 // from the unallocated pool).
 func (a *Books) clampQuota(m *Member, q int64) int64 {
 	if q > m.QuotaUs {
-		q = min(q, m.QuotaUs+a.CPUUnallocatedUs())
+		q = a.raiseRoomUs(m, min(q, m.QuotaUs+a.CPUUnallocatedUs()))
 	}
 	q = min(q, m.HostMaxUs)
 	floor := a.floorUs(len(a.order))

@@ -46,6 +46,14 @@ func (a *Books) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome
 	step := a.Policy.OOMStep(OOMInput{P: a.P, LimitBytes: m.MemLimit, UsageBytes: usage,
 		WantBytes: want, Unallocated: pool})
 	need := max(want, 4096)
+	room := a.memRoom(m) - (base - m.MemLimit)
+	if room < need {
+		// Its host holds its share of the app (hostshare.go): another
+		// host's reclaim must not feed it.
+		m.OOMDenies++
+		return OOMOutcome{Action: OOMDeny, Reason: "the host holds its share of the application (host_max_share)"}
+	}
+	step = min(step, room)
 	grant := min(step, pool)
 	if m.MaxMem > 0 && base+need > m.MaxMem {
 		// The container's max_memory: Escra grants no further, as a
@@ -150,11 +158,15 @@ func (a *Books) FillPending() []Decision {
 		if m.MemLimit != 0 {
 			continue
 		}
-		mem := min(fair, a.MemUnallocated())
+		room := a.memRoom(m)
+		mem := min(fair, a.MemUnallocated(), room)
 		if m.MaxMem > 0 {
 			mem = min(mem, m.MaxMem)
 		}
 		if mem < max(4*MiB, m.MemUsage+a.P.SafeMarginBytes) {
+			if room < min(fair, a.MemUnallocated()) {
+				continue // its host holds its share; another host's member may fit
+			}
 			break
 		}
 		if d := a.decide(m, 0, mem, ReasonPoolFilled); d.Gen != 0 {

@@ -53,6 +53,11 @@ type Params struct {
 	// whose raise the pool cannot cover takes the rest from members above
 	// Ω/λ (Books.Throttle; escra policy only). Ours.
 	FairShareOnThrottle bool `json:"fair_share_on_throttle" yaml:"fair_share_on_throttle"`
+	// HostMaxShare caps what the members of one host may hold together, as
+	// a fraction of the app's Ω and memory budget (hostshare.go; 0 or 1: no
+	// cap). A host that lies about its containers then takes at most this
+	// much from the app's other hosts. Ours.
+	HostMaxShare float64 `json:"host_max_share,omitempty" yaml:"host_max_share,omitempty"`
 }
 
 const MiB = 1 << 20
@@ -125,6 +130,8 @@ func (p Params) Validate() error {
 		return errors.New("safe margin: want >= 0")
 	case !(p.LeaseFraction >= 0) || p.LeaseFraction > 1:
 		return fmt.Errorf("lease fraction %v: want 0..1", p.LeaseFraction)
+	case !(p.HostMaxShare >= 0) || p.HostMaxShare > 1:
+		return fmt.Errorf("host max share %v: want 0..1 (0 or 1: no cap)", p.HostMaxShare)
 	}
 	return nil
 }

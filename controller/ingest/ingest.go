@@ -109,6 +109,8 @@ type Listener struct {
 	// (wire.TagBytes); nothing unauthenticated or replayed reaches the sink.
 	Auth Authenticator
 	C    Counters
+
+	buckets sourceBuckets // limits.go
 }
 
 // Listen binds addr (":0" allowed).
@@ -147,10 +149,16 @@ func (l *Listener) Serve(ctx context.Context) {
 			time.Sleep(time.Millisecond) // transient (e.g. ICMP-induced); don't spin
 			continue
 		}
-		recv := time.Now().UnixNano()
+		now := time.Now()
+		recv := now.UnixNano()
 		l.C.Datagrams.Add(1)
 		l.C.Bytes.Add(uint64(n))
 		data := buf[:n]
+		if !l.buckets.allow(from.Addr(), now) {
+			l.drop(DropRateLimited, 1)
+			l.warn(from, "telemetry over its source's rate dropped", nil)
+			continue
+		}
 		if l.Auth != nil {
 			// The session id is read from the unverified batch only to find
 			// the key; nothing of it is used before the tag checks out.
@@ -162,6 +170,11 @@ func (l *Listener) Serve(ctx context.Context) {
 			if err := wire.DecodeBatch(data[:n-wire.TagBytes], batch); err != nil {
 				l.drop(DropForged, 1)
 				l.warn(from, "unauthenticated telemetry datagram dropped", err)
+				continue
+			}
+			if sc, ok := l.Auth.(SourceChecker); ok && !sc.FromPeer(batch.SessionId, from.Addr().Unmap()) {
+				l.drop(DropWrongSource, 1)
+				l.warn(from, "telemetry datagram not from its session's peer address dropped", nil)
 				continue
 			}
 			if !l.Auth.Verify(batch.SessionId, data) {

@@ -29,28 +29,61 @@ func (s *Server) policy(name string) allocator.Policy {
 	return nil
 }
 
-// DefineApp creates an app or replaces its budget, and stores it
-// (Config.Store). Parameters can change only while the app has no members.
+// DefineApp creates an app or replaces its budget (Config.Store). It is
+// stored first and applied second: a store that refuses the write (lost
+// quorum, a deposed leader) leaves the running app as it was, so what
+// is in effect is never what a successor would not load. Parameters can
+// change only while the app has no members.
 func (s *Server) DefineApp(spec AppSpec) error {
-	if err := s.defineApp(spec); err != nil {
+	if _, _, _, err := s.checkDefine(spec); err != nil {
 		return err
 	}
-	return s.storeSpec(spec)
+	prev, existed, err := s.storeSpec(spec)
+	if err != nil {
+		return err
+	}
+	if err := s.defineApp(spec); err != nil {
+		s.unstore(spec.Name, prev, existed)
+		return err
+	}
+	return nil
 }
 
-// defineApp is DefineApp in memory only.
-func (s *Server) defineApp(spec AppSpec) error {
+// checkDefine is what defineApp refuses, checked before anything is
+// stored or applied.
+func (s *Server) checkDefine(spec AppSpec) (allocator.Budget, allocator.Params, allocator.Policy, error) {
 	if err := spec.Validate(); err != nil {
-		return err
+		return allocator.Budget{}, allocator.Params{}, nil, err
 	}
 	b := allocator.Budget{CPUCores: spec.CPUCores, MemoryBytes: spec.MemoryBytes, Sigma: spec.Sigma}
 	p := spec.EffectiveParams(s.cfg.Params)
 	if err := p.Validate(); err != nil {
-		return fmt.Errorf("app %s: %w", spec.Name, err)
+		return b, p, nil, fmt.Errorf("app %s: %w", spec.Name, err)
 	}
 	pol := s.policy(spec.Name)
 	if spec.Policy != "" {
 		pol, _ = allocator.PolicyByName(spec.Policy) // checked by Validate
+	}
+	s.mu.RLock()
+	a := s.apps[spec.Name]
+	s.mu.RUnlock()
+	if a != nil {
+		if st := a.Snapshot(); (st.Params != p || (pol != nil && st.Policy != pol.Name())) && len(st.Members) > 0 {
+			return b, p, pol, errParamsInUse(spec.Name)
+		}
+	}
+	return b, p, pol, nil
+}
+
+func errParamsInUse(app string) error {
+	return fmt.Errorf("app %s: parameters and policy can change only while it has no members", app)
+}
+
+// defineApp is DefineApp in memory only.
+func (s *Server) defineApp(spec AppSpec) error {
+	b, p, pol, err := s.checkDefine(spec)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -58,7 +91,7 @@ func (s *Server) defineApp(spec AppSpec) error {
 		st := a.Snapshot()
 		if st.Params != p || (pol != nil && st.Policy != pol.Name()) {
 			if len(st.Members) > 0 {
-				return fmt.Errorf("app %s: parameters and policy can change only while it has no members", spec.Name)
+				return errParamsInUse(spec.Name)
 			}
 			a.Stop()
 			delete(s.apps, spec.Name)

@@ -16,10 +16,12 @@ import (
 	"github.com/escra-dev/escra/proto/wire"
 )
 
+// pki issues host certificates bound to every app (scope_test.go tests
+// narrower bindings).
 func pki(t *testing.T, hosts ...string) string {
 	t.Helper()
 	dir := t.TempDir()
-	if _, err := auth.Generate(dir, hosts, nil, time.Hour); err != nil {
+	if _, err := auth.GenerateBound(dir, hosts, []string{auth.AnyApp}, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -58,13 +58,29 @@ type Config struct {
 	// DefaultHostMemoryBytes stands in for a host that reports no memory
 	// size when an auto-created app's member has no memory limit.
 	DefaultHostMemoryBytes int64
-	// HostApps limits the hosts it names to the apps listed for them (a
-	// stolen host certificate then moves only those apps' budgets); hosts
-	// it does not name may register any app (escra-controller --host-apps).
+	// HostApps binds the hosts it names to the apps listed for them, in
+	// addition to the apps their certificates bind (auth.CertApps; "*" is
+	// any app). A TLS host registers only apps it is bound to, a plain one
+	// any app unless named here (scope.go; escra-controller --host-apps).
 	HostApps map[string][]string
 	// MaxContainersPerHost caps the registrations of one session (0: no
 	// cap), so one host cannot grow the controller's memory without bound.
 	MaxContainersPerHost int
+	// MaxSessions caps the open session connections, handshakes included
+	// (0: no cap; limits.go).
+	MaxSessions int
+	// SessionMsgRate and SessionMsgBurst pace what one session's daemon
+	// sends, in messages a second (0: no limit): past the burst its
+	// messages are read no faster, so a flooding host slows itself only.
+	SessionMsgRate  float64
+	SessionMsgBurst int
+	// TelemetryRatePerSource limits the datagrams taken from one source
+	// address a second, with bursts as large (0: no limit).
+	TelemetryRatePerSource float64
+	// TelemetryAnySource accepts a session's datagrams from any address
+	// (a relay or NAT between daemons and the controller); by default only
+	// from the session's TCP peer address.
+	TelemetryAnySource bool
 	// Elector, when set, makes this one of several controllers sharing
 	// Store: only the elected leader accepts daemon sessions and admin
 	// writes (docs/operator.md, "High availability").
@@ -113,6 +129,10 @@ func DefaultConfig() Config {
 		RPCTimeout:             2 * time.Second,
 		DefaultHostMemoryBytes: 1 << 30,
 		MaxContainersPerHost:   1000,
+		MaxSessions:            10000,
+		SessionMsgRate:         2000,
+		SessionMsgBurst:        5000,
+		TelemetryRatePerSource: 20000,
 		EventHistory:           events.DefaultHistory,
 		DeadHold:               11 * time.Second,
 		RejoinGrace:            3 * time.Second,

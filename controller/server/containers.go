@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
@@ -21,10 +20,6 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 	if len(r.GetContainerId()) > 128 || len(r.GetName()) > 256 {
 		return errors.New("register: oversized container id or name")
 	}
-	if allowed, ok := s.cfg.HostApps[h.hello.GetHostId()]; ok && !slices.Contains(allowed, r.GetApp()) {
-		s.met.bad("app_not_allowed", 1)
-		return fmt.Errorf("register: host %s may not register containers of app %q (controller --host-apps)", h.hello.GetHostId(), r.GetApp())
-	}
 	h.mu.RLock()
 	_, dup := h.cont[r.GetHandle()]
 	n := len(h.cont)
@@ -36,6 +31,15 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 		s.met.bad("too_many_containers", 1)
 		return fmt.Errorf("register: host %s already has %d containers registered, the controller's --max-containers-per-host", h.hello.GetHostId(), limit)
 	}
+	if err := s.checkScope(ss.ID, h, r); err != nil {
+		return err
+	}
+	joined := false
+	defer func() {
+		if !joined {
+			s.releaseID(ss.ID, r.GetContainerId())
+		}
+	}()
 	lim := r.GetLimits()
 	pUs := float64(s.cfg.Params.PeriodUs())
 	cores := float64(h.maxUs) / pUs
@@ -85,6 +89,7 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 	h.mu.Lock()
 	h.cont[r.GetHandle()] = &ref{app: a, key: k, appName: r.GetApp(), id: r.GetContainerId()}
 	h.mu.Unlock()
+	joined = true
 	return nil
 }
 
@@ -102,6 +107,7 @@ func (s *Server) Unregister(ss *session.Session, u *pb.ContainerUnregister) {
 		s.BadInput(ss, "unknown_container", fmt.Errorf("unregister of unknown handle %d", u.GetHandle()))
 		return
 	}
+	s.releaseID(ss.ID, r.id)
 	r.app.Leave(r.key, u.GetReason())
 	s.reap(r.app)
 }

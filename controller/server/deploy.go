@@ -344,10 +344,14 @@ func (s *Server) removeOn(ctx context.Context, app string, hosts map[uint32]*hos
 
 // RemoveApp removes the app's containers on every connected host, waits
 // for them to leave, and forgets the app. It fails with ErrUnknownApp for
-// an app the controller does not hold.
+// an app the controller does not hold. The record is deleted first: a
+// store that refuses leaves the app and its containers as they were.
 func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 	if !s.hasApp(app) {
 		return 0, fmt.Errorf("%w %q", ErrUnknownApp, app)
+	}
+	if err := s.storeDelete(app); err != nil {
+		return 0, err
 	}
 	n := len(s.members(app))
 	hosts := map[uint32]*host{}
@@ -366,7 +370,7 @@ func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 	delete(s.deployed, app)
 	s.mu.Unlock()
 	if a == nil {
-		return n, s.storeDelete(app)
+		return n, nil
 	}
 	// Members that did not leave (a host that went away) are dropped here.
 	s.hosts.Range(func(_, v any) bool {
@@ -375,6 +379,7 @@ func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 		for k, r := range h.cont {
 			if r.app == a {
 				delete(h.cont, k)
+				s.releaseID(h.id, r.id)
 			}
 		}
 		h.mu.Unlock()
@@ -382,7 +387,7 @@ func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 	})
 	a.Stop()
 	s.log.Info("app deleted", "app", app, "containers", n)
-	return n, s.storeDelete(app)
+	return n, nil
 }
 
 // createPlanned has each planned container created by its host's escrad,

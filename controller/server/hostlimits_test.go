@@ -7,42 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/simdaemon"
 )
-
-// A host certificate limited to some apps (--host-apps) registers only
-// those; a registration for another app is refused and counted. Hosts the
-// map does not name may register any app.
-func TestHostAppsLimitRegistrations(t *testing.T) {
-	dir := pki(t, "h1", "h2")
-	sc, err := auth.ServerConfig(auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := start(t, func(c *Config) { c.TLS = sc; c.HostApps = map[string][]string{"h1": {"web"}} })
-	h1, err := simdaemon.DialTLS(s.TCPAddr(), "h1", 4, 8<<30, clientTLS(t, dir, "h1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h1.Close)
-	h2, err := simdaemon.DialTLS(s.TCPAddr(), "h2", 4, 8<<30, clientTLS(t, dir, "h2"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h2.Close)
-	h1.Register(1, "web", -1, 0, 10*mib)
-	h1.Register(2, "db", -1, 0, 10*mib)
-	h2.Register(1, "db", -1, 0, 10*mib)
-	eventually(t, "h1's web and h2's db registered, h1's db refused", func() bool {
-		return len(s.Snapshot().Containers) == 2 && s.Stats().Dropped["app_not_allowed"] == 1
-	})
-	for _, c := range s.Snapshot().Containers {
-		if c.HostID == "h1" && c.App != "web" {
-			t.Fatalf("h1 registered a container of %s", c.App)
-		}
-	}
-}
 
 // One session holds at most MaxContainersPerHost registrations; more are
 // refused with a clear error and counted, and room made by an unregister

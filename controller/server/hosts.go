@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,8 @@ type host struct {
 	hello *pb.HostHello
 	maxUs int64
 	since time.Time
+	scope scope      // the apps it may register (scope.go)
+	peer  netip.Addr // the session's TCP peer: its telemetry's source (limits.go)
 
 	mu   sync.RWMutex
 	cont map[uint32]*ref
@@ -82,6 +85,8 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 		}
 		hs.tauth = ingest.NewSessionAuth(key)
 	}
+	hs.scope = s.hostScope(ss, h)
+	hs.peer = peerAddr(ss.Peer)
 	// A host reconnecting (after a partition its old session may not have
 	// timed out yet) replaces its old session: one session per host id, and
 	// the old one's members stop holding budget now.
@@ -131,6 +136,7 @@ func (s *Server) Closed(ss *session.Session) {
 		hold = time.Duration(ms)*time.Millisecond + time.Second
 	}
 	for _, r := range refs {
+		s.releaseID(ss.ID, r.id)
 		r.app.LeaveHeld(r.key, "daemon session closed", hold)
 	}
 	for _, r := range refs {

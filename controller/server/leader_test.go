@@ -47,6 +47,7 @@ func TestLeaderWithoutEtcdStepsDown(t *testing.T) {
 	d := dial(t, s, "h1", 4)
 	d.Register(1, "web", -1, 0, 10*mib)
 	eventually(t, "the member", func() bool { return len(s.Snapshot().Containers) == 1 })
+	eventually(t, "its limits stamped with the leader's term", func() bool { return term1 > 0 && d.LimitsTerm.Load() == term1 })
 
 	if err := e.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

@@ -77,7 +77,7 @@ func freeUDP(t *testing.T) string {
 // machine is shared: a real spin gets whatever CPU is left).
 func TestTelemetryLoss20Percent(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := auth.Generate(dir, []string{"sim1"}, nil, time.Hour); err != nil {
+	if _, err := auth.GenerateBound(dir, []string{"sim1"}, []string{auth.AnyApp}, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	sc, err := auth.ServerConfig(auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")})

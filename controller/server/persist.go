@@ -10,8 +10,8 @@ import (
 	"github.com/escra-dev/escra/controller/store"
 )
 
-// ErrStore wraps a failure to write the desired state: the change is in
-// effect but would not survive a restart.
+// ErrStore wraps a failure to write the desired state: the change was
+// not applied either (DefineApp, RemoveApp store first).
 var ErrStore = errors.New("state store")
 
 const storeTimeout = 5 * time.Second
@@ -46,26 +46,42 @@ func (s *Server) loadStore() ([]string, error) {
 	return names, nil
 }
 
-// update reads name's record, lets f change it and writes it back.
-func (s *Server) update(name string, f func(r *store.Record)) error {
+// update changes name's record with f, compare-and-swap on its revision
+// (store.Store.Update); prev is the record before.
+func (s *Server) update(name string, f func(r *store.Record)) (prev store.Record, existed bool, err error) {
 	if s.cfg.Store == nil {
-		return nil
+		return prev, false, nil
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, storeTimeout)
 	defer cancel()
-	r, _, err := s.cfg.Store.Get(ctx, name)
-	if err == nil {
-		f(&r)
-		err = s.cfg.Store.Put(ctx, r)
-	}
+	prev, existed, err = s.cfg.Store.Update(ctx, name, func(r *store.Record, _ bool) error { f(r); return nil })
 	if err != nil {
-		return fmt.Errorf("%w: app %s is in effect but not stored: %v", ErrStore, name, err)
+		return prev, existed, fmt.Errorf("%w: app %s not stored, so not changed: %v", ErrStore, name, err)
 	}
-	return nil
+	return prev, existed, nil
 }
 
-func (s *Server) storeSpec(spec AppSpec) error {
+func (s *Server) storeSpec(spec AppSpec) (store.Record, bool, error) {
 	return s.update(spec.Name, func(r *store.Record) { r.Spec = spec })
+}
+
+// unstore puts back the record an applied-second change replaced, when
+// applying it failed after all (a member joined in between).
+func (s *Server) unstore(name string, prev store.Record, existed bool) {
+	if s.cfg.Store == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, storeTimeout)
+	defer cancel()
+	var err error
+	if existed {
+		err = s.cfg.Store.Put(ctx, prev)
+	} else {
+		err = s.cfg.Store.Delete(ctx, name)
+	}
+	if err != nil {
+		s.log.Error("a change stored but not applied could not be taken back from the store", "app", name, "err", err)
+	}
 }
 
 func (s *Server) storeDeploy(app string, req adminapi.DeployRequest) error {
@@ -74,7 +90,7 @@ func (s *Server) storeDeploy(app string, req adminapi.DeployRequest) error {
 		s.deployed[app] = req
 	}
 	s.mu.Unlock()
-	return s.update(app, func(r *store.Record) {
+	_, _, err := s.update(app, func(r *store.Record) {
 		if r.Spec.Name == "" {
 			// Deployed into an app defined before the store had it.
 			if a := s.appSpec(app); a != nil {
@@ -83,6 +99,7 @@ func (s *Server) storeDeploy(app string, req adminapi.DeployRequest) error {
 		}
 		r.Deploy = &req
 	})
+	return err
 }
 
 func (s *Server) storeDelete(app string) error {
@@ -92,7 +109,7 @@ func (s *Server) storeDelete(app string) error {
 	ctx, cancel := context.WithTimeout(s.ctx, storeTimeout)
 	defer cancel()
 	if err := s.cfg.Store.Delete(ctx, app); err != nil {
-		return fmt.Errorf("%w: app %s is deleted but still stored: %v", ErrStore, app, err)
+		return fmt.Errorf("%w: app %s not deleted from the store, so not deleted: %v", ErrStore, app, err)
 	}
 	return nil
 }

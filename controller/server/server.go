@@ -57,15 +57,18 @@ type Server struct {
 	rollMu   sync.Mutex         // one deploy or rollout at a time
 	pema     map[string]pemaRef // the pema policy's loops, by app (under mu)
 
-	hosts   sync.Map // uint32 → *host
-	nextID  atomic.Uint32
-	hub     events.Hub
-	met     *metrics
-	leading atomic.Bool
-	term    atomic.Uint64
-	decLat  hist.H
-	oomLat  hist.H
-	closeMu sync.Once
+	hosts  sync.Map // uint32 → *host
+	nextID atomic.Uint32
+	conns  atomic.Int64 // open session connections (limits.go)
+	// containerIDs: container id → the session that registered it (scope.go).
+	containerIDs sync.Map
+	hub          events.Hub
+	met          *metrics
+	leading      atomic.Bool
+	term         atomic.Uint64
+	decLat       hist.H
+	oomLat       hist.H
+	closeMu      sync.Once
 
 	resolveOnce sync.Once
 	resolver    *imageresolve.Resolver
@@ -134,6 +137,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.tcp = tls.NewListener(s.tcp, cfg.TLS)
 		s.udp.Auth = s
 	}
+	s.udp.LimitPerSource(cfg.TelemetryRatePerSource, int(cfg.TelemetryRatePerSource))
 	if cfg.AdminAddr != "" {
 		if s.adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			s.udp.Close()
@@ -218,11 +222,17 @@ func (s *Server) acceptLoop() {
 		if tc, ok := c.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}
+		if !s.admit(c) {
+			c.Close()
+			continue
+		}
 		id := s.nextID.Add(1)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			err := session.Serve(s.ctx, c, s, session.Config{RPCTimeout: s.cfg.RPCTimeout, Observer: s}, id)
+			defer s.release()
+			err := session.Serve(s.ctx, c, s, session.Config{RPCTimeout: s.cfg.RPCTimeout, Observer: s,
+				MsgRate: s.cfg.SessionMsgRate, MsgBurst: s.cfg.SessionMsgBurst}, id)
 			var rd *session.Redirect
 			if err != nil && s.ctx.Err() == nil && !errors.As(err, &rd) {
 				s.rl.Warn(c.RemoteAddr().String(), "daemon session ended", "err", err)

@@ -17,7 +17,9 @@ import (
 // DeadAfter.
 func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
 	var armed time.Time // when the read deadline was last pushed out
+	p := newPacer(s.cfg.MsgRate, s.cfg.MsgBurst)
 	for {
+		p.pace(s, h)
 		env := &pb.Envelope{}
 		// The deadline moves at most every DeadAfter/8 (a timer reset per
 		// envelope would cost more than it buys); the margin is that much.

@@ -74,6 +74,9 @@ type Config struct {
 	// every second) for this long; default 3 s.
 	DeadAfter time.Duration
 	Observer  Observer
+	// MsgRate and MsgBurst pace the daemon's messages (pace.go; 0: none).
+	MsgRate  float64
+	MsgBurst int
 }
 
 // ErrSilent ends a session whose daemon sent nothing for Config.DeadAfter
@@ -93,6 +96,10 @@ type Session struct {
 	ID    uint32
 	Hello *pb.HostHello
 	Peer  string
+	// term is the leadership term the session was opened in (HelloAck);
+	// every envelope the controller sends on it carries it, so a daemon
+	// that has seen a newer leader refuses what this one still sends.
+	term uint64
 
 	conn net.Conn
 	cfg  Config
@@ -171,9 +178,10 @@ func Serve(ctx context.Context, conn net.Conn, h Handler, cfg Config, id uint32)
 		w.Write(&pb.Envelope{RequestId: env.RequestId, Body: &pb.Envelope_Error{Error: &pb.Error{Message: err.Error()}}})
 		return err
 	}
+	s.term = ack.GetTerm()
 	conn.SetReadDeadline(time.Time{})
 	conn.SetWriteDeadline(time.Now().Add(cfg.WriteTimeout))
-	if err := w.Write(&pb.Envelope{RequestId: env.RequestId, Body: &pb.Envelope_HelloAck{HelloAck: ack}}); err != nil {
+	if err := w.Write(&pb.Envelope{RequestId: env.RequestId, Term: s.term, Body: &pb.Envelope_HelloAck{HelloAck: ack}}); err != nil {
 		h.Closed(s)
 		return err
 	}

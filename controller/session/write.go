@@ -102,12 +102,13 @@ func (s *Session) drain(w *writer) error {
 			w.lus[i].Limits = &w.lims[i]
 			w.sl.Updates = append(w.sl.Updates, &w.lus[i])
 		}
-		w.buf, err = wire.AppendEnvelope(w.buf, &pb.Envelope{RequestId: id, Body: &pb.Envelope_SetLimits{SetLimits: &w.sl}})
+		w.buf, err = wire.AppendEnvelope(w.buf, &pb.Envelope{RequestId: id, Term: s.term, Body: &pb.Envelope_SetLimits{SetLimits: &w.sl}})
 	}
 	for _, v := range w.envs {
 		if err != nil {
 			break
 		}
+		v.env.Term = s.term
 		w.buf, err = wire.AppendEnvelope(w.buf, v.env)
 	}
 	return err

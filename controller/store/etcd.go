@@ -173,6 +173,7 @@ func (s *Etcd) Close() error { return s.cli.Close() }
 // are fenced from now on.
 func (s *Etcd) Campaign(ctx context.Context, value string, ttl time.Duration) (term uint64, lost <-chan struct{}, err error) {
 	secs := max(int64((ttl+time.Second-1)/time.Second), 1)
+	granted := time.Now()
 	lease, err := s.cli.Grant(ctx, secs)
 	if err != nil {
 		return 0, nil, err
@@ -180,42 +181,13 @@ func (s *Etcd) Campaign(ctx context.Context, value string, ttl time.Duration) (t
 	// etcd may grant more than asked (its minimum TTL): hold to its TTL.
 	life := time.Duration(lease.TTL) * time.Second
 	lctx, cancel := context.WithCancel(ctx)
-	ka, err := s.cli.KeepAlive(lctx, lease.ID)
-	if err != nil {
-		cancel()
-		return 0, nil, err
-	}
 	sess, err := concurrency.NewSession(s.cli, concurrency.WithLease(lease.ID), concurrency.WithContext(lctx))
 	if err != nil {
 		cancel()
 		return 0, nil, err
 	}
-	fresh := make(chan struct{}, 1)
 	done := make(chan struct{})
-	// The lease is alive while its renewals come back; one that has not
-	// for ttl has expired at etcd as well.
-	go func() {
-		defer close(done)
-		t := time.NewTimer(life)
-		defer t.Stop()
-		for {
-			select {
-			case _, ok := <-ka:
-				if !ok {
-					return
-				}
-				select {
-				case fresh <- struct{}{}:
-				default:
-				}
-				t.Reset(life)
-			case <-t.C:
-				return
-			case <-lctx.Done():
-				return
-			}
-		}
-	}()
+	go s.holdLease(lctx, lease.ID, granted, life, done)
 	e := concurrency.NewElection(sess, s.prefix+"leader")
 	cerr := make(chan error, 1)
 	go func() { cerr <- e.Campaign(lctx, value) }()

@@ -34,6 +34,11 @@ type Store interface {
 	Put(ctx context.Context, r Record) error
 	// Delete removes name's record (no error when there is none).
 	Delete(ctx context.Context, name string) error
+	// Update reads name's record (exists false: there is none), lets f
+	// change it and writes it back unless it was written meanwhile
+	// (compare-and-swap on the record's revision; update.go). An error
+	// from f aborts with nothing written. prev is the record as it was.
+	Update(ctx context.Context, name string, f func(r *Record, exists bool) error) (prev Record, existed bool, err error)
 	// Close releases the store (its file lock, its connections).
 	Close() error
 }
@@ -65,6 +70,9 @@ type Memory struct {
 	m  map[string][]byte
 	// Writes counts Put and Delete calls (tests check what is written).
 	Writes int
+	// Refuse, when set, is returned by every write (a test's store that
+	// lost its quorum or its leadership).
+	Refuse error
 }
 
 // NewMemory returns an empty Memory store.
@@ -107,6 +115,9 @@ func (s *Memory) Put(_ context.Context, r Record) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.Refuse != nil {
+		return s.Refuse
+	}
 	s.m[r.Spec.Name] = b
 	s.Writes++
 	return nil
@@ -115,6 +126,9 @@ func (s *Memory) Put(_ context.Context, r Record) error {
 func (s *Memory) Delete(_ context.Context, name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.Refuse != nil {
+		return s.Refuse
+	}
 	delete(s.m, name)
 	s.Writes++
 	return nil

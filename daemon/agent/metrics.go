@@ -48,6 +48,9 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_controller_term", Help: "Highest controller leadership term seen (0: no leader election)."}, func() float64 {
 			return float64(a.link.Term())
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escrad_stale_term_refused_total", Help: "Controller messages refused for a leadership term below the highest seen (a deposed leader's)."}, func() float64 {
+			return float64(a.link.StaleRefused.Load())
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_containers_managed", Help: "Managed containers."}, func() float64 {
 			a.mu.Lock()
 			defer a.mu.Unlock()

@@ -115,6 +115,10 @@ type Client struct {
 
 	Connects  atomic.Uint64
 	Datagrams atomic.Uint64
+	// StaleRefused counts envelopes refused for a term below the highest
+	// seen (fence.go).
+	StaleRefused atomic.Uint64
+	staleLogged  atomic.Int64 // unix ns of the last refusal logged
 }
 
 // New returns an unconnected client; Run connects.

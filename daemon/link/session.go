@@ -140,14 +140,15 @@ func (c *Client) session(ctx context.Context, addr string) (up bool, leader stri
 			return true, "", err
 		}
 		recv := time.Now()
+		if stale, t, seen := c.staleEnvelope(&env, term); stale { // fence.go
+			if err := c.refuseStale(&env, t, seen); err != nil {
+				return true, "", err
+			}
+			continue
+		}
 		switch b := env.Body.(type) {
 		case *escrapb.Envelope_SetLimits:
-			var ack *escrapb.SetLimitsAck
-			if seen := c.maxTerm.Load(); term < seen {
-				ack = staleTerm(b.SetLimits, term, seen)
-			} else {
-				ack = c.h.SetLimits(recv, b.SetLimits)
-			}
+			ack := c.h.SetLimits(recv, b.SetLimits)
 			err = c.send(env.RequestId, &escrapb.Envelope_SetLimitsAck{SetLimitsAck: ack})
 		case *escrapb.Envelope_Reclaim:
 			res := c.h.Reclaim(b.Reclaim)
@@ -187,17 +188,6 @@ func (c *Client) session(ctx context.Context, addr string) (up bool, leader stri
 			return true, "", err
 		}
 	}
-}
-
-// staleTerm refuses every update of m: its session's term is below one
-// seen since.
-func staleTerm(m *escrapb.SetLimits, term, seen uint64) *escrapb.SetLimitsAck {
-	ack := &escrapb.SetLimitsAck{Applied: make([]*escrapb.SetLimitsAck_Applied, len(m.Updates))}
-	msg := fmt.Sprintf("stale term %d: term %d seen", term, seen)
-	for i, u := range m.Updates {
-		ack.Applied[i] = &escrapb.SetLimitsAck_Applied{Handle: u.Handle, Generation: u.Generation, Error: msg}
-	}
-	return ack
 }
 
 // deploy serves one create or remove request in its own goroutine (Docker

@@ -74,3 +74,22 @@ func TestGenerateRejectsBadNames(t *testing.T) {
 		t.Fatal("bad controller name accepted")
 	}
 }
+
+// A host certificate carries its app bindings; a bad binding is refused
+// before anything is written.
+func TestCertAppBindings(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := GenerateBound(dir, []string{"h1"}, []string{"web", AnyApp}, nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c, err := readCert(CertPath(dir, "h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := CertApps(c); len(got) != 2 || got[0] != "web" || got[1] != AnyApp {
+		t.Fatalf("bound apps %v; want [web *]", got)
+	}
+	if _, err := GenerateBound(t.TempDir(), []string{"h2"}, []string{"a/b"}, nil, time.Hour); err == nil {
+		t.Fatal("app a/b bound")
+	}
+}

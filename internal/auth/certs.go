@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,13 +55,26 @@ type Issued struct{ Files []string }
 // and extraControllerSANs, and dir/HOST.pem (+key) for each host: client
 // certificates whose CN and DNS name are the host id the daemon reports,
 // and the operators' dir/admin.pem and dir/viewer.pem (+key) for the admin
-// API.
+// API. The host certificates bind no app (GenerateBound).
 func Generate(dir string, hosts, extraControllerSANs []string, validFor time.Duration) (Issued, error) {
+	return GenerateBound(dir, hosts, nil, extraControllerSANs, validFor)
+}
+
+// GenerateBound is Generate with each host certificate bound to apps
+// (CertApps): the apps whose containers the host may register.
+func GenerateBound(dir string, hosts, apps, extraControllerSANs []string, validFor time.Duration) (Issued, error) {
 	var out Issued
 	for _, h := range hosts {
 		if err := CheckHostName(h); err != nil {
 			return out, err
 		}
+	}
+	var uris []*url.URL
+	for _, a := range apps {
+		if err := CheckAppBinding(a); err != nil {
+			return out, err
+		}
+		uris = append(uris, appURI(a))
 	}
 	if validFor <= 0 {
 		return out, errors.New("validity must be positive")
@@ -101,6 +115,7 @@ func Generate(dir string, hosts, extraControllerSANs []string, validFor time.Dur
 		t := &x509.Certificate{
 			Subject:   pkix.Name{CommonName: h, Organization: []string{"escra"}},
 			DNSNames:  []string{h},
+			URIs:      uris,
 			NotBefore: now, NotAfter: now.Add(validFor),
 			KeyUsage: x509.KeyUsageDigitalSignature,
 			// A daemon certificate cannot serve as the controller's.

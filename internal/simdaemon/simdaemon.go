@@ -62,6 +62,8 @@ type Daemon struct {
 	bmu     sync.Mutex
 
 	SetLimits, Updates, Reclaims, UDPBytes, UDPStats atomic.Uint64
+	// LimitsTerm is the leadership term the last SetLimits was stamped with.
+	LimitsTerm atomic.Uint64
 	// Tap, when set, sees a copy of every telemetry datagram sent (replay tests).
 	Tap func(datagram []byte)
 	// OnUpdate, when set, sees every applied update (under the daemon lock).
@@ -187,13 +189,19 @@ func (d *Daemon) SendDatagram(b []byte) error { _, err := d.udp.Write(b); return
 
 // Register announces a container.
 func (d *Daemon) Register(handle uint32, app string, quotaUs int64, memLimit, memUsage int64) error {
+	return d.RegisterAs(handle, fmt.Sprintf("%s-c%d", d.HostID, handle), app, quotaUs, memLimit, memUsage)
+}
+
+// RegisterAs is Register with the container id given (a lying host's
+// made-up or borrowed id, in the controller's tests).
+func (d *Daemon) RegisterAs(handle uint32, containerID, app string, quotaUs int64, memLimit, memUsage int64) error {
 	d.mu.Lock()
 	d.cont[handle] = &Container{Handle: handle, QuotaUs: quotaUs, MemLimit: memLimit, MemUsage: memUsage}
 	d.nextID++
 	id := d.nextID
 	d.mu.Unlock()
 	return d.send(&pb.Envelope{RequestId: id, Body: &pb.Envelope_Register{Register: &pb.ContainerRegister{
-		Handle: handle, ContainerId: fmt.Sprintf("%s-c%d", d.HostID, handle), Name: fmt.Sprintf("c%d", handle),
+		Handle: handle, ContainerId: containerID, Name: fmt.Sprintf("c%d", handle),
 		App: app, Limits: &pb.Limits{CpuQuotaUs: quotaUs, CpuPeriodUs: d.PeriodUs, MemoryLimitBytes: memLimit},
 		MemoryUsageBytes: uint64(memUsage)}}})
 }
@@ -350,6 +358,7 @@ func (d *Daemon) readLoop(r *wire.EnvelopeReader) {
 		switch b := env.Body.(type) {
 		case *pb.Envelope_SetLimits:
 			d.SetLimits.Add(1)
+			d.LimitsTerm.Store(env.GetTerm())
 			go d.applyLimits(env.RequestId, b.SetLimits)
 		case *pb.Envelope_Reclaim:
 			d.Reclaims.Add(1)

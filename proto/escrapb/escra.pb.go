@@ -1811,6 +1811,12 @@ func (x *CpuLeaseReturn) GetRemainingUs() int64 {
 type Envelope struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	RequestId uint64                 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// The sending controller's leadership term (HelloAck.term), on every
+	// controller → daemon envelope; 0 from a daemon, or from a controller
+	// without leader election. A daemon carries out nothing stamped with a
+	// term below the highest it has seen: a deposed leader's last messages
+	// are refused even when they arrive after its successor's.
+	Term uint64 `protobuf:"varint,2,opt,name=term,proto3" json:"term,omitempty"`
 	// Types that are valid to be assigned to Body:
 	//
 	//	*Envelope_Hello
@@ -1874,6 +1880,13 @@ func (*Envelope) Descriptor() ([]byte, []int) {
 func (x *Envelope) GetRequestId() uint64 {
 	if x != nil {
 		return x.RequestId
+	}
+	return 0
+}
+
+func (x *Envelope) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
 	}
 	return 0
 }
@@ -2907,10 +2920,11 @@ const file_escra_proto_rawDesc = "" +
 	"\x0eCpuLeaseReturn\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12!\n" +
-	"\fremaining_us\x18\x03 \x01(\x03R\vremainingUs\"\xe3\v\n" +
+	"\fremaining_us\x18\x03 \x01(\x03R\vremainingUs\"\xf7\v\n" +
 	"\bEnvelope\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x01 \x01(\x04R\trequestId\x12+\n" +
+	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x12\n" +
+	"\x04term\x18\x02 \x01(\x04R\x04term\x12+\n" +
 	"\x05hello\x18\n" +
 	" \x01(\v2\x13.escra.v1.HostHelloH\x00R\x05hello\x121\n" +
 	"\thello_ack\x18\v \x01(\v2\x12.escra.v1.HelloAckH\x00R\bhelloAck\x129\n" +

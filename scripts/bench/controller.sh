@@ -15,7 +15,7 @@ if [ "${BENCH_TLS:-0}" = 1 ]; then
 	out=results/controller-tls
 	certs=$(mktemp -d)
 	CGO_ENABLED=0 go run ./controller/cmd/escractl certs --dir "$certs" \
-		--hosts "$(seq -s, -f 'sim%02g' 0 $((${HOSTS:-10} - 1)))" >/dev/null
+		--hosts "$(seq -s, -f 'sim%02g' 0 $((${HOSTS:-10} - 1)))" --apps '*' >/dev/null
 	tlsargs=(--tls-ca "$certs/ca.pem" --tls-cert "$certs/controller.pem" --tls-key "$certs/controller-key.pem")
 	certargs=(--certs "$certs")
 fi

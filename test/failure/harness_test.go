@@ -173,10 +173,10 @@ func newCluster(t *testing.T, cpu string, mem string) *cluster {
 	c := &cluster{t: t, bin: bins(t), certs: t.TempDir()}
 	c.oomState = filepath.Join(t.TempDir(), "oom-armed")
 	c.state = t.TempDir() // the controller's store, kept across its restarts
-	if _, err := auth.Generate(c.certs, []string{"fh1"}, nil, time.Hour); err != nil {
+	c.app = fmt.Sprintf("fail-%d-%d", os.Getpid(), rand.N(1_000_000))
+	if _, err := auth.GenerateBound(c.certs, []string{"fh1"}, []string{c.app}, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	c.app = fmt.Sprintf("fail-%d-%d", os.Getpid(), rand.N(1_000_000))
 	c.tcp = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	c.udp = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	c.admin = fmt.Sprintf("127.0.0.1:%d", freePort(t))

@@ -124,11 +124,16 @@ var (
 // escrad will find (docker inspect) and put back when no controller
 // answers.
 func runContainer(e *engine, name, app string, memBytes int64, quotaUs int64) (*ctr, error) {
+	return runContainerCmd(e, name, app, memBytes, quotaUs, "-idle")
+}
+
+// runContainerCmd is runContainer with the workload's arguments.
+func runContainerCmd(e *engine, name, app string, memBytes int64, quotaUs int64, cmd ...string) (*ctr, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	name = fmt.Sprintf("flt-%s-%d", name, os.Getpid())
 	id, err := dockertest.Start(ctx, e.cli, dockertest.Spec{
-		Name: name, Image: e.image, Cmd: []string{"-idle"},
+		Name: name, Image: e.image, Cmd: cmd,
 		Labels:    map[string]string{"escra.app": app},
 		Resources: container.Resources{Memory: memBytes, MemorySwap: memBytes, CPUQuota: quotaUs, CPUPeriod: 100000},
 	})

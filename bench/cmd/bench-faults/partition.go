@@ -182,7 +182,7 @@ func setupHosts(name string, extraCtl []string, extraEscrad func(i int) []string
 	if len(engines) < 2 {
 		return nil, errors.New("two engines needed")
 	}
-	if b, err := runOut(filepath.Join(*bin, "escractl"), "certs", "--dir", s.certs, "--hosts", "h1,h2"); err != nil {
+	if b, err := runOut(filepath.Join(*bin, "escractl"), "certs", "--dir", s.certs, "--hosts", "h1,h2", "--apps", "flt-mem"); err != nil {
 		return nil, fmt.Errorf("escractl certs: %v: %s", err, b)
 	}
 	var err error

@@ -193,14 +193,20 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&minStep, "min-step", minStep, "smallest quota change worth sending")
 	fs.BoolVar(&p.FairShareOnThrottle, "fair-share-on-throttle", p.FairShareOnThrottle, "escra policy: a container throttled below its equal share of the app's CPU whose raise the pool cannot cover takes the rest from members above it (docs/allocator.md)")
 	fs.Float64Var(&p.LeaseFraction, "lease-fraction", p.LeaseFraction, "share of an app's unallocated CPU lent to hosts as host-local leases, split by members (0: off, the default; docs/allocator.md)")
+	shareFlag := fs.Float64("host-max-share", 1, "most of an app's CPU and memory budget the members of one host may hold together, as a fraction (1: no cap; hosts are scoped to their bound apps either way; docs/security.md)")
 	fs.DurationVar(&cfg.ReclaimEvery, "reclaim-every", cfg.ReclaimEvery, "periodic memory reclaim interval (0: off)")
 	fs.Var(bytesFlag{&p.SafeMarginBytes}, "safe-margin", "δ: reclaim sets limit = usage + δ")
 	fs.Var(bytesFlag{&p.OOMStepBytes}, "oom-step", "memory granted per OOM request")
 	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	appsFile := fs.String("apps", "", "specs (docs/spec.md) of apps to define at start, several per file; containers are not deployed")
-	hostAppsFile := fs.String("host-apps", "", "YAML map host id -> apps its daemon may register (hosts not named: any app)")
+	hostAppsFile := fs.String("host-apps", "", "YAML map host id -> apps its daemon may register besides those its certificate binds (a TLS host bound to none registers nothing)")
 	fs.IntVar(&cfg.MaxContainersPerHost, "max-containers-per-host", cfg.MaxContainersPerHost, "registrations one daemon session may hold; more are refused (0: no cap)")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions", cfg.MaxSessions, "open daemon session connections, handshakes included; more are closed at once (0: no cap)")
+	fs.Float64Var(&cfg.SessionMsgRate, "session-msg-rate", cfg.SessionMsgRate, "messages a second one daemon session is read at past its burst of --session-msg-burst (0: no limit)")
+	fs.IntVar(&cfg.SessionMsgBurst, "session-msg-burst", cfg.SessionMsgBurst, "messages one daemon session may send at once (its registrations after a connect)")
+	fs.Float64Var(&cfg.TelemetryRatePerSource, "telemetry-rate-per-source", cfg.TelemetryRatePerSource, "telemetry datagrams a second taken from one source address, bursts as large (0: no limit)")
+	fs.BoolVar(&cfg.TelemetryAnySource, "telemetry-any-source", false, "take a session's telemetry from any address (a relay or NAT between; default: only from the session's own peer address)")
 	fs.IntVar(&cfg.EventHistory, "events-history", cfg.EventHistory, "events kept for escractl events --since: this many limit changes and this many others (0: none)")
 	fs.StringVar(&cfg.Placement, "placement", "deployer", "deployer placement policy: deployer (spread replicas, then image layers on the host, then least loaded) or one of "+strings.Join(placement.Policies, ", ")+" alone (docs/depsched.md)")
 	resolveRegs := fs.String("resolve-registries", "", "comma-separated registries (host:port, plain HTTP) whose manifests the controller reads to resolve images to layers (default: none; images then match by name only)")
@@ -248,6 +254,12 @@ func run(args []string, stderr io.Writer) int {
 	}
 	p.CPUFloorUs = floor.Microseconds()
 	p.MinStepUs = minStep.Microseconds()
+	if !(*shareFlag > 0) || *shareFlag > 1 {
+		return fail("--host-max-share %v: want a fraction in (0, 1]", *shareFlag)
+	}
+	if *shareFlag < 1 {
+		p.HostMaxShare = *shareFlag
+	}
 	if err := p.Validate(); err != nil {
 		return fail("%v", err)
 	}
@@ -270,6 +282,9 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if cfg.MaxContainersPerHost < 0 {
 		return fail("--max-containers-per-host must be >= 0")
+	}
+	if cfg.MaxSessions < 0 || !(cfg.SessionMsgRate >= 0) || cfg.SessionMsgBurst < 1 || !(cfg.TelemetryRatePerSource >= 0) {
+		return fail("--max-sessions, --session-msg-rate and --telemetry-rate-per-source must be >= 0, --session-msg-burst >= 1")
 	}
 	if _, ok := placement.DepProfile(cfg.Placement, nil); !ok && cfg.Placement != "deployer" {
 		return fail("--placement %q: want deployer or one of %s", cfg.Placement, strings.Join(placement.Policies, ", "))

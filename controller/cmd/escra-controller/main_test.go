@@ -13,7 +13,7 @@ import (
 func TestBadFlagsOneLineExit2(t *testing.T) {
 	for _, args := range [][]string{{"--bogus"}, {"--kappa", "3"}, {"--window", "0"}, {"--period", "5s"},
 		{"--safe-margin", "lots"}, {"--log-level", "loud"}, {"--apps", "/nonexistent"}, {"extra"},
-		{"--host-apps", "/nonexistent"}, {"--max-containers-per-host", "-1"},
+		{"--host-apps", "/nonexistent"}, {"--max-containers-per-host", "-1"}, {"--host-max-share", "0"}, {"--host-max-share", "1.5"}, {"--session-msg-burst", "0"}, {"--max-sessions", "-1"},
 		{"--insecure", "--store", "etcd://nohost"}, {"--insecure", "--store", "etcd://127.0.0.1:1", "--leader-ttl", "500ms"},
 		{"--insecure", "--store", "zookeeper://x:1"}} {
 		var e bytes.Buffer

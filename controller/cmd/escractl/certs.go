@@ -9,8 +9,9 @@ import (
 )
 
 // runCerts creates the CA (or reuses DIR/ca.pem + ca-key.pem) and issues
-// the controller's and each host's certificate for mutual TLS.
-func runCerts(e *env, dir, hosts, names string, days int) error {
+// the controller's and each host's certificate for mutual TLS, the hosts'
+// bound to apps.
+func runCerts(e *env, dir, hosts, apps, names string, days int) error {
 	if days <= 0 || days > 36500 {
 		return usageErr("certs: --days %d out of range [1, 36500]", days)
 	}
@@ -23,7 +24,7 @@ func runCerts(e *env, dir, hosts, names string, days int) error {
 		}
 		return out
 	}
-	iss, err := auth.Generate(dir, split(hosts), split(names), time.Duration(days)*24*time.Hour)
+	iss, err := auth.GenerateBound(dir, split(hosts), split(apps), split(names), time.Duration(days)*24*time.Hour)
 	if err != nil {
 		return fmt.Errorf("certs: %v", err)
 	}

@@ -74,3 +74,27 @@ func TestCertsIssuesWorkingMutualTLS(t *testing.T) {
 		t.Fatal("client without a certificate got through")
 	}
 }
+
+// certs --apps binds the host certificates to those apps; a bad app name
+// is one error line and exit 1, with nothing written.
+func TestCertsBindApps(t *testing.T) {
+	dir := t.TempDir()
+	if r := runCLI(t, "certs", "--dir", dir, "--hosts", "h1", "--apps", "web, db"); r.code != 0 {
+		t.Fatalf("%+v", r)
+	}
+	pair, err := tls.LoadX509KeyPair(auth.CertPath(dir, "h1"), auth.KeyPath(dir, "h1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := auth.CertApps(pair.Leaf); strings.Join(got, ",") != "web,db" {
+		t.Fatalf("h1 bound to %v; want web, db", got)
+	}
+	bad := t.TempDir()
+	r := runCLI(t, "certs", "--dir", bad, "--hosts", "h2", "--apps", "a/b")
+	if r.code != 1 || strings.Count(r.stderr, "\n") != 1 || !strings.Contains(r.stderr, `app "a/b"`) {
+		t.Fatalf("bad app: %+v", r)
+	}
+	if _, err := os.Stat(auth.CertPath(bad, "h2")); err == nil {
+		t.Fatal("a certificate was written for a bad binding")
+	}
+}

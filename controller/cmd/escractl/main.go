@@ -285,25 +285,29 @@ func versionCmd(e *env) *cobra.Command {
 }
 
 func certsCmd(e *env) *cobra.Command {
-	var dir, hosts, names string
+	var dir, hosts, apps, names string
 	var days int
 	c := &cobra.Command{
-		Use:   "certs --hosts h1,h2 [--dir DIR]",
+		Use:   "certs --hosts h1,h2 --apps web,db [--dir DIR]",
 		Short: "Create the CA and the mutual-TLS certificates of the controller, hosts and operators",
 		Long: `certs creates the CA (or reuses DIR/ca.pem and ca-key.pem) and issues
 controller.pem, HOST.pem for every host, and the operators' admin.pem and
-viewer.pem (each with its -key.pem).`,
-		Example: `  escractl certs --dir /etc/escra --hosts h1,h2,h3 --controller-names ctl.example,127.0.0.1`,
+viewer.pem (each with its -key.pem). The host certificates bind their hosts
+to the --apps: the controller takes registrations of those apps' containers
+only (* binds every app). A host bound to none registers nothing until its
+certificate is reissued or the controller's --host-apps names it.`,
+		Example: `  escractl certs --dir /etc/escra --hosts h1,h2,h3 --apps web,db --controller-names ctl.example,127.0.0.1`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("dir") {
 				dir = e.certs
 			}
-			return runCerts(e, dir, hosts, names, days)
+			return runCerts(e, dir, hosts, apps, names, days)
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", auth.DefaultDir, "directory for the CA and certificates (default --certs)")
 	c.Flags().StringVar(&hosts, "hosts", "", "comma-separated host ids to issue certificates for")
+	c.Flags().StringVar(&apps, "apps", "", "comma-separated apps the host certificates may register containers of (* for any app)")
 	c.Flags().StringVar(&names, "controller-names", "", "comma-separated DNS names and IPs the controller's certificate is valid for")
 	c.Flags().IntVar(&days, "days", 825, "validity in days")
 	return c
