@@ -145,6 +145,9 @@ func (e *env) applyContext(cmd *cobra.Command) error {
 	}
 	set("controller", "ESCRA_CONTROLLER", x.Controller, &e.controller)
 	set("certs", "ESCRA_CERTS", x.Certs, &e.certs)
+	if f.Changed("certs") || f.Changed("tls-cert") || f.Changed("tls-key") {
+		return nil // the operator named a certificate: the context's files would override it
+	}
 	set("tls-ca", "", x.TLSCA, &e.tlsFiles.CA)
 	set("tls-cert", "", x.TLSCert, &e.tlsFiles.Cert)
 	set("tls-key", "", x.TLSKey, &e.tlsFiles.Key)
