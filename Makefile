@@ -30,7 +30,7 @@ test: ## set-up, then every test CI must prove
 	@scripts/test.sh
 
 run: ## set-up, then the main job on this host (mutual TLS and HTTPS admin; INSECURE=1: plain)
-	@scripts/setup.sh
+	@scripts/setup.sh run
 	@$(MAKE) --no-print-directory build
 	@scripts/run.sh $(if $(filter 1,$(INSECURE)),--insecure)
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
 
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/internal/dockertest"
@@ -56,7 +56,7 @@ func TestCFSBurstFollowsTheControllersQuota(t *testing.T) {
 	// Docker's view follows; runc's write of the same quota leaves both.
 	deadline := time.Now().Add(e2eDockerSync + 10*time.Second)
 	for {
-		j, err := cli.ContainerInspect(ctx, id)
+		j, err := dockertest.Inspect(ctx, cli, id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
 
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/agent"
@@ -129,7 +129,7 @@ func quotaReachesCgroupThenDocker(t *testing.T, res container.Resources, dockerQ
 	// shows what the cgroup holds.
 	deadline = time.Now().Add(e2eDockerSync + 5*time.Second)
 	for {
-		j, err := cli.ContainerInspect(context.Background(), id)
+		j, err := dockertest.Inspect(context.Background(), cli, id)
 		if err != nil {
 			t.Fatal(err)
 		}

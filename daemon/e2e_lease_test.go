@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
 
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/server"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
 
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/internal/dockertest"
@@ -38,7 +38,7 @@ func TestRestoreDockerLimitsWithoutController(t *testing.T) {
 	both := func(quota, mem int64) (bool, string) {
 		q := readFile(t, filepath.Join(paths.CPU, "cpu.cfs_quota_us"))
 		m := readFile(t, filepath.Join(paths.Memory, "memory.limit_in_bytes"))
-		j, err := cli.ContainerInspect(ctx, id)
+		j, err := dockertest.Inspect(ctx, cli, id)
 		if err != nil {
 			t.Fatal(err)
 		}

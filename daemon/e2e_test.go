@@ -16,7 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/cgroups"
@@ -125,11 +126,9 @@ func readFile(t *testing.T, path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-func inspectPid(t *testing.T, cli interface {
-	ContainerInspect(context.Context, string) (container.InspectResponse, error)
-}, id string) int {
+func inspectPid(t *testing.T, cli *client.Client, id string) int {
 	t.Helper()
-	j, err := cli.ContainerInspect(context.Background(), id)
+	j, err := dockertest.Inspect(context.Background(), cli, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +224,7 @@ func TestControllerLimitsReachCgroupThenDockerInspect(t *testing.T) {
 	deadline := time.Now().Add(e2eDockerSync + 5*time.Second)
 	var hc *container.HostConfig
 	for time.Now().Before(deadline) {
-		j, err := cli.ContainerInspect(ctx, id)
+		j, err := dockertest.Inspect(ctx, cli, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,7 +335,7 @@ func oomCaseAgent(t *testing.T, ctlAddr string, mod func(*agent.Config)) (code i
 	if err := dockertest.StartHog(context.Background(), cli, id); err != nil {
 		t.Fatal(err)
 	}
-	j, err := cli.ContainerInspect(context.Background(), id)
+	j, err := dockertest.Inspect(context.Background(), cli, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +473,7 @@ func TestEngineRestartResubscribes(t *testing.T) {
 		t.Errorf("quota %s after restart, want 17000", q)
 	}
 	for {
-		j, err := cli.ContainerInspect(ctx, a)
+		j, err := dockertest.Inspect(ctx, cli, a)
 		if err != nil {
 			t.Fatal(err)
 		}

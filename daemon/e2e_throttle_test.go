@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/events"
 	"github.com/escra-dev/escra/controller/server"
@@ -126,11 +126,11 @@ func followEvents(t *testing.T, admin string) *reasons {
 func burstIn(t *testing.T, cli *client.Client, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
-		ex, err := cli.ContainerExecCreate(context.Background(), id, container.ExecOptions{Cmd: []string{"/bin/spin", "-threads", "2", "-for", "4s"}})
+		ex, err := cli.ExecCreate(context.Background(), id, client.ExecCreateOptions{Cmd: []string{"/bin/spin", "-threads", "2", "-for", "4s"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := cli.ContainerExecStart(context.Background(), ex.ID, container.ExecStartOptions{Detach: true}); err != nil {
+		if _, err := cli.ExecStart(context.Background(), ex.ID, client.ExecStartOptions{Detach: true}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/cgroups"
@@ -30,11 +30,11 @@ func dockerExec(t *testing.T, cli *client.Client, id string, cmd ...string) stri
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ex, err := cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	ex, err := cli.ExecCreate(ctx, id, client.ExecCreateOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	at, err := cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	at, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestE2EWysiwygCpusetFollowsQuota(t *testing.T) {
 
 	// Docker's view follows within the reconcile window.
 	waitFor(t, 15*time.Second, "docker inspect shows the C1 cpuset", func() bool {
-		j, err := cli.ContainerInspect(context.Background(), c1)
+		j, err := dockertest.Inspect(context.Background(), cli, c1)
 		return err == nil && j.HostConfig.CpusetCpus == look(t, cli, c1).cgroupCPUs
 	})
 	// The C1 container goes away: the shared pool gets every core back.

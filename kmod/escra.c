@@ -91,6 +91,7 @@ struct escra_rec {
 	u64 quota_ns;
 	u64 period_ns;
 	u64 unused_ns;
+	u64 used_ns;
 	u64 throttled_ns;
 	u64 timestamp_ns;
 	u32 nr_throttled;
@@ -218,6 +219,7 @@ static void escra_cfs_period(const struct escra_cfs_period *p)
 		r->quota_ns = p->quota_ns;
 		r->period_ns = p->period_ns;
 		r->unused_ns = p->unused_ns;
+		r->used_ns = p->used_ns;
 		r->throttled_ns = p->throttled_ns;
 		r->nr_throttled = p->nr_throttled;
 		r->timestamp_ns = ktime_get_ns();
@@ -254,7 +256,8 @@ static int escra_put_rec(struct sk_buff *skb, const struct escra_rec *r)
 	    nla_put_u8(skb, ESCRA_REC_THROTTLED, r->throttled) ||
 	    nla_put_u32(skb, ESCRA_REC_NR_THROTTLED, r->nr_throttled) ||
 	    nla_put_u64_64bit(skb, ESCRA_REC_THROTTLED_NS, r->throttled_ns, ESCRA_REC_PAD) ||
-	    nla_put_u64_64bit(skb, ESCRA_REC_TIMESTAMP_NS, r->timestamp_ns, ESCRA_REC_PAD)) {
+	    nla_put_u64_64bit(skb, ESCRA_REC_TIMESTAMP_NS, r->timestamp_ns, ESCRA_REC_PAD) ||
+	    nla_put_u64_64bit(skb, ESCRA_REC_USED_NS, r->used_ns, ESCRA_REC_PAD)) {
 		nla_nest_cancel(skb, nest);
 		return -EMSGSIZE;
 	}
@@ -548,12 +551,26 @@ static struct notifier_block escra_netlink_nb = {
 
 /* ---- generic netlink commands ---- */
 
+/*
+ * GENL_ADMIN_PERM asks for CAP_NET_ADMIN. Watching a cgroup takes its OOM
+ * verdicts, which decide whether its tasks are killed, so the commands that
+ * take or give them ask for CAP_SYS_ADMIN too, as joining the telemetry
+ * group does.
+ */
+static bool escra_may_decide(const struct sk_buff *skb)
+{
+	return netlink_capable(skb, CAP_SYS_ADMIN);
+}
+
 static int escra_cmd_watch(struct sk_buff *skb, struct genl_info *info)
 {
 	struct escra_watch *w;
 	struct cgroup *cgrp;
 	u64 id;
 	int err = 0;
+
+	if (!escra_may_decide(skb))
+		return -EPERM;
 
 	if (GENL_REQ_ATTR_CHECK(info, ESCRA_A_CGROUP_ID))
 		return -EINVAL;
@@ -601,6 +618,9 @@ static int escra_cmd_unwatch(struct sk_buff *skb, struct genl_info *info)
 	struct escra_watch *w;
 	int err = 0;
 
+	if (!escra_may_decide(skb))
+		return -EPERM;
+
 	if (GENL_REQ_ATTR_CHECK(info, ESCRA_A_CGROUP_ID))
 		return -EINVAL;
 
@@ -626,6 +646,9 @@ static int escra_cmd_oom_reply(struct sk_buff *skb, struct genl_info *info)
 	struct escra_oom_waiter *w;
 	int err = -ENOENT;
 	u64 id;
+
+	if (!escra_may_decide(skb))
+		return -EPERM;
 
 	if (GENL_REQ_ATTR_CHECK(info, ESCRA_A_REQUEST_ID) ||
 	    GENL_REQ_ATTR_CHECK(info, ESCRA_A_GRANTED))

@@ -62,6 +62,7 @@ enum escra_rec_attr {
 	ESCRA_REC_NR_THROTTLED,	/* u32: cumulative, as of the previous boundary */
 	ESCRA_REC_THROTTLED_NS,	/* u64: cumulative, added when a throttle ends */
 	ESCRA_REC_TIMESTAMP_NS,	/* u64: CLOCK_MONOTONIC at the period boundary */
+	ESCRA_REC_USED_NS,	/* u64: runtime consumed in the period (burst-safe) */
 	__ESCRA_REC_MAX,
 };
 #define ESCRA_REC_MAX (__ESCRA_REC_MAX - 1)

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/internal/dockertest"
@@ -176,8 +176,8 @@ func TestE2EDeployAcrossThreeHosts(t *testing.T) {
 		t.Fatalf("apply with a missing image: exit %d, stderr %q", code, stderr)
 	}
 	for h, e := range engines {
-		if l, _ := e.ContainerList(ctx, container.ListOptions{All: true}); len(l) != 0 {
-			t.Fatalf("failed apply left %d containers on %s", len(l), h)
+		if l, _ := e.ContainerList(ctx, client.ContainerListOptions{All: true}); len(l.Items) != 0 {
+			t.Fatalf("failed apply left %d containers on %s", len(l.Items), h)
 		}
 	}
 	if apps, _ := ac.Apps(ctx); len(apps) != 0 {
@@ -226,7 +226,7 @@ containers:
 		if !ok || c.HostID != h {
 			t.Fatalf("%s: registered %v on %q, want on %s (placement: fewest of the app, host constraint)", name, ok, c.HostID, h)
 		}
-		info, err := engines[h].ContainerInspect(ctx, c.ContainerID)
+		info, err := dockertest.Inspect(ctx, engines[h], c.ContainerID)
 		if err != nil || !info.State.Running || info.Config.Labels["escra.app"] != e2eApp {
 			t.Fatalf("%s on %s: not running with label escra.app=%s: %v", name, h, e2eApp, err)
 		}
@@ -293,7 +293,7 @@ containers:
 		time.Sleep(50 * time.Millisecond)
 	}
 	m = members()
-	info, err := engines["h2"].ContainerInspect(ctx, hog.ContainerID)
+	info, err := dockertest.Inspect(ctx, engines["h2"], hog.ContainerID)
 	if err != nil || !info.State.Running || info.State.OOMKilled {
 		t.Fatalf("hog not running after its rescue (oom killed: %v): %v", info.State != nil && info.State.OOMKilled, err)
 	}
@@ -326,8 +326,8 @@ containers:
 		t.Fatalf("delete: exit %d: %s%s", code, out, stderr)
 	}
 	for h, e := range engines {
-		if l, _ := e.ContainerList(ctx, container.ListOptions{All: true}); len(l) != 0 {
-			t.Errorf("delete left %d containers on %s", len(l), h)
+		if l, _ := e.ContainerList(ctx, client.ContainerListOptions{All: true}); len(l.Items) != 0 {
+			t.Errorf("delete left %d containers on %s", len(l.Items), h)
 		}
 	}
 	if apps, _ := ac.Apps(ctx); len(apps) != 0 {

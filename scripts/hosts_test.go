@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/internal/dockertest"
 	"github.com/escra-dev/escra/internal/procstat"
@@ -68,8 +68,7 @@ func running(p proc) bool {
 }
 
 func engine(t *testing.T, n int) *client.Client {
-	cli, err := client.NewClientWithOpts(client.WithHost(fmt.Sprintf("unix:///run/%s/h%d/docker.sock", hostsName, n)),
-		client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.WithHost(fmt.Sprintf("unix:///run/%s/h%d/docker.sock", hostsName, n)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,15 +149,15 @@ func TestHostsUpDown(t *testing.T) {
 	for n := 1; n <= 2; n++ {
 		cli := engine(t, n)
 		img := dockertest.WorkloadImage(t, cli)
-		cr, err := cli.ContainerCreate(ctx, &container.Config{Image: img, Labels: map[string]string{"escra.app": "hosts-test"}},
-			&container.HostConfig{NetworkMode: "none"}, nil, nil, fmt.Sprintf("spin-h%d", n))
+		cr, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: img, Labels: map[string]string{"escra.app": "hosts-test"}},
+			HostConfig: &container.HostConfig{NetworkMode: "none"}, Name: fmt.Sprintf("spin-h%d", n)})
 		if err != nil {
 			t.Fatalf("h%d: create: %v", n, err)
 		}
-		if err := cli.ContainerStart(ctx, cr.ID, container.StartOptions{}); err != nil {
+		if _, err := cli.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 			t.Fatalf("h%d: start: %v", n, err)
 		}
-		info, err := cli.ContainerInspect(ctx, cr.ID)
+		info, err := dockertest.Inspect(ctx, cli, cr.ID)
 		if err != nil || !info.State.Running {
 			t.Fatalf("h%d: container not running: %v", n, err)
 		}
@@ -168,9 +167,9 @@ func TestHostsUpDown(t *testing.T) {
 			t.Fatalf("h%d: container cgroups do not sit under /%sh%d:\n%s", n, hostsTag, n, cg)
 		}
 		// The engines are separate: h1 does not see h2's container.
-		list, _ := cli.ContainerList(ctx, container.ListOptions{All: true})
-		if len(list) != 1 {
-			t.Fatalf("h%d lists %d containers, want its own 1", n, len(list))
+		list, _ := cli.ContainerList(ctx, client.ContainerListOptions{All: true})
+		if len(list.Items) != 1 {
+			t.Fatalf("h%d lists %d containers, want its own 1", n, len(list.Items))
 		}
 		pids = append(pids, info.State.Pid)
 	}
@@ -194,7 +193,7 @@ func TestHostsUpDown(t *testing.T) {
 	if after["dockerd-h1"] == procs["dockerd-h1"] || !running(after["dockerd-h1"]) {
 		t.Fatalf("h1 not restarted after kill -9: %v", after)
 	}
-	if _, err := engine(t, 1).Ping(ctx); err != nil {
+	if _, err := engine(t, 1).Ping(ctx, client.PingOptions{}); err != nil {
 		t.Fatalf("h1 does not answer after the restart: %v", err)
 	}
 

@@ -13,8 +13,9 @@
 #        make test packages 6.1 this way. The built tree is copied first, so
 #        the shared cache stays exactly what the vm-tests use.
 #   KERNEL_DEB_CONFIG=host            a kernel for a real Debian 12 host:
-#        Debian's own configuration (the .config of the installed
-#        linux-headers-<version>-amd64, or KERNEL_DEB_BASE=FILE, e.g.
+#        Debian's own configuration (the .config of Debian's
+#        linux-headers-<version>-amd64, unpacked in the project's cache by
+#        scripts/kernel-headers.sh, or KERNEL_DEB_BASE=FILE, e.g.
 #        /boot/config-$(uname -r)) + patches/escra-host.config, then
 #        `make olddefconfig`. A full distribution build: hours on 2 cores.
 #        KERNEL_DEB_LSMOD=FILE (an `lsmod` listing from the target host)
@@ -114,8 +115,9 @@ else
 	if [ -z "$base" ]; then
 		# Debian's linux-headers-<abi>-amd64 ships the .config its kernel
 		# was built with: 6.1.0-56-amd64 for 6.1, 6.12.117+deb12-amd64 for 6.12.
-		base=$(ls -d /usr/src/linux-headers-"$kver".*-amd64/.config 2>/dev/null | sort -V | tail -1)
-		[ -n "$base" ] || die "no /usr/src/linux-headers-$kver.*-amd64/.config: apt-get install linux-headers-$([ "$kver" = 6.1 ] && echo amd64 || echo 6.12-amd64), or set KERNEL_DEB_BASE=/boot/config-..."
+		hdr=$(ESCRA_KERNEL_VERSION=$kver scripts/kernel-headers.sh) ||
+			die "no Debian $kver headers to take the .config from; set KERNEL_DEB_BASE=/boot/config-..."
+		base=$hdr/.config
 	fi
 	[ -r "$base" ] || die "KERNEL_DEB_BASE=$base is not readable"
 	lsmod_file=${KERNEL_DEB_LSMOD:-}

@@ -3,7 +3,8 @@
 #
 #   scripts/kernel-kmod.sh          against the patched tree (builds it if needed),
 #                                   W=1, any compiler warning fails; prints the .ko path
-#   scripts/kernel-kmod.sh --stock  against Debian's stock linux-headers-<version>*-amd64:
+#   scripts/kernel-kmod.sh --stock  against Debian's stock linux-headers-<version>*-amd64,
+#                                   unpacked in the project's cache (kernel-headers.sh):
 #                                   the result is a stub that refuses to load (EOPNOTSUPP)
 #   ESCRA_KERNEL_VERSION=6.12 ...   the 6.12 tree or headers (default 6.1)
 #
@@ -14,9 +15,8 @@ repo=$PWD
 
 if [ "${1:-}" = --stock ]; then
 	kver=${ESCRA_KERNEL_VERSION:-6.1}
-	# 6.1.0-56-amd64 or 6.12.117+deb12-amd64; never cloud or rt.
-	kdir=$(ls -d /usr/src/linux-headers-"$kver".[0-9]*-amd64 2>/dev/null | grep -v -e -cloud- -e -rt- | sort -V | tail -1 || true)
-	[ -n "$kdir" ] || { echo "kernel-kmod: no /usr/src/linux-headers-$kver.*-amd64; run make setup" >&2; exit 1; }
+	# 6.1.0-57-amd64 or 6.12.117+deb12-amd64, never installed on the host.
+	kdir=$(scripts/kernel-headers.sh)
 	out=$repo/bin/kmod/stock-$kver
 else
 	kdir=$(scripts/kernel-build.sh | tail -1)

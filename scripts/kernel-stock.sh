@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Print the path of Debian's stock vmlinuz matching the installed
-# linux-headers-*-amd64, fetching it once with `apt-get download` into
+# linux-headers-*-amd64 (scripts/kernel-headers.sh), fetching it once with `apt-get download` into
 # /var/cache/escra/stock (nothing is installed on the host). vm-tests boot it
 # to show what escra.ko does on a kernel without the Escra hooks.
 # scripts/setup.sh fetches it; tests pass --cached and never download.
 set -euo pipefail
 # ESCRA_KERNEL_VERSION=6.12 picks the 6.12 headers (default 6.1).
 kver=${ESCRA_KERNEL_VERSION:-6.1}
-hdr=$(ls -d /usr/src/linux-headers-"$kver".[0-9]*-amd64 2>/dev/null | grep -v -e -cloud- -e -rt- | sort -V | tail -1 || true)
-[ -n "$hdr" ] || { echo "kernel-stock: no linux-headers-$kver.*-amd64 installed" >&2; exit 1; }
-ver=${hdr#/usr/src/linux-headers-}
+if [ "${1:-}" = --cached ]; then
+	hdr=$("$(dirname "$0")"/kernel-headers.sh --cached)
+else
+	hdr=$("$(dirname "$0")"/kernel-headers.sh)
+fi
+ver=${hdr##*/linux-headers-}
 cache=${ESCRA_STOCK_CACHE:-/var/cache/escra/stock}
 img=$cache/vmlinuz-$ver
 if [ ! -s "$img" ]; then

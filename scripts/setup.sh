@@ -1,23 +1,45 @@
 #!/usr/bin/env bash
-# Set up this Debian 12 host for building, testing and running Escra.
-# Idempotent and quiet when there is nothing to do. Run as root.
-#  - installs what the build and the tests need from Debian's packages;
-#  - starts dockerd when no engine answers (also after an unclean death).
-# It downloads nothing except through apt and the Go module proxy.
+# Set up this Debian 12 host for Escra, by need. Idempotent and quiet when
+# there is nothing to do. Run as root.
+#
+#   scripts/setup.sh run    what the main job uses (make run): the engine
+#                           and its tools
+#   scripts/setup.sh test   also what the builds, tests and benchmarks use
+#                           (make test, make setup): the default
+#   scripts/setup.sh --print-packages run|test   list the packages, install nothing
+#
+# It never installs or upgrades a kernel image on the host, so the next
+# reboot boots what booted before: kernel headers and images for the VM
+# tests are fetched with `apt-get download` and unpacked into the project's
+# cache (scripts/kernel-headers.sh, scripts/kernel-stock.sh), and set-up
+# refuses a package set that would pull a linux-image package.
+# It starts dockerd when no engine answers (also after an unclean death),
+# and for `test` the local registry. It downloads nothing except through
+# apt and the Go module proxy.
 set -euo pipefail
 
 say() { echo "setup: $*" >&2; }
 die() { echo "setup: $*" >&2; exit 1; }
 
-[ "$(id -u)" = 0 ] || die "must run as root (it installs packages and starts dockerd)"
-[ -r /etc/debian_version ] || die "needs Debian 12 (apt and Debian's package names)"
+print=0
+if [ "${1:-}" = --print-packages ]; then
+	print=1
+	shift
+fi
+profile=${1:-test}
+case $profile in run | test) ;; *) die "unknown profile '$profile' (want run or test)" ;; esac
 
 # Packages, grouped by what needs them.
-pkgs=(
-	# engine and containers
+run_pkgs=(
+	# engine and containers (scripts/hosts.sh starts one dockerd per host)
 	docker.io
-	# kernel path: build Debian's 6.1 and 6.12 with our patches, boot them in QEMU
-	linux-source-6.1 linux-source-6.12 linux-headers-amd64 linux-headers-6.12-amd64 build-essential bc bison flex
+	# the scripts' own tools
+	iproute2 procps psmisc curl ca-certificates
+)
+test_pkgs=(
+	# kernel path: build Debian's 6.1 and 6.12 with our patches, boot them in
+	# QEMU. Stock headers and images are not installed (see above).
+	linux-source-6.1 linux-source-6.12 build-essential bc bison flex
 	libelf-dev libssl-dev dwarves kmod xz-utils cpio busybox-static
 	qemu-system-x86 e2fsprogs # mkfs.ext4: the debug flavour's ext4 disk
 	# HA controllers: a real etcd for --store etcd:// and its tests
@@ -40,9 +62,19 @@ pkgs=(
 	# never loaded or changed
 	nftables
 	# misc tools used by scripts
-	rsync iproute2 procps psmisc curl ca-certificates
+	rsync
 )
+pkgs=("${run_pkgs[@]}")
+[ "$profile" = run ] || pkgs+=("${test_pkgs[@]}")
 [ -n "${ESCRA_EXTRA_PKGS:-}" ] && read -r -a extra <<<"$ESCRA_EXTRA_PKGS" && pkgs+=("${extra[@]}")
+
+if [ $print = 1 ]; then
+	printf '%s\n' "${pkgs[@]}"
+	exit 0
+fi
+
+[ "$(id -u)" = 0 ] || die "must run as root (it installs packages and starts dockerd)"
+[ -r /etc/debian_version ] || die "needs Debian 12 (apt and Debian's package names)"
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -52,16 +84,26 @@ if [ ${#missing[@]} -gt 0 ]; then
 	say "installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -q >/tmp/escra-apt.log 2>&1 || { tail -20 /tmp/escra-apt.log >&2; die "apt-get update failed (log: /tmp/escra-apt.log)"; }
+	# What apt would do, first: a kernel image changes how the host boots.
+	images=$(apt-get install -s -q --no-install-recommends "${missing[@]}" 2>>/tmp/escra-apt.log | awk '$1 == "Inst" && $2 ~ /^linux-image-/ {print $2}')
+	[ -z "$images" ] || die "refusing: installing ${missing[*]} would pull the kernel image(s) $(echo $images)"
 	apt-get install -y -q --no-install-recommends "${missing[@]}" >>/tmp/escra-apt.log 2>&1 ||
 		{ tail -20 /tmp/escra-apt.log >&2; die "apt-get install failed (log: /tmp/escra-apt.log)"; }
 fi
 
 command -v go >/dev/null || [ -x /usr/local/go/bin/go ] || die "Go is missing: install Go >= 1.26 at /usr/local/go"
 
-# kernel path: Debian's stock kernel image, unpacked into /var/cache/escra/stock
-# (apt-get download, not installed), for the vm-test of escra.ko's refusal there.
-"$(dirname "$0")"/kernel-stock.sh >/dev/null || say "stock kernel image unavailable; vm-tests skip the stock-kernel boot"
-ESCRA_KERNEL_VERSION=6.12 "$(dirname "$0")"/kernel-stock.sh >/dev/null || say "stock 6.12 kernel image unavailable; make vm-test skips the 6.12 stock boot"
+if [ "$profile" = test ]; then
+	# kernel path: Debian's stock headers and kernel images, unpacked into
+	# /var/cache/escra (apt-get download, not installed), for the stub
+	# escra.ko and the vm-test of its refusal on a kernel without the hooks.
+	for v in 6.1 6.12; do
+		ESCRA_KERNEL_VERSION=$v "$(dirname "$0")"/kernel-headers.sh >/dev/null ||
+			say "stock $v headers unavailable; the stub module and its vm-test cannot build"
+		ESCRA_KERNEL_VERSION=$v "$(dirname "$0")"/kernel-stock.sh >/dev/null ||
+			say "stock $v kernel image unavailable; vm-tests skip the $v stock boot"
+	done
+fi
 
 # --- Docker Engine -------------------------------------------------------
 # Debian's client is /usr/bin/docker; a newer client elsewhere on PATH works
@@ -97,6 +139,8 @@ if ! docker_ok; then
 	done
 	docker_ok || { tail -20 /var/log/escra-dockerd.log >&2; die "dockerd did not answer within 30 s"; }
 fi
+
+[ "$profile" = test ] || exit 0
 
 # --- Registry (dependency-aware scheduling, docs/depsched.md) ------------
 # Debian's docker-registry on 127.0.0.1:5000 only, no auth, its own store.

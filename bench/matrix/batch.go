@@ -10,7 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/bench/policy"
 	"github.com/escra-dev/escra/bench/sampler"
@@ -61,7 +62,7 @@ func (c Config) resumeBatch(ctx context.Context) (*batchRun, error) {
 		return b, nil
 	}
 	b := c.batch.b
-	if err := c.Docker.ContainerKill(ctx, b.id, "CONT"); err != nil {
+	if _, err := c.Docker.ContainerKill(ctx, b.id, client.ContainerKillOptions{Signal: "CONT"}); err != nil {
 		return nil, fmt.Errorf("continue batch container: %w", err)
 	}
 	b.t0, b.u0 = time.Now(), b.usageNs()
@@ -77,7 +78,7 @@ func (b *batchRun) suspend(ctx context.Context) {
 		return
 	}
 	b.follow(ctx, 0)
-	if err := b.c.Docker.ContainerKill(ctx, b.id, "STOP"); err != nil {
+	if _, err := b.c.Docker.ContainerKill(ctx, b.id, client.ContainerKillOptions{Signal: "STOP"}); err != nil {
 		b.c.progress("  batch container not stopped (%v); removing it", err)
 		b.close()
 		b.c.batch.b = nil
@@ -86,25 +87,25 @@ func (b *batchRun) suspend(ctx context.Context) {
 
 func (c Config) startBatch(ctx context.Context) (*batchRun, error) {
 	name := "escra-bench-batch"
-	c.Docker.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
-	cr, err := c.Docker.ContainerCreate(ctx, &container.Config{Image: c.Images[workloadimages.Spin.Name],
+	c.Docker.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
+	cr, err := c.Docker.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: c.Images[workloadimages.Spin.Name],
 		Cmd: []string{"-threads", strconv.Itoa(max(1, int(math.Ceil(c.AppCores))))}, Labels: map[string]string{"escra.bench": "1"}},
-		&container.HostConfig{NetworkMode: "none", Resources: container.Resources{CPUShares: 2, CpusetCpus: c.AppCPUs,
-			NanoCPUs: int64(0.01 * 1e9)}}, nil, nil, name)
+		HostConfig: &container.HostConfig{NetworkMode: "none", Resources: container.Resources{CPUShares: 2, CpusetCpus: c.AppCPUs,
+			NanoCPUs: int64(0.01 * 1e9)}}, Name: name})
 	if err != nil {
 		return nil, fmt.Errorf("create batch container: %w", err)
 	}
 	b := &batchRun{c: c, id: cr.ID}
-	if err := c.Docker.ContainerStart(ctx, cr.ID, container.StartOptions{}); err != nil {
+	if _, err := c.Docker.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 		b.close()
 		return nil, fmt.Errorf("start batch container: %w", err)
 	}
-	in, err := c.Docker.ContainerInspect(ctx, cr.ID)
+	in, err := c.Docker.ContainerInspect(ctx, cr.ID, client.ContainerInspectOptions{})
 	if err != nil {
 		b.close()
 		return nil, err
 	}
-	paths, err := cgroups.PathsForPID(in.State.Pid)
+	paths, err := cgroups.PathsForPID(in.Container.State.Pid)
 	if err != nil {
 		b.close()
 		return nil, err
@@ -157,7 +158,7 @@ func (b *batchRun) close() {
 	if b.g != nil {
 		b.g.Close()
 	}
-	b.c.Docker.ContainerRemove(context.Background(), b.id, container.RemoveOptions{Force: true})
+	b.c.Docker.ContainerRemove(context.Background(), b.id, client.ContainerRemoveOptions{Force: true})
 }
 
 // cpuBusy is the busy time (all but idle and iowait) of cpus, in seconds,

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/bench/policy"
 	"github.com/escra-dev/escra/bench/report"
@@ -228,7 +228,7 @@ func (c Config) start(ctx context.Context, w Workload, cell Cell, policyName str
 	var ids []string
 	for i := 0; i < w.Replicas; i++ {
 		name := containerName(w, i)
-		c.Docker.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+		c.Docker.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
 		labels := map[string]string{"escra.bench": "1"}
 		res := container.Resources{MemorySwap: -1}
 		var k float64
@@ -255,15 +255,14 @@ func (c Config) start(ctx context.Context, w Workload, cell Cell, policyName str
 			res.Memory = int64(k * peaks[i].Mem)
 			res.MemorySwap = -1
 		}
-		cr, err := c.Docker.ContainerCreate(ctx, &container.Config{Image: c.Images[w.Image.Name], Cmd: w.Cmd(i, c.BasePort+i, c.appCPUCount()), Labels: labels},
-			&container.HostConfig{NetworkMode: "host", Resources: res, RestartPolicy: container.RestartPolicy{Name: "unless-stopped"}},
-			nil, nil, name)
+		cr, err := c.Docker.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: c.Images[w.Image.Name], Cmd: w.Cmd(i, c.BasePort+i, c.appCPUCount()), Labels: labels},
+			HostConfig: &container.HostConfig{NetworkMode: "host", Resources: res, RestartPolicy: container.RestartPolicy{Name: "unless-stopped"}}, Name: name})
 		if err != nil {
 			c.remove(ids)
 			return nil, fmt.Errorf("create %s: %w", name, err)
 		}
 		ids = append(ids, cr.ID)
-		if err := c.Docker.ContainerStart(ctx, cr.ID, container.StartOptions{}); err != nil {
+		if _, err := c.Docker.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 			c.remove(ids)
 			return nil, fmt.Errorf("start %s: %w", name, err)
 		}
@@ -279,7 +278,7 @@ func (c Config) start(ctx context.Context, w Workload, cell Cell, policyName str
 
 func (c Config) remove(ids []string) {
 	for _, id := range ids {
-		c.Docker.ContainerRemove(context.Background(), id, container.RemoveOptions{Force: true})
+		c.Docker.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
 	}
 }
 

@@ -5,8 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/recommender"
 	"github.com/escra-dev/escra/internal/procstat"
@@ -65,7 +64,7 @@ func TestBatchOnlyWhereThereIsAClient(t *testing.T) {
 // builds the images, returning their tags by image name.
 func engineWith(ctx context.Context, t *testing.T, specs ...workloadimages.Spec) (*client.Client, map[string]string) {
 	t.Helper()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +99,8 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 		Loads: []string{"wave"}, Policies: []string{"static10+batch", "static10", "escra"}, Duration: 4 * time.Second, Reps: 1, BasePort: 19900,
 		AppCPUs: "0", AppCores: 1}
 	t.Cleanup(func() {
-		cli.ContainerRemove(context.Background(), "escra-bench-"+w.Name+"-0", container.RemoveOptions{Force: true})
-		cli.ContainerRemove(context.Background(), "escra-bench-batch", container.RemoveOptions{Force: true})
+		cli.ContainerRemove(context.Background(), "escra-bench-"+w.Name+"-0", client.ContainerRemoveOptions{Force: true})
+		cli.ContainerRemove(context.Background(), "escra-bench-batch", client.ContainerRemoveOptions{Force: true})
 	})
 	cell := Cell{w.Name, "wave"}
 	profiles, err := c.Profile(ctx)
@@ -123,7 +122,7 @@ func TestMatrixOnTheRealEngine(t *testing.T) {
 	if len(notes) != 1 { // Escra skipped without processes: said so
 		t.Errorf("notes %v", notes)
 	}
-	if _, err := cli.ContainerInspect(ctx, "escra-bench-batch"); err == nil {
+	if _, err := cli.ContainerInspect(ctx, "escra-bench-batch", client.ContainerInspectOptions{}); err == nil {
 		t.Error("the batch container outlived the matrix")
 	}
 	r := runs[0]
@@ -158,7 +157,7 @@ func TestBatchSuspendedBetweenRuns(t *testing.T) {
 	cli, tags := engineWith(ctx, t, workloadimages.Spin)
 	c := Config{Docker: cli, Images: tags, AppCPUs: "0", AppCores: 1, batch: &batchHolder{}}
 	t.Cleanup(func() {
-		cli.ContainerRemove(context.Background(), "escra-bench-batch", container.RemoveOptions{Force: true})
+		cli.ContainerRemove(context.Background(), "escra-bench-batch", client.ContainerRemoveOptions{Force: true})
 	})
 	spun := func(b *batchRun) uint64 {
 		u0 := b.usageNs()
@@ -180,11 +179,11 @@ func TestBatchSuspendedBetweenRuns(t *testing.T) {
 		}
 		// A stop takes effect when each thread next runs: for a throttled
 		// SCHED_IDLE spinner, up to a period or more after the signal.
-		in, err := cli.ContainerInspect(ctx, b.id)
+		in, err := cli.ContainerInspect(ctx, b.id, client.ContainerInspectOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(10 * time.Second); !allStopped(t, in.State.Pid); {
+		for deadline := time.Now().Add(10 * time.Second); !allStopped(t, in.Container.State.Pid); {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: the batch container's threads are not all stopped 10 s after suspend", round)
 			}
@@ -195,7 +194,7 @@ func TestBatchSuspendedBetweenRuns(t *testing.T) {
 		}
 	}
 	c.batch.b.close()
-	if _, err := cli.ContainerInspect(ctx, "escra-bench-batch"); err == nil {
+	if _, err := cli.ContainerInspect(ctx, "escra-bench-batch", client.ContainerInspectOptions{}); err == nil {
 		t.Error("the batch container is still there after close")
 	}
 }

@@ -18,9 +18,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/mu"
@@ -472,7 +471,7 @@ func Run(ctx context.Context, cfg Config) (map[string]float64, error) {
 	if !cfg.has("lb") && !cfg.has("t3") && !cfg.has("t5") {
 		return sum, writeSummary(cfg.Out, sum)
 	}
-	dc, err := client.NewClientWithOpts(client.WithHost(mainSock), client.WithAPIVersionNegotiation())
+	dc, err := client.New(client.WithHost(mainSock))
 	if err != nil {
 		return nil, err
 	}
@@ -604,7 +603,7 @@ func runLB(ctx context.Context, cfg Config, dc *client.Client, img string, sum m
 	var ids []string
 	defer func() {
 		for _, id := range ids {
-			dc.ContainerRemove(context.Background(), id, container.RemoveOptions{Force: true})
+			dc.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
 		}
 	}()
 	for i, c := range conc {
@@ -615,12 +614,12 @@ func runLB(ctx context.Context, cfg Config, dc *client.Client, img string, sum m
 				"-concurrency", fmt.Sprint(c), "-max-queue", "1000", "--", "/demo-http", "-listen", fmt.Sprintf("127.0.0.1:%d", fp)}}
 		hc := &container.HostConfig{NetworkMode: "host"}
 		hc.Resources.Memory = 128 << 20
-		cr, err := dc.ContainerCreate(ctx, cc, hc, nil, nil, name)
+		cr, err := dc.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cc, HostConfig: hc, Name: name})
 		if err != nil {
 			return fmt.Errorf("lb replica %s: %w", name, err)
 		}
 		ids = append(ids, cr.ID)
-		if err := dc.ContainerStart(ctx, cr.ID, container.StartOptions{}); err != nil {
+		if _, err := dc.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 			return fmt.Errorf("lb replica %s: %w", name, err)
 		}
 		reps = append(reps, gateway.Replica{ID: name, Addr: fmt.Sprintf("127.0.0.1:%d", qp)})
@@ -702,15 +701,15 @@ func writeCDF(path string, lat []float64) {
 // mid-run); only those labels are touched.
 func removeLeftovers(socks []string, apps []string) {
 	for _, s := range socks {
-		dc, err := client.NewClientWithOpts(client.WithHost(s), client.WithAPIVersionNegotiation())
+		dc, err := client.New(client.WithHost(s))
 		if err != nil {
 			continue
 		}
 		for _, a := range apps {
-			list, _ := dc.ContainerList(context.Background(), container.ListOptions{All: true,
-				Filters: filters.NewArgs(filters.Arg("label", containers.AppLabel+"="+a))})
-			for _, c := range list {
-				dc.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+			list, _ := dc.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+				Filters: make(client.Filters).Add("label", containers.AppLabel+"="+a)})
+			for _, c := range list.Items {
+				dc.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
 			}
 		}
 		dc.Close()

@@ -12,8 +12,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 )
@@ -44,7 +44,7 @@ func ApplyLatency(ctx context.Context, cli *client.Client, id string, g *cgroups
 	for i := 0; i < n; i++ {
 		q := quotas[i%2]
 		t0 := time.Now()
-		if _, err := cli.ContainerUpdate(ctx, id, container.UpdateConfig{Resources: container.Resources{CPUPeriod: 100000, CPUQuota: q}}); err != nil {
+		if _, err := cli.ContainerUpdate(ctx, id, client.ContainerUpdateOptions{Resources: &container.Resources{CPUPeriod: 100000, CPUQuota: q}}); err != nil {
 			return 0, 0, fmt.Errorf("docker update: %w", err)
 		}
 		d2 = append(d2, time.Since(t0))
@@ -55,9 +55,10 @@ func ApplyLatency(ctx context.Context, cli *client.Client, id string, g *cgroups
 // RestartToServe kills the container (SIGKILL, as the OOM killer does),
 // starts it again and returns the time until its TCP port accepts.
 func RestartToServe(ctx context.Context, cli *client.Client, id string, port int) (time.Duration, error) {
-	waitC, errC := cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+	wr := cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	waitC, errC := wr.Result, wr.Error
 	t0 := time.Now()
-	if err := cli.ContainerKill(ctx, id, "KILL"); err != nil {
+	if _, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		return 0, err
 	}
 	select {
@@ -65,10 +66,10 @@ func RestartToServe(ctx context.Context, cli *client.Client, id string, port int
 	case err := <-errC:
 		return 0, err
 	}
-	if err := cli.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+	if _, err := cli.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
 		// The restart policy may have started it already.
-		in, ierr := cli.ContainerInspect(ctx, id)
-		if ierr != nil || in.State == nil || !in.State.Running {
+		in, ierr := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if ierr != nil || in.Container.State == nil || !in.Container.State.Running {
 			return 0, err
 		}
 	}

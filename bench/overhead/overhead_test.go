@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/internal/workloadimages"
 )
 
 func TestOverheadsOnTheRealEngine(t *testing.T) {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,21 +37,20 @@ func TestOverheadsOnTheRealEngine(t *testing.T) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	c, err := cli.ContainerCreate(ctx, &container.Config{Image: tag, Cmd: []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)},
-		Labels: map[string]string{"escra.test": "bench-overhead"}}, &container.HostConfig{NetworkMode: "host"}, nil, nil,
-		fmt.Sprintf("escra-test-overhead-%d", os.Getpid()))
+	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: tag, Cmd: []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)},
+		Labels: map[string]string{"escra.test": "bench-overhead"}}, HostConfig: &container.HostConfig{NetworkMode: "host"}, Name: fmt.Sprintf("escra-test-overhead-%d", os.Getpid())})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}) })
-	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+	t.Cleanup(func() { cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true}) })
+	if _, err := cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	in, err := cli.ContainerInspect(ctx, c.ID)
+	in, err := cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := cgroups.PathsForPID(in.State.Pid)
+	p, err := cgroups.PathsForPID(in.Container.State.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +76,8 @@ func TestOverheadsOnTheRealEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("restart to serve: %v", d)
-	in2, err := cli.ContainerInspect(ctx, c.ID)
-	if err != nil || in2.State.Pid == in.State.Pid || !in2.State.Running {
-		t.Errorf("container not restarted: pid %d → %d, running %v (%v)", in.State.Pid, in2.State.Pid, in2.State.Running, err)
+	in2, err := cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+	if err != nil || in2.Container.State.Pid == in.Container.State.Pid || !in2.Container.State.Running {
+		t.Errorf("container not restarted: pid %d → %d, running %v (%v)", in.Container.State.Pid, in2.Container.State.Pid, in2.Container.State.Running, err)
 	}
 }

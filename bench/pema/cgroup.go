@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/internal/pemaapp"
@@ -29,11 +29,11 @@ type Group struct {
 func Groups(ctx context.Context, cli *client.Client, r *pemaapp.Running) ([]*Group, error) {
 	var out []*Group
 	for i, id := range r.IDs {
-		j, err := cli.ContainerInspect(ctx, id)
+		j, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 		if err != nil {
 			return nil, err
 		}
-		p, err := cgroups.PathsForPID(j.State.Pid)
+		p, err := cgroups.PathsForPID(j.Container.State.Pid)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r.Names[i], err)
 		}
@@ -106,7 +106,7 @@ func SetQuota(ctx context.Context, cli *client.Client, id string, cores float64)
 // short period lifts a small limit.
 func SetQuotaPeriod(ctx context.Context, cli *client.Client, id string, cores float64, periodUs int64) (float64, error) {
 	q := max(1000, int64(cores*float64(periodUs)))
-	_, err := cli.ContainerUpdate(ctx, id, container.UpdateConfig{Resources: container.Resources{CPUPeriod: periodUs, CPUQuota: q}})
+	_, err := cli.ContainerUpdate(ctx, id, client.ContainerUpdateOptions{Resources: &container.Resources{CPUPeriod: periodUs, CPUQuota: q}})
 	return float64(q) / float64(periodUs), err
 }
 
@@ -213,6 +213,6 @@ func (g *Group) SetBurst(frac float64) error {
 
 // SetCpuset pins a container to cpus.
 func SetCpuset(ctx context.Context, cli *client.Client, id, cpus string) error {
-	_, err := cli.ContainerUpdate(ctx, id, container.UpdateConfig{Resources: container.Resources{CpusetCpus: cpus}})
+	_, err := cli.ContainerUpdate(ctx, id, client.ContainerUpdateOptions{Resources: &container.Resources{CpusetCpus: cpus}})
 	return err
 }

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/bench/report"
 	"github.com/escra-dev/escra/bench/sampler"
@@ -84,13 +84,13 @@ func TestRunnerAppliesAtTheRecommenderInterval(t *testing.T) {
 }
 
 func dockerClient(t *testing.T) *client.Client {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := cli.Ping(ctx); err != nil {
+	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
 		t.Fatalf("docker engine: %v (scripts/setup.sh starts it)", err)
 	}
 	t.Cleanup(func() { cli.Close() })
@@ -99,13 +99,13 @@ func dockerClient(t *testing.T) *client.Client {
 
 func start(t *testing.T, cli *client.Client, img string, cmd ...string) string {
 	ctx := context.Background()
-	c, err := cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: cmd, Labels: map[string]string{"escra.test": "bench-policy"}},
-		&container.HostConfig{NetworkMode: "host"}, nil, nil, fmt.Sprintf("escra-test-policy-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6))
+	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: img, Cmd: cmd, Labels: map[string]string{"escra.test": "bench-policy"}},
+		HostConfig: &container.HostConfig{NetworkMode: "host"}, Name: fmt.Sprintf("escra-test-policy-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}) })
-	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+	t.Cleanup(func() { cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true}) })
+	if _, err := cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return c.ID
@@ -282,8 +282,8 @@ func TestOOMIsSeen(t *testing.T) {
 			t.Errorf("OOM kill of %s, want %s", got, id)
 		}
 	case <-ctx.Done():
-		in, _ := cli.ContainerInspect(context.Background(), id)
-		b, _ := json.Marshal(in.State)
+		in, _ := cli.ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+		b, _ := json.Marshal(in.Container.State)
 		t.Fatalf("no OOM kill seen; state %s", b)
 	}
 }

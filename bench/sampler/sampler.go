@@ -12,9 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/events"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/bench/report"
@@ -77,14 +75,14 @@ func New(ctx context.Context, cli *client.Client, ids []string) (*Sampler, error
 }
 
 func (s *Sampler) open(ctx context.Context, c *container) error {
-	in, err := s.cli.ContainerInspect(ctx, c.id)
+	in, err := s.cli.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
 	if err != nil {
 		return fmt.Errorf("sampler: %w", err)
 	}
-	if in.State == nil || in.State.Pid <= 0 {
+	if in.Container.State == nil || in.Container.State.Pid <= 0 {
 		return fmt.Errorf("sampler: container %s is not running", c.id)
 	}
-	p, err := cgroups.PathsForPID(in.State.Pid)
+	p, err := cgroups.PathsForPID(in.Container.State.Pid)
 	if err != nil {
 		return fmt.Errorf("sampler: cgroups of %s: %w", c.id, err)
 	}
@@ -95,7 +93,7 @@ func (s *Sampler) open(ctx context.Context, c *container) error {
 	if c.g != nil {
 		c.g.Close()
 	}
-	c.id, c.name, c.g, c.prevT = in.ID, trimSlash(in.Name), g, time.Time{}
+	c.id, c.name, c.g, c.prevT = in.Container.ID, trimSlash(in.Container.Name), g, time.Time{}
 	return nil
 }
 
@@ -227,8 +225,8 @@ func (s *Sampler) Run(ctx context.Context, period time.Duration, f func(Snapshot
 // ctx ends (Docker emits "oom" when the kernel's OOM killer hits a
 // container's cgroup).
 func WatchOOM(ctx context.Context, cli *client.Client, f func(id string, t time.Time)) error {
-	msgs, errs := cli.Events(ctx, events.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("type", "container"), filters.Arg("event", "oom"))})
+	evs := cli.Events(ctx, client.EventsListOptions{Filters: make(client.Filters).Add("type", "container").Add("event", "oom")})
+	msgs, errs := evs.Messages, evs.Err
 	for {
 		select {
 		case <-ctx.Done():
@@ -249,8 +247,8 @@ func WatchOOM(ctx context.Context, cli *client.Client, f func(id string, t time.
 // container. An "oom" event alone is not a kill: the cgroup hit its limit,
 // and with Escra's OOM interception the allocation may have been rescued.
 func WatchKills(ctx context.Context, cli *client.Client, f func(id string, t time.Time)) error {
-	msgs, errs := cli.Events(ctx, events.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("type", "container"), filters.Arg("event", "oom"), filters.Arg("event", "die"))})
+	evs := cli.Events(ctx, client.EventsListOptions{Filters: make(client.Filters).Add("type", "container").Add("event", "oom").Add("event", "die")})
+	msgs, errs := evs.Messages, evs.Err
 	lastOOM := map[string]time.Time{}
 	for {
 		select {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
@@ -34,9 +35,54 @@ type AppSpec struct {
 	Policy string `json:"policy,omitempty" yaml:"policy,omitempty"`
 	// SLO is the latency objective the pema policy needs (PEMA).
 	SLO *SLO `json:"slo,omitempty" yaml:"slo,omitempty"`
+	// Mode is "enforce" ("" too) or "recommend": decisions are computed
+	// and shown but never sent to the daemons (docs/spec.md).
+	Mode string `json:"mode,omitempty" yaml:"mode,omitempty"`
+	// Maxima cap the allocator per container template (max_cpu,
+	// max_memory): a member is matched by its name (MaxFor).
+	Maxima []Max `json:"maxima,omitempty" yaml:"maxima,omitempty"`
 	// Spec is the spec the app was applied with, kept to be shown back
 	// (escractl get apps -o yaml); the fields above are what takes effect.
 	Spec *spec.Doc `json:"spec,omitempty" yaml:"spec,omitempty"`
+}
+
+// Max is one container template's caps (0: none).
+type Max struct {
+	Container   string  `json:"container" yaml:"container"`
+	CPUCores    float64 `json:"cpu_cores,omitempty" yaml:"cpu_cores,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty" yaml:"memory_bytes,omitempty"`
+}
+
+// Recommending reports whether the app only recommends.
+func (s AppSpec) Recommending() bool { return s.Mode == spec.ModeRecommend }
+
+// MaxFor is the caps of the member named name of app: the template whose
+// containers the deployer names app-T or app-T-N, or a hand-started
+// container named T itself; the longest template that matches wins.
+func (s AppSpec) MaxFor(name string) Max {
+	var best Max
+	for _, m := range s.Maxima {
+		if len(m.Container) > len(best.Container) && maxMatches(s.Name, m.Container, name) {
+			best = m
+		}
+	}
+	return best
+}
+
+func maxMatches(app, tpl, name string) bool {
+	if name == tpl || name == app+"-"+tpl {
+		return true
+	}
+	rest, ok := strings.CutPrefix(name, app+"-"+tpl+"-")
+	if !ok || rest == "" {
+		return false
+	}
+	for _, r := range rest {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // ValidAppName reports whether name can name an app: the one rule of
@@ -68,6 +114,15 @@ func (s AppSpec) Validate() error {
 	}
 	if s.Spec != nil && s.Spec.Name != s.Name {
 		return fmt.Errorf("app %s: its spec names app %q", s.Name, s.Spec.Name)
+	}
+	if s.Mode != "" && s.Mode != spec.ModeEnforce && s.Mode != spec.ModeRecommend {
+		return fmt.Errorf("app %s: mode %q: want enforce or recommend", s.Name, s.Mode)
+	}
+	for _, m := range s.Maxima {
+		if m.Container == "" || !(m.CPUCores >= 0) || m.CPUCores > 1e5 || m.MemoryBytes < 0 || m.MemoryBytes > 1<<50 ||
+			(m.MemoryBytes > 0 && m.MemoryBytes < 4<<20) {
+			return fmt.Errorf("app %s: maxima: container %q: want a name, cpu_cores ≥ 0 and memory_bytes 0 or ≥ 4 MiB", s.Name, m.Container)
+		}
 	}
 	if s.Policy == allocator.PolicyPEMA && s.SLO == nil {
 		return fmt.Errorf("app %s: policy pema needs an slo (p95, listen, upstream)", s.Name)
@@ -103,6 +158,14 @@ func FromSpec(a *spec.App) AppSpec {
 		}
 	}
 	b.SLO = a.SLO
+	if a.Mode == spec.ModeRecommend {
+		b.Mode = a.Mode
+	}
+	for _, c := range a.Containers {
+		if c.MaxCPU > 0 || c.MaxBytes > 0 {
+			b.Maxima = append(b.Maxima, Max{Container: c.Name, CPUCores: c.MaxCPU, MemoryBytes: c.MaxBytes})
+		}
+	}
 	return b
 }
 
@@ -147,8 +210,10 @@ func (s AppSpec) EffectiveParams(base allocator.Params) allocator.Params {
 type App struct {
 	Name string `json:"name"`
 	// Auto: created for a container whose app was never defined.
-	Auto                bool    `json:"auto"`
-	Policy              string  `json:"policy"`
+	Auto   bool   `json:"auto"`
+	Policy string `json:"policy"`
+	// Mode: "enforce" or "recommend" (decisions shown, never applied).
+	Mode                string  `json:"mode"`
 	CPUCores            float64 `json:"cpu_cores"` // global limit Ω
 	CPUAllocatedCores   float64 `json:"cpu_allocated_cores"`
 	CPUUnallocatedCores float64 `json:"cpu_unallocated_cores"`
@@ -204,6 +269,13 @@ type Container struct {
 	OOMRequests      uint64 `json:"oom_requests"`
 	OOMGrants        uint64 `json:"oom_grants"`
 	OOMDenials       uint64 `json:"oom_denials"`
+	// What the allocator would set, for an app in recommend mode (the
+	// limits above are then the cgroup's own, which Escra leaves alone).
+	RecommendedCPUCores    float64 `json:"recommended_cpu_cores,omitempty"`
+	RecommendedMemoryBytes int64   `json:"recommended_memory_bytes,omitempty"`
+	// The container's caps (max_cpu, max_memory; 0: none).
+	MaxCPUCores    float64 `json:"max_cpu_cores,omitempty"`
+	MaxMemoryBytes int64   `json:"max_memory_bytes,omitempty"`
 }
 
 // CPULimitCores is the quota as cores (0 when unknown).

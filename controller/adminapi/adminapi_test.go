@@ -82,3 +82,18 @@ func TestEveryNamedSpecFieldIsApplied(t *testing.T) {
 		t.Fatalf("every field named:\n got %+v\nwant %+v", got, *s.Params)
 	}
 }
+
+// A member's caps come from the template its name was made from (the
+// deployer's app-T and app-T-N, or a hand-started T); the longest match wins.
+func TestMaxFor(t *testing.T) {
+	s := AppSpec{Name: "shop", Maxima: []Max{{Container: "web", CPUCores: 1}, {Container: "web-api", CPUCores: 2}}}
+	for name, want := range map[string]float64{"shop-web": 1, "shop-web-3": 1, "web": 1, "shop-web-api": 2,
+		"shop-web-api-12": 2, "shop-webx": 0, "shop-web-": 0, "shop-web-3a": 0, "other-web": 0, "shop-db-1": 0} {
+		if got := s.MaxFor(name).CPUCores; got != want {
+			t.Errorf("%s: %g, want %g", name, got, want)
+		}
+	}
+	if err := (AppSpec{Name: "a", CPUCores: 1, MemoryBytes: 1 << 30, Mode: "off"}).Validate(); err == nil {
+		t.Error("mode off accepted")
+	}
+}

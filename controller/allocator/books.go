@@ -67,16 +67,24 @@ type Join struct {
 	// counted until a decision replacing them is acknowledged, and a
 	// rejoining container whose limits fit in the pools keeps them.
 	CurQuotaUs, CurMem int64
+	// MaxQuotaUs and MaxMem cap what the allocator sets for this member
+	// (the spec's max_cpu and max_memory; 0: no cap).
+	MaxQuotaUs, MaxMem int64
 }
 
 // Member is the allocator's view of one container.
 type Member struct {
-	Key       Key
+	Key Key
+	// HostMaxUs is the most quota it may get: the host's cores × period,
+	// lowered to MaxQuotaUs when that is set.
 	HostMaxUs int64
-	QuotaUs   int64
-	MemLimit  int64 // 0: not assigned yet (pool was empty at join)
-	MemUsage  int64
-	Gen       uint64
+	// The per-container caps (0: none); hostUs is the host's own ceiling.
+	MaxQuotaUs, MaxMem int64
+	hostUs             int64
+	QuotaUs            int64
+	MemLimit           int64 // 0: not assigned yet (pool was empty at join)
+	MemUsage           int64
+	Gen                uint64
 
 	// Sliding windows of the last n periods (§IV-D-1).
 	th        []bool
@@ -287,6 +295,14 @@ func (a *Books) floorUs(lambda int) int64 {
 
 func (a *Books) decide(m *Member, quota, mem int64, r Reason) Decision {
 	d := Decision{Key: m.Key, Reason: r}
+	// The caps hold whatever path decided (the paths clamp first; this
+	// is the last word, so no policy can pass max_cpu or max_memory).
+	if m.MaxQuotaUs > 0 && quota > m.MaxQuotaUs {
+		quota = m.MaxQuotaUs
+	}
+	if m.MaxMem > 0 && mem > m.MaxMem {
+		mem = m.MaxMem
+	}
 	if quota > 0 && quota != m.QuotaUs {
 		a.cpuAlloc += quota - m.QuotaUs
 		m.QuotaUs = quota
@@ -329,12 +345,20 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 	if m.HostMaxUs <= 0 {
 		m.HostMaxUs = a.P.PeriodUs()
 	}
+	m.hostUs = m.HostMaxUs
+	m.MaxQuotaUs, m.MaxMem = max(j.MaxQuotaUs, 0), max(j.MaxMem, 0)
+	if m.MaxQuotaUs > 0 {
+		m.HostMaxUs = min(m.HostMaxUs, m.MaxQuotaUs)
+	}
 	lambda := len(a.order) + 1
 	fair := max(a.floorUs(lambda), min(a.omegaUs/int64(lambda), m.HostMaxUs))
 	poolCPU, poolMem := a.CPUUnallocatedUs(), a.MemUnallocated()
-	curQ, curM := min(max(j.CurQuotaUs, 0), m.HostMaxUs), max(j.CurMem, 0)
-	adoptQ := a.AckGated && curQ > 0 && curQ <= poolCPU
-	adoptM := a.AckGated && curM >= 4*MiB && curM <= poolMem
+	// What the cgroup holds is bounded by the host, not by the cap: an
+	// uncapped cgroup may use the whole host until a cut is acknowledged.
+	curQ, curM := min(max(j.CurQuotaUs, 0), m.hostUs), max(j.CurMem, 0)
+	adoptQ0 := curQ <= m.HostMaxUs
+	adoptQ := a.AckGated && curQ > 0 && curQ <= poolCPU && adoptQ0
+	adoptM := a.AckGated && curM >= 4*MiB && curM <= poolMem && (m.MaxMem == 0 || curM <= m.MaxMem)
 	var out []Decision
 	if need := fair - a.targetFreeUs(); need > 0 && !adoptQ {
 		out = a.takeCPU(need, a.omegaUs/int64(lambda))
@@ -348,7 +372,13 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 	a.order = append(a.order, 0)
 	copy(a.order[i+1:], a.order[i:])
 	a.order[i] = j.Key
+	// What its cgroup holds now: counted under AckGated, and what a
+	// recommend-mode app shows as applied (recommend.go).
+	m.ackQuota, m.ackMem = curQ, curM
 	memFair := int64((1 - a.budget.Sigma) * float64(a.budget.MemoryBytes) / float64(lambda))
+	if m.MaxMem > 0 {
+		memFair = min(memFair, m.MaxMem)
+	}
 	mem := min(memFair, a.MemUnallocated())
 	if a.AckGated {
 		// The cgroup holds its current limits until a decision replacing
@@ -357,7 +387,6 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 		// the first to rejoin is never given a share the others' current
 		// limits still hold. Otherwise eq. (2), with the share other
 		// members' cuts free given once they are acknowledged.
-		m.ackQuota, m.ackMem = curQ, curM
 		a.refresh(m)
 		switch {
 		case adoptQ:
@@ -536,6 +565,10 @@ func (a *Books) SetHostMax(k Key, maxUs int64) []Decision {
 	m := a.members[k]
 	if m == nil || maxUs <= 0 {
 		return nil
+	}
+	m.hostUs = maxUs
+	if m.MaxQuotaUs > 0 {
+		maxUs = min(maxUs, m.MaxQuotaUs)
 	}
 	m.HostMaxUs = maxUs
 	if m.QuotaUs > maxUs {

@@ -47,6 +47,15 @@ func (a *Books) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome
 		WantBytes: want, Unallocated: pool})
 	need := max(want, 4096)
 	grant := min(step, pool)
+	if m.MaxMem > 0 && base+need > m.MaxMem {
+		// The container's max_memory: Escra grants no further, as a
+		// plain memory limit would not (the kernel acts at it).
+		m.OOMDenies++
+		return OOMOutcome{Action: OOMDeny, Reason: "at the container's max_memory"}
+	}
+	if m.MaxMem > 0 {
+		step, grant = min(step, m.MaxMem-base), min(grant, m.MaxMem-base)
+	}
 	if grant < step && mayReclaim {
 		if ks := a.ReclaimCandidates(k); len(ks) > 0 {
 			return OOMOutcome{Action: OOMReclaim, Reclaim: ks, Reason: "pool empty: reclaiming"}
@@ -142,6 +151,9 @@ func (a *Books) FillPending() []Decision {
 			continue
 		}
 		mem := min(fair, a.MemUnallocated())
+		if m.MaxMem > 0 {
+			mem = min(mem, m.MaxMem)
+		}
 		if mem < max(4*MiB, m.MemUsage+a.P.SafeMarginBytes) {
 			break
 		}

@@ -71,6 +71,9 @@ type App struct {
 	// hold's sequence number, so an old expiry cannot end a newer hold.
 	holds   map[string]uint64
 	holdSeq uint64
+	// Recommend mode (mode.go) and the members' caps by name.
+	recommend bool
+	caps      func(name string) Caps
 
 	hookMu sync.Mutex
 	onStop []func()
@@ -116,7 +119,13 @@ func (s *App) run() {
 			s.mu.Unlock()
 		case <-tick:
 			s.mu.Lock()
-			if len(s.members) > 0 || s.a.LeasedUs() > 0 {
+			if s.recommend {
+				// Nothing is lent in recommend mode (leases raise quotas
+				// on the hosts); what was lent before comes back.
+				if s.a.LeasedUs() > 0 {
+					s.sendLeases(s.a.RebalanceLeases(0))
+				}
+			} else if len(s.members) > 0 || s.a.LeasedUs() > 0 {
 				s.sendLeases(s.a.RebalanceLeases(s.a.LeaseFraction()))
 			}
 			s.mu.Unlock()

@@ -33,6 +33,13 @@ func (s *App) send(d allocator.Decision, recvNs int64, onApplied func(error), wa
 		}
 		return
 	}
+	if s.recommend {
+		s.recommended(m, d)
+		if onApplied != nil {
+			onApplied(ErrRecommend)
+		}
+		return
+	}
 	key, gen := d.Key, d.Gen
 	u := session.Update{Handle: m.Handle, Gen: d.Gen, QuotaUs: d.QuotaUs, MemLimit: d.MemLimit,
 		Received: recvNs, OnApplied: func(err error) {

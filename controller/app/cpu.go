@@ -12,6 +12,9 @@ import (
 func (s *App) CPUStat(k allocator.Key, st ingest.Stat, recvNs int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.recommend {
+		st.Stat = s.a.ShadowStat(k, st.Stat)
+	}
 	d, err := s.a.CPU(k, st.Stat)
 	switch err {
 	case nil:
@@ -45,6 +48,11 @@ const (
 func (s *App) ThrottleEvent(k allocator.Key, seq uint64, recvNs int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.recommend {
+		// Measured under the container's own quota, not the
+		// recommendation: the period's restated statistic decides.
+		return
+	}
 	ds, err := s.a.Throttle(k, seq)
 	switch err {
 	case nil:

@@ -56,8 +56,9 @@ func (s *App) Join(mi MemberInfo) error {
 		s.a.Unhold(holdID(mi.HostID, mi.ContainerID))
 		delete(s.holds, holdID(mi.HostID, mi.ContainerID))
 		var ds []allocator.Decision
+		maxQ, maxM := s.capsOf(mi.Name)
 		ds, err = s.a.Join(allocator.Join{Key: mi.Key, HostMaxUs: mi.HostMaxUs, MemUsage: mi.MemUsage,
-			CurQuotaUs: mi.CurQuotaUs, CurMem: mi.CurMem})
+			CurQuotaUs: mi.CurQuotaUs, CurMem: mi.CurMem, MaxQuotaUs: maxQ, MaxMem: maxM})
 		if err != nil {
 			return
 		}
@@ -116,7 +117,9 @@ func (s *App) leave(k allocator.Key, reason string) {
 func (s *App) LeaveHeld(k allocator.Key, reason string, hold time.Duration) {
 	s.do(func() {
 		m := s.members[k]
-		if m == nil || s.auto || hold <= 0 { // an auto app shrinks instead
+		// An auto app shrinks instead; a recommend-mode app applied
+		// nothing its host could still hold.
+		if m == nil || s.auto || hold <= 0 || s.recommend {
 			s.leave(k, reason)
 			return
 		}
@@ -138,5 +141,13 @@ func (s *App) publish(mi MemberInfo, kind, reason string) {
 
 // Usage records a member's memory usage sample.
 func (s *App) Usage(k allocator.Key, usage int64) {
-	s.do(func() { s.a.Usage(k, usage) })
+	s.do(func() {
+		if !s.recommend {
+			s.a.Usage(k, usage)
+			return
+		}
+		if d, ok := s.a.ShadowUsage(k, usage); ok {
+			s.send(d, 0, nil, true)
+		}
+	})
 }

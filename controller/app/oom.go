@@ -26,6 +26,10 @@ func (s *App) oom(r oomReq, mayReclaim bool) {
 	if m == nil {
 		return
 	}
+	if s.recommend {
+		s.recommendOOM(m, r)
+		return
+	}
 	want := int64(min(r.req.GetPagesWanted(), 1<<28)) * 4096
 	prev := m0(s.a.Member(r.key))
 	o := s.a.OOM(r.key, int64(min(r.req.GetUsageBytes(), 1<<50)), int64(min(r.req.GetLimitBytes(), 1<<50)), want,

@@ -12,6 +12,12 @@ import (
 // ReclaimEvery). Skipped while a reclaim is in flight.
 func (s *App) PeriodicReclaim() {
 	s.do(func() {
+		if s.recommend {
+			// On the books only: the daemons' limits are not touched.
+			s.a.ShadowReclaim()
+			s.applyAll(s.a.FillPending())
+			return
+		}
 		if s.reclaiming == 0 && len(s.members) > 0 {
 			s.startReclaim(nil)
 		}

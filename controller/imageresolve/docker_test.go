@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docker/docker/api/types/image"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/placement"
 	"github.com/escra-dev/escra/internal/dockertest"
@@ -26,10 +26,11 @@ import (
 func TestChainIDsMatchTheEngine(t *testing.T) {
 	cli := dockertest.Client(t, "")
 	ctx := context.Background()
-	info, err := cli.Info(ctx)
+	res, err := cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	info := res.Info
 	layerdb := filepath.Join(info.DockerRootDir, "image", info.Driver, "layerdb", "sha256")
 	if _, err := os.Stat(layerdb); err != nil {
 		t.Skipf("engine layer database %s not readable (needs root): %v", layerdb, err)
@@ -40,7 +41,7 @@ func TestChainIDsMatchTheEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = cli.ImageRemove(context.Background(), id, image.RemoveOptions{Force: true}) })
+	t.Cleanup(func() { _, _ = cli.ImageRemove(context.Background(), id, client.ImageRemoveOptions{Force: true}) })
 
 	rc, err := cli.ImageSave(ctx, []string{ref})
 	if err != nil {

@@ -71,6 +71,7 @@ func (s *Server) defineApp(spec AppSpec) error {
 			if err := a.Define(b); err != nil {
 				return err
 			}
+			a.Configure(spec.Recommending(), capsOf(spec))
 			s.docs[spec.Name] = spec.Spec
 			return nil
 		}
@@ -79,6 +80,7 @@ func (s *Server) defineApp(spec AppSpec) error {
 	if err != nil {
 		return err
 	}
+	a.Configure(spec.Recommending(), capsOf(spec))
 	if tg, ok := pol.(*allocator.Targets); ok {
 		if err := s.startPEMA(a, tg, spec); err != nil {
 			a.Stop()
@@ -88,6 +90,14 @@ func (s *Server) defineApp(spec AppSpec) error {
 	s.apps[spec.Name] = a
 	s.docs[spec.Name] = spec.Spec
 	return nil
+}
+
+// capsOf finds a member's max_cpu and max_memory by its name.
+func capsOf(spec AppSpec) func(name string) app.Caps {
+	return func(name string) app.Caps {
+		m := spec.MaxFor(name)
+		return app.Caps{CPUCores: m.CPUCores, MemoryBytes: m.MemoryBytes}
+	}
 }
 
 // appFor finds the app, creating an auto app (budget grows with its

@@ -121,3 +121,6 @@ func DefaultConfig() Config {
 
 // AppSpec defines a Distributed Container (Escra §IV-A).
 type AppSpec = adminapi.AppSpec
+
+// Max is one container template's caps (adminapi.Max).
+type Max = adminapi.Max

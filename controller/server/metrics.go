@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/escra-dev/escra/controller/app"
+	"github.com/escra-dev/escra/controller/spec"
 )
 
 // metrics are the controller's Prometheus series. Per-app and
@@ -112,6 +113,7 @@ var (
 	dAppMem      = prometheus.NewDesc("escra_app_memory_limit_bytes", "Global memory limit.", []string{"app"}, nil)
 	dAppMemAlloc = prometheus.NewDesc("escra_app_memory_allocated_bytes", "Σ member memory limits.", []string{"app"}, nil)
 	dAppMembers  = prometheus.NewDesc("escra_app_members", "Members of the app.", []string{"app"}, nil)
+	dAppRecOnly  = prometheus.NewDesc("escra_app_recommend_mode", "1 when the app only recommends (mode: recommend), 0 when it enforces.", []string{"app"}, nil)
 	cLabels      = []string{"app", "host", "container"}
 	dCQuota      = prometheus.NewDesc("escra_container_cpu_quota_us", "CPU quota per period.", cLabels, nil)
 	dCUsage      = prometheus.NewDesc("escra_container_cpu_usage_us", "CPU used in the last reported period.", cLabels, nil)
@@ -122,11 +124,13 @@ var (
 	dCOOM        = prometheus.NewDesc("escra_container_oom_requests_total", "OOM requests.", cLabels, nil)
 	dCGrant      = prometheus.NewDesc("escra_container_oom_grants_total", "OOM requests granted.", cLabels, nil)
 	dCDeny       = prometheus.NewDesc("escra_container_oom_denials_total", "OOM requests denied.", cLabels, nil)
+	dCRecCPU     = prometheus.NewDesc("escra_container_recommended_cpu_cores", "CPU limit the allocator would set (apps in recommend mode).", cLabels, nil)
+	dCRecMem     = prometheus.NewDesc("escra_container_recommended_memory_bytes", "Memory limit the allocator would set (apps in recommend mode).", cLabels, nil)
 )
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dAppCPU, dAppCPUAlloc, dAppCPULease, dAppMem, dAppMemAlloc, dAppMembers,
-		dCQuota, dCUsage, dCMem, dCMemUse, dCThr, dCThrEv, dCOOM, dCGrant, dCDeny} {
+	for _, d := range []*prometheus.Desc{dAppCPU, dAppCPUAlloc, dAppCPULease, dAppMem, dAppMemAlloc, dAppMembers, dAppRecOnly,
+		dCQuota, dCUsage, dCMem, dCMemUse, dCThr, dCThrEv, dCOOM, dCGrant, dCDeny, dCRecCPU, dCRecMem} {
 		ch <- d
 	}
 }
@@ -141,6 +145,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(dAppMem, g, float64(a.MemoryBytes), a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMemAlloc, g, float64(a.MemoryAllocatedBytes), a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMembers, g, float64(a.Members), a.Name)
+		rec := 0.0
+		if a.Mode == spec.ModeRecommend {
+			rec = 1
+		}
+		ch <- prometheus.MustNewConstMetric(dAppRecOnly, g, rec, a.Name)
 	}
 	c := prometheus.CounterValue
 	seen := map[[3]string]bool{}
@@ -163,6 +172,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(dCOOM, c, float64(x.OOMRequests), l[:]...)
 		ch <- prometheus.MustNewConstMetric(dCGrant, c, float64(x.OOMGrants), l[:]...)
 		ch <- prometheus.MustNewConstMetric(dCDeny, c, float64(x.OOMDenials), l[:]...)
+		if x.RecommendedCPUCores > 0 || x.RecommendedMemoryBytes > 0 {
+			ch <- prometheus.MustNewConstMetric(dCRecCPU, g, x.RecommendedCPUCores, l[:]...)
+			ch <- prometheus.MustNewConstMetric(dCRecMem, g, float64(x.RecommendedMemoryBytes), l[:]...)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"sort"
 
 	"github.com/escra-dev/escra/controller/adminapi"
+	"github.com/escra-dev/escra/controller/spec"
 )
 
 // State is a snapshot of the controller for tests, the admin API and the CLI.
@@ -26,7 +27,11 @@ func (s *Server) Snapshot() State {
 	for _, a := range s.appList() {
 		as := a.Snapshot()
 		pUs := float64(as.Params.PeriodUs())
-		st.Apps = append(st.Apps, AppState{Name: as.Name, Auto: as.Auto, Policy: as.Policy,
+		mode := spec.ModeEnforce
+		if as.Recommend {
+			mode = spec.ModeRecommend
+		}
+		st.Apps = append(st.Apps, AppState{Name: as.Name, Auto: as.Auto, Policy: as.Policy, Mode: mode,
 			CPUCores: as.Budget.CPUCores, CPUAllocatedCores: float64(as.CPUAllocatedUs) / pUs,
 			CPUUnallocatedCores: float64(max(as.OmegaUs-as.CPUAllocatedUs-as.CPULeasedUs-as.CPUHeldUs, 0)) / pUs,
 			CPULeasedCores:      float64(as.CPULeasedUs) / pUs,
@@ -40,7 +45,9 @@ func (s *Server) Snapshot() State {
 				Name: m.Info.Name, CPUQuotaUs: m.QuotaUs, CPUPeriodUs: as.Params.PeriodUs(), CPUUsageUs: m.LastUsageUs,
 				MemoryLimitBytes: m.MemLimit, MemoryUsageBytes: m.MemUsage, Generation: m.Gen,
 				Periods: m.Periods, ThrottledPeriods: m.Throttles, ThrottleEvents: m.ThrottleEvents, OOMRequests: m.OOMRequests,
-				OOMGrants: m.OOMGrants, OOMDenials: m.OOMDenies})
+				OOMGrants: m.OOMGrants, OOMDenials: m.OOMDenies,
+				RecommendedCPUCores: float64(m.RecQuotaUs) / pUs, RecommendedMemoryBytes: m.RecMem,
+				MaxCPUCores: float64(m.MaxQuotaUs) / pUs, MaxMemoryBytes: m.MaxMem})
 		}
 	}
 	s.mu.RLock()

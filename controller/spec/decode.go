@@ -138,6 +138,7 @@ func (d *decoder) app(n *yaml.Node) *App {
 			Headroom: DefaultHeadroom,
 		},
 		Line: lineOf(n),
+		Mode: DefaultMode,
 	}
 	top := d.mapping(n, "", map[string]func(v *yaml.Node, f string){
 		"name": func(v *yaml.Node, f string) {
@@ -174,6 +175,12 @@ func (d *decoder) app(n *yaml.Node) *App {
 		"status": func(v *yaml.Node, f string) {},
 		"slo":    func(v *yaml.Node, f string) { app.SLO = d.slo(v, f) },
 		"labels": func(v *yaml.Node, f string) { app.Labels = d.labels(v, f) },
+		"mode": func(v *yaml.Node, f string) {
+			app.Mode = d.str(v, f)
+			if d.ok() && app.Mode != ModeEnforce && app.Mode != ModeRecommend {
+				d.err(v, f, fmt.Sprintf("%q must be enforce (apply the allocator's limits) or recommend (only show them)", app.Mode))
+			}
+		},
 	})
 	if app.Allocator.Policy == allocator.PolicyPEMA && app.SLO == nil && d.ok() {
 		d.errAt(top["allocator"], "slo", "is required by policy pema (p95, listen, upstream)")
@@ -529,6 +536,18 @@ func (d *decoder) containers(n *yaml.Node, field string) []Container {
 			},
 			"min_cpu":    func(v *yaml.Node, f string) { c.MinCPU = d.cpu(v, f) },
 			"min_memory": func(v *yaml.Node, f string) { c.MinBytes = d.bytes(v, f) },
+			"max_cpu": func(v *yaml.Node, f string) {
+				c.MaxCPU = d.cpu(v, f)
+				if d.ok() && c.MaxCPU <= 0 {
+					d.err(v, f, "must be above 0 cores (leave it out for no cap)")
+				}
+			},
+			"max_memory": func(v *yaml.Node, f string) {
+				c.MaxBytes = d.bytes(v, f)
+				if d.ok() && c.MaxBytes < 4<<20 {
+					d.err(v, f, "must be at least 4MiB (leave it out for no cap)")
+				}
+			},
 		})
 		if item = resolve(item); item != nil && item.Kind == yaml.MappingNode && d.ok() {
 			if _, ok := seen["name"]; !ok {

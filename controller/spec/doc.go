@@ -19,6 +19,7 @@ type Doc struct {
 	CPU        string            `json:"cpu" yaml:"cpu"`
 	Memory     string            `json:"memory" yaml:"memory"`
 	Sigma      float64           `json:"sigma" yaml:"sigma"`
+	Mode       string            `json:"mode,omitempty" yaml:"mode,omitempty"`
 	Allocator  *DocAllocator     `json:"allocator,omitempty" yaml:"allocator,omitempty"`
 	SLO        *DocSLO           `json:"slo,omitempty" yaml:"slo,omitempty"`
 	Containers []DocContainer    `json:"containers,omitempty" yaml:"containers,omitempty"`
@@ -69,6 +70,8 @@ type DocContainer struct {
 	Network   string            `json:"network" yaml:"network"`
 	MinCPU    string            `json:"min_cpu,omitempty" yaml:"min_cpu,omitempty"`
 	MinMemory string            `json:"min_memory,omitempty" yaml:"min_memory,omitempty"`
+	MaxCPU    string            `json:"max_cpu,omitempty" yaml:"max_cpu,omitempty"`
+	MaxMemory string            `json:"max_memory,omitempty" yaml:"max_memory,omitempty"`
 }
 
 // Doc returns the app as a canonical document: defaults written out, so
@@ -77,6 +80,9 @@ func (a *App) Doc() Doc {
 	d := Doc{Name: a.Name, CPU: FormatCPU(a.CPU), Memory: FormatBytesExact(a.MemoryBytes), Sigma: a.Sigma}
 	if len(a.Labels) > 0 {
 		d.Labels = maps.Clone(a.Labels)
+	}
+	if a.Mode == ModeRecommend { // enforce, the default, is left out
+		d.Mode = a.Mode
 	}
 	if a.AllocatorSet {
 		al := a.Allocator
@@ -109,6 +115,12 @@ func (a *App) Doc() Doc {
 		if c.MinBytes > 0 {
 			dc.MinMemory = FormatBytesExact(c.MinBytes)
 		}
+		if c.MaxCPU > 0 {
+			dc.MaxCPU = FormatCPU(c.MaxCPU)
+		}
+		if c.MaxBytes > 0 {
+			dc.MaxMemory = FormatBytesExact(c.MaxBytes)
+		}
 		d.Containers = append(d.Containers, dc)
 	}
 	return d
@@ -116,7 +128,7 @@ func (a *App) Doc() Doc {
 
 // Equal reports whether two documents describe the same app.
 func (d Doc) Equal(o Doc) bool {
-	if d.Name != o.Name || d.CPU != o.CPU || d.Memory != o.Memory || d.Sigma != o.Sigma ||
+	if d.Name != o.Name || d.CPU != o.CPU || d.Memory != o.Memory || d.Sigma != o.Sigma || d.Mode != o.Mode ||
 		(d.Allocator == nil) != (o.Allocator == nil) || len(d.Containers) != len(o.Containers) {
 		return false
 	}
@@ -135,8 +147,11 @@ func (d Doc) Equal(o Doc) bool {
 }
 
 // Equal reports whether two templates are the same; Template whether
-// they make the same containers (all but the replica count).
-func (c DocContainer) Equal(o DocContainer) bool { return c.Replicas == o.Replicas && c.Template(o) }
+// they make the same containers (all but the replica count and the
+// maxima, which the allocator applies to running containers).
+func (c DocContainer) Equal(o DocContainer) bool {
+	return c.Replicas == o.Replicas && c.MaxCPU == o.MaxCPU && c.MaxMemory == o.MaxMemory && c.Template(o)
+}
 
 // Template reports whether c and o create identical containers.
 func (c DocContainer) Template(o DocContainer) bool {

@@ -34,6 +34,18 @@ const (
 	DefaultHeadroom      = 0.1      // scale-down floor above the window's peak (docs/allocator.md)
 	DefaultReplicas      = 1
 	DefaultNetwork       = "none"
+	DefaultMode          = ModeEnforce
+)
+
+// Modes: whether the controller carries out its decisions.
+const (
+	// ModeEnforce: decisions are applied to the containers' cgroups.
+	ModeEnforce = "enforce"
+	// ModeRecommend: decisions are computed every period and shown
+	// (status, metrics) but never sent to the daemons; OOM requests are
+	// denied, so the kernel acts at the container's own limit as it would
+	// without Escra.
+	ModeRecommend = "recommend"
 )
 
 // App is one Distributed Container: containers on any hosts that share one
@@ -55,6 +67,8 @@ type App struct {
 	SLO *SLO
 	// Labels name the app to selectors (escractl get -l team=web).
 	Labels map[string]string
+	// Mode is ModeEnforce or ModeRecommend.
+	Mode string
 }
 
 // Allocator holds the resource allocator's parameters (Escra §IV-C/D).
@@ -86,6 +100,10 @@ type Container struct {
 	CPUClass string // escra.cpu (WYSIWYG containers): "wysiwyg", "shared", "auto" or ""
 	MinCPU   float64
 	MinBytes int64
+	// MaxCPU and MaxBytes cap what the allocator gives each replica (0:
+	// no cap beyond the host and the app's budget).
+	MaxCPU   float64
+	MaxBytes int64
 	Line     int // where the entry starts in the file
 }
 
@@ -116,6 +134,12 @@ func (a *App) Bootstrap(c *Container) (cpu float64, mem int64) {
 	cpu = c.MinCPU + math.Max(0, a.CPU-minCPU)/n
 	memPool := float64(a.MemoryBytes) * (1 - a.Sigma)
 	mem = c.MinBytes + int64(math.Max(0, memPool-float64(minMem))/n)
+	if c.MaxCPU > 0 {
+		cpu = math.Min(cpu, c.MaxCPU)
+	}
+	if c.MaxBytes > 0 {
+		mem = min(mem, c.MaxBytes)
+	}
 	return cpu, mem
 }
 
@@ -216,6 +240,14 @@ func (d *decoder) validate(a *App, top map[string]int) {
 		}
 		if c.MinBytes > a.MemoryBytes {
 			d.errAt(c.Line, f+".min_memory", fmt.Sprintf("%s is above the app's memory limit of %s", FormatBytes(c.MinBytes), FormatBytes(a.MemoryBytes)))
+		}
+		if c.MaxCPU > 0 && c.MaxCPU < c.MinCPU {
+			d.errAt(c.Line, f+".max_cpu", fmt.Sprintf("%g cores is below its min_cpu of %g", c.MaxCPU, c.MinCPU))
+		} else if c.MaxCPU > 0 && c.MaxCPU < a.Allocator.CPUFloor {
+			d.errAt(c.Line, f+".max_cpu", fmt.Sprintf("%g cores is below the allocator's cpu_floor of %g", c.MaxCPU, a.Allocator.CPUFloor))
+		}
+		if c.MaxBytes > 0 && c.MaxBytes < c.MinBytes {
+			d.errAt(c.Line, f+".max_memory", fmt.Sprintf("%s is below its min_memory of %s", FormatBytes(c.MaxBytes), FormatBytes(c.MinBytes)))
 		}
 		minCPU += c.MinCPU * float64(c.Replicas)
 		minMem += c.MinBytes * int64(c.Replicas)

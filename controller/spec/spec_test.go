@@ -115,7 +115,7 @@ func TestErrors(t *testing.T) {
 		{"labels not a mapping", good + "labels: web\n", "app.yaml:10: labels: must be a mapping of key: value"},
 		{"bad label key", good + "labels:\n  \"team web\": a\n", "app.yaml:11: labels: keys must be"},
 		{"bad label value", good + "labels:\n  team: \"a/b\"\n", "app.yaml:11: labels.team: must be up to 63"},
-		{"unknown top", good + "cpus: 3\n", "app.yaml:10: cpus: unknown field (known: allocator, containers, cpu, labels, memory, name, sigma, slo)"},
+		{"unknown top", good + "cpus: 3\n", "app.yaml:10: cpus: unknown field (known: allocator, containers, cpu, labels, memory, mode, name, sigma, slo)"},
 		{"unknown container field", strings.Replace(good, "    replicas: 2", "    replica: 2", 1), "app.yaml:7: containers[0].replica: unknown field"},
 		{"replicas zero", strings.Replace(good, "  - name: db\n    image: img\n", "  - name: db\n    image: img\n    replicas: 0\n", 1), "app.yaml:10: containers[1].replicas: 0 must be ≥ 1"},
 		{"replicas text", strings.Replace(good, "replicas: 2", "replicas: two", 1), "app.yaml:7: containers[0].replicas: \"two\" is not a whole number"},

@@ -7,11 +7,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/events"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
+	"github.com/moby/moby/client"
 
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -82,7 +78,8 @@ func (a *Agent) imageLoop(ctx context.Context) {
 func (a *Agent) imageSession(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	msgs, errs := a.cfg.Docker.Events(ctx, events.ListOptions{Filters: filters.NewArgs(filters.Arg("type", "image"))})
+	evs := a.cfg.Docker.Events(ctx, client.EventsListOptions{Filters: make(client.Filters).Add("type", "image")})
+	msgs, errs := evs.Messages, evs.Err
 	refresh := time.NewTimer(0) // read the state once at the start
 	for {
 		select {
@@ -129,12 +126,12 @@ func (a *Agent) refreshImages(ctx context.Context) error {
 func (a *Agent) readImages(ctx context.Context) (*pb.ImageState, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	list, err := a.cfg.Docker.ImageList(ctx, image.ListOptions{})
+	list, err := a.cfg.Docker.ImageList(ctx, client.ImageListOptions{})
 	if err != nil {
 		return nil, err
 	}
 	st := &pb.ImageState{BudgetBytes: a.cfg.ImageBudget}
-	for _, s := range list {
+	for _, s := range list.Items {
 		ins, err := a.cfg.Docker.ImageInspect(ctx, s.ID)
 		if err != nil {
 			if cerrdefs.IsNotFound(err) {
@@ -149,11 +146,11 @@ func (a *Agent) readImages(ctx context.Context) (*pb.ImageState, error) {
 		}
 		st.Images = append(st.Images, info)
 	}
-	du, err := a.cfg.Docker.DiskUsage(ctx, types.DiskUsageOptions{Types: []types.DiskUsageObject{types.ImageObject}})
+	du, err := a.cfg.Docker.DiskUsage(ctx, client.DiskUsageOptions{Images: true})
 	if err != nil {
 		return nil, err
 	}
-	st.StoreBytes = du.LayersSize
+	st.StoreBytes = du.Images.TotalSize
 	return st, nil
 }
 
@@ -162,13 +159,13 @@ func (a *Agent) readImages(ctx context.Context) (*pb.ImageState, error) {
 // escrad never saw used counts as older than any it did (by creation
 // time among themselves).
 func (a *Agent) evictImages(ctx context.Context, st *pb.ImageState) int {
-	cs, err := a.cfg.Docker.ContainerList(ctx, container.ListOptions{All: true})
+	cs, err := a.cfg.Docker.ContainerList(ctx, client.ContainerListOptions{All: true})
 	if err != nil {
 		a.log.Warn("image budget: listing containers failed", "err", err)
 		return 0
 	}
 	inUse := map[string]bool{}
-	for _, c := range cs {
+	for _, c := range cs.Items {
 		inUse[c.ImageID] = true
 	}
 	a.img.mu.Lock()
@@ -196,7 +193,7 @@ func (a *Agent) evictImages(ctx context.Context, st *pb.ImageState) int {
 		if over <= 0 {
 			break
 		}
-		if _, err := a.cfg.Docker.ImageRemove(ctx, c.id, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil {
+		if _, err := a.cfg.Docker.ImageRemove(ctx, c.id, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil {
 			a.log.Warn("image budget: remove failed", "image", short(c.id), "err", err)
 			continue
 		}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/image"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/internal/dockertest"
 	"github.com/escra-dev/escra/internal/peer"
@@ -98,11 +98,13 @@ func TestImageStateAndBudgetOnAnEngine(t *testing.T) {
 	if has(idC) || !has(idA) || !has(idB) {
 		t.Fatalf("over budget by a byte: C gone %v, A kept %v, B kept %v; want only C removed", !has(idC), has(idA), has(idB))
 	}
-	c, err := cli.ContainerCreate(ctx, &container.Config{Image: "dep-a:1"}, &container.HostConfig{NetworkMode: "none"}, nil, nil, "dep-holder")
+	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: "dep-a:1"}, HostConfig: &container.HostConfig{NetworkMode: "none"}, Name: "dep-holder"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true}) })
+	t.Cleanup(func() {
+		_, _ = cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
+	})
 	a.cfg.ImageBudget = 1 // everything that may go goes, in LRU order
 	if err := a.refreshImages(ctx); err != nil {
 		t.Fatal(err)
@@ -110,5 +112,5 @@ func TestImageStateAndBudgetOnAnEngine(t *testing.T) {
 	if has(idB) || !has(idA) {
 		t.Errorf("budget of 1 byte: B gone %v, A (used by a container) kept %v", !has(idB), has(idA))
 	}
-	_, _ = cli.ImageRemove(ctx, idA, image.RemoveOptions{Force: true})
+	_, _ = cli.ImageRemove(ctx, idA, client.ImageRemoveOptions{Force: true})
 }

@@ -7,9 +7,8 @@ import (
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 )
 
 // CreateSpec is one container the controller's deployer asks for (the Escra paper
@@ -80,7 +79,7 @@ func Create(ctx context.Context, cli *client.Client, s CreateSpec) (string, erro
 	hc.Resources.CPUQuota = s.Limits.CPUQuotaUs
 	hc.Resources.CPUPeriod = int64(s.Limits.CPUPeriodUs)
 	hc.Resources.Memory = s.Limits.MemoryBytes
-	created, err := cli.ContainerCreate(ctx, cfg, hc, nil, nil, s.Name)
+	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: s.Name})
 	if err != nil {
 		switch {
 		case cerrdefs.IsNotFound(err):
@@ -90,8 +89,8 @@ func Create(ctx context.Context, cli *client.Client, s CreateSpec) (string, erro
 		}
 		return "", fmt.Errorf("create %s: %w", s.Name, err)
 	}
-	if err := cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
-		_ = cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, container.RemoveOptions{Force: true})
+	if _, err := cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		_, _ = cli.ContainerRemove(context.WithoutCancel(ctx), created.ID, client.ContainerRemoveOptions{Force: true})
 		return "", fmt.Errorf("start %s: %w", s.Name, err)
 	}
 	return created.ID, nil
@@ -104,8 +103,8 @@ func Remove(ctx context.Context, cli *client.Client, app string, ids []string) (
 	if err := ValidateApp(app); err != nil {
 		return nil, err
 	}
-	list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
-		Filters: filters.NewArgs(filters.Arg("label", AppLabel+"="+app))})
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", AppLabel+"="+app)})
 	if err != nil {
 		return nil, fmt.Errorf("list containers of %s: %w", app, err)
 	}
@@ -115,11 +114,11 @@ func Remove(ctx context.Context, cli *client.Client, app string, ids []string) (
 	}
 	var removed []string
 	var errs []error
-	for _, c := range list {
+	for _, c := range list.Items {
 		if len(ids) > 0 && !want[c.ID] {
 			continue
 		}
-		err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		_, err := cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
 		if err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove %s: %w", short(c.ID), err))
 			continue

@@ -25,7 +25,7 @@ func TestCreateAndRemoveOnTheEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dockertest.Remove(cli, id) })
-	j, err := cli.ContainerInspect(ctx, id)
+	j, err := dockertest.Inspect(ctx, cli, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,10 +67,10 @@ func TestCreateAndRemoveOnTheEngine(t *testing.T) {
 	if err != nil || len(removed) != 1 || removed[0] != id {
 		t.Fatalf("remove: %v, %v", removed, err)
 	}
-	if _, err := cli.ContainerInspect(ctx, id); err == nil {
+	if _, err := dockertest.Inspect(ctx, cli, id); err == nil {
 		t.Errorf("container still exists after Remove")
 	}
-	if j, err := cli.ContainerInspect(ctx, oid); err != nil || !j.State.Running {
+	if j, err := dockertest.Inspect(ctx, cli, oid); err != nil || !j.State.Running {
 		t.Errorf("another app's container was touched: %v", err)
 	}
 }

@@ -6,10 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/events"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/events"
+	"github.com/moby/moby/client"
 )
 
 // Docker watches one engine. After the engine goes away (restart, crash)
@@ -21,13 +19,14 @@ type Docker struct {
 }
 
 // NewDockerClient connects to host ("" = DOCKER_HOST or the default socket)
-// with API version negotiation, so Debian's 20.10 engine works.
+// with API version negotiation (the client's default), so Debian's 20.10
+// engine works.
 func NewDockerClient(host string) (*client.Client, error) {
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	opts := []client.Opt{client.FromEnv}
 	if host != "" {
 		opts = append(opts, client.WithHost(host))
 	}
-	return client.NewClientWithOpts(opts...)
+	return client.New(opts...)
 }
 
 // Run lists and watches until ctx ends.
@@ -58,24 +57,22 @@ func (d *Docker) Run(ctx context.Context, out chan<- Event) error {
 func (d *Docker) session(ctx context.Context, out chan<- Event) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if _, err := d.Client.Ping(ctx); err != nil {
+	if _, err := d.Client.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		return false, err
 	}
-	d.Client.NegotiateAPIVersion(ctx)
-	f := filters.NewArgs(filters.Arg("type", "container"), filters.Arg("label", AppLabel))
-	for _, a := range []string{"start", "die", "destroy", "update", "create"} {
-		f.Add("event", a)
-	}
-	msgs, errs := d.Client.Events(ctx, events.ListOptions{Filters: f})
+	f := make(client.Filters).Add("type", "container").Add("label", AppLabel)
+	f.Add("event", "start", "die", "destroy", "update", "create")
+	evs := d.Client.Events(ctx, client.EventsListOptions{Filters: f})
+	msgs, errs := evs.Messages, evs.Err
 
-	list, err := d.Client.ContainerList(ctx, container.ListOptions{
-		Filters: filters.NewArgs(filters.Arg("label", AppLabel), filters.Arg("status", "running")),
+	list, err := d.Client.ContainerList(ctx, client.ContainerListOptions{
+		Filters: make(client.Filters).Add("label", AppLabel).Add("status", "running"),
 	})
 	if err != nil {
 		return false, err
 	}
-	live := make(map[string]bool, len(list))
-	for _, s := range list {
+	live := make(map[string]bool, len(list.Items))
+	for _, s := range list.Items {
 		if c, ok := d.inspect(ctx, s.ID); ok {
 			live[c.ID] = true
 			if !send(ctx, out, Event{Kind: Started, Container: c}) {
@@ -129,11 +126,12 @@ func send(ctx context.Context, out chan<- Event, ev Event) bool {
 func (d *Docker) inspect(ctx context.Context, id string) (Container, bool) {
 	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	j, err := d.Client.ContainerInspect(ictx, id)
+	res, err := d.Client.ContainerInspect(ictx, id, client.ContainerInspectOptions{})
 	if err != nil {
 		d.Log.Info("skipping container: inspect failed", "id", short(id), "err", err)
 		return Container{}, false
 	}
+	j := res.Container
 	if j.Config == nil || j.State == nil || j.HostConfig == nil {
 		d.Log.Info("skipping container: incomplete inspect", "id", short(id))
 		return Container{}, false

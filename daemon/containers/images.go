@@ -3,14 +3,11 @@ package containers
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
 	"github.com/distribution/reference"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/moby/moby/client"
 )
 
 // Pull fetches ref into the engine when its registry is one of allowed
@@ -27,12 +24,12 @@ func Pull(ctx context.Context, cli *client.Client, ref string, allowed []string)
 		return 0, fmt.Errorf("image %s is not on engine %s and its registry %s is not one escrad pulls from (--pull-registries)", ref, cli.DaemonHost(), dom)
 	}
 	t0 := time.Now()
-	rc, err := cli.ImagePull(ctx, reference.TagNameOnly(named).String(), image.PullOptions{})
+	rc, err := cli.ImagePull(ctx, reference.TagNameOnly(named).String(), client.ImagePullOptions{})
 	if err != nil {
 		return 0, fmt.Errorf("pull %s: %w", ref, err)
 	}
 	defer rc.Close()
-	if err := jsonmessage.DisplayJSONMessagesStream(rc, io.Discard, 0, false, nil); err != nil {
+	if err := rc.Wait(ctx); err != nil {
 		return 0, fmt.Errorf("pull %s: %w", ref, err)
 	}
 	return time.Since(t0), nil

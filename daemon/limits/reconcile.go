@@ -9,15 +9,15 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 )
 
 // Updater is the part of the Docker client the reconciler uses.
 type Updater interface {
-	ContainerUpdate(ctx context.Context, id string, cfg container.UpdateConfig) (container.UpdateResponse, error)
+	ContainerUpdate(ctx context.Context, id string, opts client.ContainerUpdateOptions) (client.ContainerUpdateResult, error)
 }
 
 // Reconciler tells Docker about limits the fast path already wrote, so
@@ -189,7 +189,7 @@ func (r *Reconciler) one(ctx context.Context, h uint32) bool {
 	e.sendingDocker(sent)
 	e.mu.Unlock()
 	uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err := r.Docker.ContainerUpdate(uctx, e.ID, container.UpdateConfig{Resources: res})
+	_, err := r.Docker.ContainerUpdate(uctx, e.ID, client.ContainerUpdateOptions{Resources: &res})
 	cancel()
 	if err != nil {
 		r.Errors.Add(1)

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 	pb "github.com/escra-dev/escra/proto/escrapb"
@@ -56,19 +57,19 @@ type runcDocker struct {
 	release chan error
 }
 
-func (d *runcDocker) ContainerUpdate(ctx context.Context, _ string, cfg container.UpdateConfig) (container.UpdateResponse, error) {
-	d.started <- cfg.Resources
+func (d *runcDocker) ContainerUpdate(ctx context.Context, _ string, cfg client.ContainerUpdateOptions) (client.ContainerUpdateResult, error) {
+	d.started <- *cfg.Resources
 	var err error
 	select {
 	case err = <-d.release:
 	case <-ctx.Done():
-		return container.UpdateResponse{}, ctx.Err()
+		return client.ContainerUpdateResult{}, ctx.Err()
 	}
 	if err == nil {
 		// Off the test goroutine: an error is returned, not t.Fatal.
-		err = os.WriteFile(filepath.Join("/sys/fs/cgroup/cpu", d.rel, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(cfg.CPUQuota, 10)), 0)
+		err = os.WriteFile(filepath.Join("/sys/fs/cgroup/cpu", d.rel, "cpu.cfs_quota_us"), []byte(strconv.FormatInt(cfg.Resources.CPUQuota, 10)), 0)
 	}
-	return container.UpdateResponse{}, err
+	return client.ContainerUpdateResult{}, err
 }
 
 func TestCutUnderDockerUpdateAcknowledgedOnlyAfterItSettled(t *testing.T) {

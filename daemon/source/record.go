@@ -14,9 +14,10 @@ type Record struct {
 	NrThrottled uint32 // cumulative
 	ThrottledNs uint64 // cumulative
 	TimestampNs uint64 // kernel ktime at the period boundary
-	// UsedNs, when HasUsed, is the CPU the group used in the period,
-	// measured by the reader (the bpf backend after a quota write); else
-	// the usage is QuotaNs − UnusedNs.
+	// UsedNs, when HasUsed, is the CPU the group used in the period: the
+	// scheduler's own count (the kernel backend, correct with CFS burst)
+	// or measured by the reader (the bpf backend after a quota write);
+	// else the usage is QuotaNs − UnusedNs.
 	UsedNs  uint64
 	HasUsed bool
 }

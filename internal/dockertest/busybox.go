@@ -11,8 +11,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 )
 
 // BusyboxImage imports Debian's static busybox (busybox-static) as an
@@ -59,8 +58,8 @@ func ImportBusybox(ctx context.Context, cli *client.Client) (string, error) {
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
-	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref,
-		image.ImportOptions{Changes: []string{`ENTRYPOINT ["/bin/sh", "-c"]`}})
+	rc, err := cli.ImageImport(ctx, client.ImageImportSource{Source: &buf, SourceName: "-"}, ref,
+		client.ImageImportOptions{Changes: []string{`ENTRYPOINT ["/bin/sh", "-c"]`}})
 	if err != nil {
 		return "", fmt.Errorf("import %s: %w", ref, err)
 	}

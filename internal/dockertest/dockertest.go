@@ -21,10 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 )
 
 // Socket is the main engine's socket.
@@ -43,7 +41,7 @@ func Client(t testing.TB, host string) *client.Client {
 		}
 		host = "unix://" + Socket
 	}
-	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.WithHost(host))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +112,7 @@ func ImportWorkloads(ctx context.Context, cli *client.Client) (string, error) {
 	if _, err := cli.ImageInspect(ctx, ref); err == nil {
 		return ref, nil
 	}
-	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: buf, SourceName: "-"}, ref, image.ImportOptions{
+	rc, err := cli.ImageImport(ctx, client.ImageImportSource{Source: buf, SourceName: "-"}, ref, client.ImageImportOptions{
 		Changes: []string{`ENTRYPOINT ["/bin/spin"]`, `LABEL org.escra.test=1`},
 	})
 	if err != nil {
@@ -171,13 +169,13 @@ func Start(ctx context.Context, cli *client.Client, s Spec) (string, error) {
 		t := true
 		hc.OomKillDisable = &t
 	}
-	cr, err := cli.ContainerCreate(ctx, &container.Config{
+	cr, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{
 		Image: s.Image, Cmd: s.Cmd, Entrypoint: s.Entrypoint, Labels: labels,
-	}, hc, nil, nil, s.Name)
+	}, HostConfig: hc, Name: s.Name})
 	if err != nil {
 		return "", fmt.Errorf("docker create %s: %w", s.Name, err)
 	}
-	if err := cli.ContainerStart(ctx, cr.ID, container.StartOptions{}); err != nil {
+	if _, err := cli.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 		return cr.ID, fmt.Errorf("docker start %s: %w", s.Name, err)
 	}
 	return cr.ID, nil
@@ -187,7 +185,7 @@ func Start(ctx context.Context, cli *client.Client, s Spec) (string, error) {
 func Remove(cli *client.Client, id string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_ = cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+	_, _ = cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
 }
 
 // RemoveAllTest removes every container carrying TestLabel (left over from
@@ -195,11 +193,11 @@ func Remove(cli *client.Client, id string) {
 func RemoveAllTest(cli *client.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	list, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", TestLabel))})
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", TestLabel)})
 	if err != nil {
 		return
 	}
-	for _, c := range list {
+	for _, c := range list.Items {
 		Remove(cli, c.ID)
 	}
 }
@@ -207,19 +205,25 @@ func RemoveAllTest(cli *client.Client) {
 // Wait waits for a container to exit and returns its exit code and whether
 // the kernel OOM-killed it.
 func Wait(ctx context.Context, cli *client.Client, id string) (code int, oomKilled bool, err error) {
-	wc, ec := cli.ContainerWait(ctx, id, container.WaitConditionNotRunning)
+	w := cli.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 	select {
-	case <-wc:
-	case err := <-ec:
+	case <-w.Result:
+	case err := <-w.Error:
 		return 0, false, err
 	case <-ctx.Done():
 		return 0, false, ctx.Err()
 	}
-	j, err := cli.ContainerInspect(ctx, id)
+	j, err := Inspect(ctx, cli, id)
 	if err != nil {
 		return 0, false, err
 	}
 	return j.State.ExitCode, j.State.OOMKilled, nil
+}
+
+// Inspect is ContainerInspect's container alone, as tests read it.
+func Inspect(ctx context.Context, cli *client.Client, id string) (container.InspectResponse, error) {
+	r, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	return r.Container, err
 }
 
 // UniqueName returns a container name unique to this test run.
@@ -277,12 +281,13 @@ func StartHog(ctx context.Context, cli *client.Client, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		rc, err := cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true})
+		rc, err := cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true})
 		if err == nil {
 			b, _ := io.ReadAll(rc)
 			rc.Close()
 			if bytes.Contains(b, []byte(HogReady)) {
-				return cli.ContainerKill(ctx, id, "USR1")
+				_, err := cli.ContainerKill(ctx, id, client.ContainerKillOptions{Signal: "USR1"})
+				return err
 			}
 		}
 		select {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 )
 
 // Engine is a private dockerd started by a test (its own data root, exec
@@ -107,7 +107,7 @@ func (e *Engine) Start() error {
 	}
 	e.cmd = cmd
 	go func() { _ = cmd.Wait() }()
-	cli, err := client.NewClientWithOpts(client.WithHost(e.Host), client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.WithHost(e.Host))
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func (e *Engine) Start() error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err = cli.Ping(ctx)
+		_, err = cli.Ping(ctx, client.PingOptions{})
 		cancel()
 		if err == nil {
 			return nil
@@ -150,7 +150,7 @@ func (e *Engine) cleanup() {
 	if e.cmd == nil {
 		_ = e.Start() // so its containers can be removed properly
 	}
-	if cli, err := client.NewClientWithOpts(client.WithHost(e.Host), client.WithAPIVersionNegotiation()); err == nil {
+	if cli, err := client.New(client.WithHost(e.Host)); err == nil {
 		RemoveAllTest(cli)
 		cli.Close()
 	}

@@ -12,8 +12,8 @@ import (
 	"math/rand"
 	"time"
 
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/moby/moby/client"
+	"github.com/moby/moby/client/pkg/jsonmessage"
 )
 
 // LayerSpec is one synthetic layer: a single file of incompressible
@@ -96,8 +96,8 @@ func LoadLayered(ctx context.Context, cli *client.Client, ref string, base []byt
 		pr.CloseWithError(err)
 		return "", fmt.Errorf("docker load %s: %w", ref, err)
 	}
-	defer resp.Body.Close()
-	if err := jsonmessage.DisplayJSONMessagesStream(resp.Body, io.Discard, 0, false, nil); err != nil {
+	defer resp.Close()
+	if err := jsonmessage.DisplayJSONMessagesStream(resp, io.Discard, 0, false, nil); err != nil {
 		return "", fmt.Errorf("docker load %s: %w", ref, err)
 	}
 	return "sha256:" + id, nil

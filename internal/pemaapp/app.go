@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 )
 
 // Service is one container of the app: it burns Scale × the request's ms
@@ -121,16 +121,16 @@ func Start(ctx context.Context, cli *client.Client, image, prefix string, labels
 			args = append(args, "-next", strings.Join(next, ","))
 		}
 		name := prefix + "-" + s.Name
-		c, err := cli.ContainerCreate(ctx, &container.Config{Image: image, Cmd: args, Labels: labels},
-			&container.HostConfig{NetworkMode: "host", Resources: container.Resources{
-				CPUPeriod: 100000, CPUQuota: int64(cpus * 100000), Memory: 128 << 20, MemorySwap: 128 << 20}}, nil, nil, name)
+		c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: image, Cmd: args, Labels: labels},
+			HostConfig: &container.HostConfig{NetworkMode: "host", Resources: container.Resources{
+				CPUPeriod: 100000, CPUQuota: int64(cpus * 100000), Memory: 128 << 20, MemorySwap: 128 << 20}}, Name: name})
 		if err != nil {
 			r.Close()
 			return nil, fmt.Errorf("create %s: %w", name, err)
 		}
 		r.IDs = append(r.IDs, c.ID)
 		r.Names = append(r.Names, name)
-		if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+		if _, err := cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
 			r.Close()
 			return nil, fmt.Errorf("start %s: %w", name, err)
 		}
@@ -165,15 +165,15 @@ func (r *Running) Entry() string { return fmt.Sprintf("127.0.0.1:%d", r.Ports["f
 func (r *Running) Died(ctx context.Context) ([]string, error) {
 	var out []string
 	for i, id := range r.IDs {
-		j, err := r.cli.ContainerInspect(ctx, id)
+		j, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 		if err != nil {
 			return out, err
 		}
-		if j.State == nil || j.State.Running {
+		if j.Container.State == nil || j.Container.State.Running {
 			continue
 		}
 		d := r.Names[i]
-		if j.State.OOMKilled {
+		if j.Container.State.OOMKilled {
 			d += " (OOM-killed)"
 		}
 		out = append(out, d)
@@ -185,7 +185,7 @@ func (r *Running) Died(ctx context.Context) ([]string, error) {
 func (r *Running) Close() {
 	for _, id := range r.IDs {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true})
+		_, _ = r.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
 		cancel()
 	}
 }

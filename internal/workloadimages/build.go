@@ -12,8 +12,7 @@ import (
 	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 )
 
 // Spec describes one image: how to fill its root filesystem and the
@@ -157,15 +156,15 @@ func (b *Builder) Build(ctx context.Context, spec Spec) (string, error) {
 	}
 	tag := spec.Name + ":" + hex.EncodeToString(h.Sum(nil))[:12]
 	if _, err := b.Docker.ImageInspect(ctx, tag); err == nil {
-		return tag, b.Docker.ImageTag(ctx, tag, spec.Name+":latest")
+		return tag, b.tagLatest(ctx, tag, spec.Name)
 	} else if !cerrdefs.IsNotFound(err) {
 		return "", fmt.Errorf("image %s: inspect: %w", tag, err)
 	}
 	if b.Log != nil {
 		b.Log(fmt.Sprintf("importing %s (%d MiB rootfs)", tag, len(tarball)>>20))
 	}
-	rc, err := b.Docker.ImageImport(ctx, image.ImportSource{Source: bytes.NewReader(tarball), SourceName: "-"},
-		tag, image.ImportOptions{Changes: append([]string{`LABEL escra.bench=1`}, spec.Changes...)})
+	rc, err := b.Docker.ImageImport(ctx, client.ImageImportSource{Source: bytes.NewReader(tarball), SourceName: "-"},
+		tag, client.ImageImportOptions{Changes: append([]string{`LABEL escra.bench=1`}, spec.Changes...)})
 	if err != nil {
 		return "", fmt.Errorf("image %s: import: %w", tag, err)
 	}
@@ -185,7 +184,12 @@ func (b *Builder) Build(ctx context.Context, spec Spec) (string, error) {
 			return "", fmt.Errorf("image %s: import: %s", tag, m.Error)
 		}
 	}
-	return tag, b.Docker.ImageTag(ctx, tag, spec.Name+":latest")
+	return tag, b.tagLatest(ctx, tag, spec.Name)
+}
+
+func (b *Builder) tagLatest(ctx context.Context, tag, name string) error {
+	_, err := b.Docker.ImageTag(ctx, client.ImageTagOptions{Source: tag, Target: name + ":latest"})
+	return err
 }
 
 // BuildAll builds every benchmark image and returns name → tag.

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 )
 
 func TestParseLdd(t *testing.T) {
@@ -56,13 +56,13 @@ func TestTarIsDeterministic(t *testing.T) {
 
 func docker(t *testing.T) *client.Client {
 	t.Helper()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := cli.Ping(ctx); err != nil {
+	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
 		t.Fatalf("docker engine: %v (scripts/setup.sh starts it)", err)
 	}
 	t.Cleanup(func() { cli.Close() })
@@ -84,22 +84,22 @@ func run(t *testing.T, cli *client.Client, tag string, cmd ...string) string {
 	t.Helper()
 	ctx := context.Background()
 	name := fmt.Sprintf("escra-test-img-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
-	c, err := cli.ContainerCreate(ctx, &container.Config{Image: tag, Cmd: cmd, Labels: map[string]string{"escra.test": "bench-images"}},
-		&container.HostConfig{NetworkMode: "host"}, nil, nil, name)
+	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: tag, Cmd: cmd, Labels: map[string]string{"escra.test": "bench-images"}},
+		HostConfig: &container.HostConfig{NetworkMode: "host"}, Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+		cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
 	})
-	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+	if _, err := cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return c.ID
 }
 
 func logs(cli *client.Client, id string) string {
-	rc, err := cli.ContainerLogs(context.Background(), id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	rc, err := cli.ContainerLogs(context.Background(), id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		return err.Error()
 	}
@@ -232,7 +232,7 @@ func TestImagesRunOnTheRealEngine(t *testing.T) {
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) && peak < 40<<20 {
 			time.Sleep(300 * time.Millisecond)
-			st, err := cli.ContainerStatsOneShot(context.Background(), id)
+			st, err := cli.ContainerStats(context.Background(), id, client.ContainerStatsOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

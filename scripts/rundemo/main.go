@@ -23,9 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/internal/load"
@@ -66,7 +64,7 @@ func buildImage(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		return err
 	}
@@ -237,24 +235,24 @@ func oomKills(ctx context.Context, app string, engines []string) (int, error) {
 		if e = strings.TrimSpace(e); e == "" {
 			continue
 		}
-		cli, err := client.NewClientWithOpts(client.WithHost(e), client.WithAPIVersionNegotiation())
+		cli, err := client.New(client.WithHost(e))
 		if err != nil {
 			return 0, err
 		}
-		list, err := cli.ContainerList(ctx, container.ListOptions{All: true,
-			Filters: filters.NewArgs(filters.Arg("label", "escra.app="+app))})
+		list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true,
+			Filters: make(client.Filters).Add("label", "escra.app="+app)})
 		if err != nil {
 			cli.Close()
 			return 0, fmt.Errorf("engine %s: %w", e, err)
 		}
-		for _, c := range list {
-			j, err := cli.ContainerInspect(ctx, c.ID)
+		for _, c := range list.Items {
+			j, err := cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
 			if err != nil {
 				continue
 			}
-			if k, ok := cgroupOOMKills(j.State.Pid); ok {
+			if k, ok := cgroupOOMKills(j.Container.State.Pid); ok {
 				n += k
-			} else if j.State.OOMKilled {
+			} else if j.Container.State.OOMKilled {
 				n++
 			}
 		}

@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/cgroups"
@@ -261,7 +261,7 @@ func within(t *testing.T, what string, d time.Duration, cond func() bool) time.D
 
 func cgroupFor(t *testing.T, cli *client.Client, id string) cgroups.Paths {
 	t.Helper()
-	j, err := cli.ContainerInspect(context.Background(), id)
+	j, err := dockertest.Inspect(context.Background(), cli, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +309,6 @@ func underOOM(t *testing.T, p cgroups.Paths) bool {
 
 func running(t *testing.T, cli *client.Client, id string) bool {
 	t.Helper()
-	j, err := cli.ContainerInspect(context.Background(), id)
+	j, err := dockertest.Inspect(context.Background(), cli, id)
 	return err == nil && j.State.Running
 }

@@ -72,15 +72,32 @@ func scenarioBadInput(*harness.Env) error {
 		fmt.Printf("    %-34s %-40v ok=%v\n", tc.name, got, ok)
 	}
 
-	// Unprivileged sender: EPERM on every mutating command.
-	cmd := exec.Command("/proc/self/exe", "unpriv", strconv.FormatUint(cg.ID, 10))
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	if err := cmd.Run(); err != nil {
-		fmt.Println("    unprivileged sender:", err)
-		bad++
-	} else {
-		fmt.Println("    unprivileged sender: EPERM on watch/unwatch/oom-reply, stats readable ok=true")
+	// Unprivileged sender: EPERM on every mutating command. Then a sender
+	// with CAP_NET_ADMIN alone (genetlink's admin bit): taking a cgroup's
+	// OOM verdicts needs CAP_SYS_ADMIN, so it is refused the same way.
+	for _, who := range []struct {
+		name string
+		caps []uintptr
+	}{
+		{"unprivileged sender", nil},
+		{"CAP_NET_ADMIN-only sender", []uintptr{unix.CAP_NET_ADMIN}},
+	} {
+		args := []string{"unpriv", strconv.FormatUint(cg.ID, 10)}
+		if who.caps != nil {
+			args = append(args, "net-admin")
+		}
+		cmd := exec.Command("/proc/self/exe", args...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Credential:  &syscall.Credential{Uid: 65534, Gid: 65534},
+			AmbientCaps: who.caps,
+		}
+		if err := cmd.Run(); err != nil {
+			fmt.Printf("    %s: %v\n", who.name, err)
+			bad++
+		} else {
+			fmt.Printf("    %s: EPERM on watch/unwatch/oom-reply, stats readable ok=true\n", who.name)
+		}
 	}
 
 	// Still working after all that.
@@ -128,9 +145,21 @@ func cat(parts ...[]byte) []byte {
 	return b
 }
 
-// unpriv runs as an unprivileged user: mutating commands must fail with
+// unpriv runs as an unprivileged user (with "net-admin": holding
+// CAP_NET_ADMIN and not CAP_SYS_ADMIN): mutating commands must fail with
 // EPERM, reading statistics must work. Exit 0 when both hold.
 func unpriv(args []string) int {
+	if len(args) > 1 && args[1] == "net-admin" {
+		eff, err := effectiveCaps()
+		if err != nil {
+			fmt.Println("unpriv:", err)
+			return 1
+		}
+		if eff&(1<<unix.CAP_NET_ADMIN) == 0 || eff&(1<<unix.CAP_SYS_ADMIN) != 0 {
+			fmt.Printf("unpriv: effective capabilities %#x, want CAP_NET_ADMIN without CAP_SYS_ADMIN\n", eff)
+			return 1
+		}
+	}
 	c, err := kmod.Dial()
 	if err != nil {
 		fmt.Println("unpriv: dial:", err)
@@ -160,6 +189,20 @@ func unpriv(args []string) int {
 		rc = 1
 	}
 	return rc
+}
+
+// effectiveCaps reads this process's effective capability set.
+func effectiveCaps() (uint64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		}
+	}
+	return 0, errors.New("no CapEff in /proc/self/status")
 }
 
 // scenarioOwner: daemon A (its own process) watches a cgroup; daemon B

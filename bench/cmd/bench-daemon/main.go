@@ -33,8 +33,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/agent"
@@ -131,7 +131,7 @@ func main() {
 	}
 	mainCli = cli
 	ctx := context.Background()
-	if _, err := cli.Ping(ctx); err != nil {
+	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
 		die(nil, fmt.Errorf("docker engine: %w (run make setup)", err))
 	}
 	sig := make(chan os.Signal, 1)
@@ -251,7 +251,7 @@ func benchApply(ctx context.Context, cli *client.Client, img string, sum map[str
 	for i := 0; i < *updates; i++ {
 		q := int64(20000 + 10000*(i%2))
 		st := time.Now()
-		if _, err := cli.ContainerUpdate(ctx, id, container.UpdateConfig{Resources: container.Resources{CPUQuota: q, CPUPeriod: 100000}}); err != nil {
+		if _, err := cli.ContainerUpdate(ctx, id, client.ContainerUpdateOptions{Resources: &container.Resources{CPUQuota: q, CPUPeriod: 100000}}); err != nil {
 			die(cli, err)
 		}
 		dl = append(dl, float64(time.Since(st).Nanoseconds())/1e3)

@@ -20,10 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/jsonmessage"
+	"github.com/moby/moby/client"
+	"github.com/moby/moby/client/pkg/jsonmessage"
 
 	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/adminclient"
@@ -101,7 +99,7 @@ func buildCorpus(ctx context.Context, cli *client.Client) ([]realImage, error) {
 					if err := push(ctx, cli, ref); err != nil {
 						return nil, err
 					}
-					_, _ = cli.ImageRemove(ctx, ref, image.RemoveOptions{Force: true, PruneChildren: true})
+					_, _ = cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true, PruneChildren: true})
 					res = &imageresolve.Resolver{Registries: []string{*registry}} // no cached failure
 					if d, err = res.Resolve(ctx, ref); err != nil {
 						return nil, fmt.Errorf("pushed %s but cannot resolve it: %w", ref, err)
@@ -119,7 +117,7 @@ func buildCorpus(ctx context.Context, cli *client.Client) ([]realImage, error) {
 
 func push(ctx context.Context, cli *client.Client, ref string) error {
 	auth := base64.URLEncoding.EncodeToString([]byte("{}"))
-	rc, err := cli.ImagePush(ctx, ref, image.PushOptions{RegistryAuth: auth})
+	rc, err := cli.ImagePush(ctx, ref, client.ImagePushOptions{RegistryAuth: auth})
 	if err != nil {
 		return fmt.Errorf("push %s: %w", ref, err)
 	}
@@ -197,14 +195,14 @@ type hostState struct {
 }
 
 func (h *hostState) read(ctx context.Context) *placement.HostDeps {
-	list, err := h.cli.ImageList(ctx, image.ListOptions{})
+	list, err := h.cli.ImageList(ctx, client.ImageListOptions{})
 	if err != nil {
 		return placement.NewHostDeps()
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var rep []imageresolve.ImageReport
-	for _, s := range list {
+	for _, s := range list.Items {
 		ids, ok := h.byID[s.ID]
 		if !ok {
 			ins, err := h.cli.ImageInspect(ctx, s.ID)
@@ -241,7 +239,7 @@ func realBench() error {
 		resp.Body.Close()
 	}
 	ctx := context.Background()
-	mainCli, err := client.NewClientWithOpts(client.WithHost("unix:///var/run/docker.sock"), client.WithAPIVersionNegotiation())
+	mainCli, err := client.New(client.WithHost("unix:///var/run/docker.sock"))
 	if err != nil {
 		return err
 	}
@@ -259,7 +257,7 @@ func realBench() error {
 	}()
 	var engines []*client.Client
 	for n := 1; n <= *realHosts; n++ {
-		c, err := client.NewClientWithOpts(client.WithHost(engineSock(n)), client.WithAPIVersionNegotiation())
+		c, err := client.New(client.WithHost(engineSock(n)))
 		if err != nil {
 			return err
 		}
@@ -471,19 +469,19 @@ func realPolicy(ctx context.Context, pol string, corpus []realImage, engines []*
 
 // wipe empties one of the benchmark's own engines (containers, images).
 func wipe(ctx context.Context, e *client.Client) error {
-	cs, err := e.ContainerList(ctx, container.ListOptions{All: true})
+	cs, err := e.ContainerList(ctx, client.ContainerListOptions{All: true})
 	if err != nil {
 		return err
 	}
-	for _, c := range cs {
-		_ = e.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	for _, c := range cs.Items {
+		_, _ = e.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
 	}
-	ims, err := e.ImageList(ctx, image.ListOptions{All: true})
+	ims, err := e.ImageList(ctx, client.ImageListOptions{All: true})
 	if err != nil {
 		return err
 	}
-	for _, im := range ims {
-		_, _ = e.ImageRemove(ctx, im.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+	for _, im := range ims.Items {
+		_, _ = e.ImageRemove(ctx, im.ID, client.ImageRemoveOptions{Force: true, PruneChildren: true})
 	}
 	return nil
 }

@@ -13,8 +13,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	dockerclient "github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	dockerclient "github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/internal/dockertest"
 )
@@ -69,7 +69,7 @@ func startEngines(k int) error {
 	for n := 1; n <= k; n++ {
 		e := &engine{n: n, host: fmt.Sprintf("unix:///run/%s/h%d/docker.sock", hostsName, n)}
 		var err error
-		if e.cli, err = dockerclient.NewClientWithOpts(dockerclient.WithHost(e.host), dockerclient.WithAPIVersionNegotiation()); err != nil {
+		if e.cli, err = dockerclient.New(dockerclient.WithHost(e.host)); err != nil {
 			return err
 		}
 		dockertest.RemoveAllTest(e.cli) // a killed run's
@@ -141,7 +141,7 @@ func runContainer(e *engine, name, app string, memBytes int64, quotaUs int64) (*
 	if err != nil {
 		return nil, err
 	}
-	j, err := e.cli.ContainerInspect(ctx, id)
+	j, err := dockertest.Inspect(ctx, e.cli, id)
 	if err != nil {
 		return nil, err
 	}
@@ -186,14 +186,14 @@ func removeContainers() {
 // and cgroup) and waits for it; killed says the kernel's OOM killer ended
 // it (SIGKILL: exit 137).
 func execHog(ctx context.Context, c *ctr, mib int, hold time.Duration) (killed bool, err error) {
-	ex, err := c.eng.cli.ContainerExecCreate(ctx, c.id, container.ExecOptions{
+	ex, err := c.eng.cli.ExecCreate(ctx, c.id, dockerclient.ExecCreateOptions{
 		Cmd:          []string{"/bin/memhog", "-mib", fmt.Sprint(mib), "-step-mib", "8", "-hold", hold.String()},
 		AttachStdout: true, AttachStderr: true,
 	})
 	if err != nil {
 		return false, err
 	}
-	att, err := c.eng.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	att, err := c.eng.cli.ExecAttach(ctx, ex.ID, dockerclient.ExecAttachOptions{})
 	if err != nil {
 		return false, err
 	}
@@ -210,7 +210,7 @@ func execHog(ctx context.Context, c *ctr, mib int, hold time.Duration) (killed b
 	ictx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
-		ins, err := c.eng.cli.ContainerExecInspect(ictx, ex.ID)
+		ins, err := c.eng.cli.ExecInspect(ictx, ex.ID, dockerclient.ExecInspectOptions{})
 		if err != nil {
 			return false, err
 		}

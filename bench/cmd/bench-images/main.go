@@ -10,7 +10,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/internal/workloadimages"
 )
@@ -20,7 +20,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		fail(err)
 	}

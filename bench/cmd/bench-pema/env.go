@@ -9,8 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	bp "github.com/escra-dev/escra/bench/pema"
 	"github.com/escra-dev/escra/controller/pemaloop"
@@ -52,15 +51,15 @@ type Phase struct {
 func removeOurs(cli *client.Client) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	list, err := cli.ContainerList(ctx, container.ListOptions{All: true})
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true})
 	if err != nil {
 		return
 	}
 	prefix := fmt.Sprintf("/pema-bench-%d-", os.Getpid())
-	for _, c := range list {
+	for _, c := range list.Items {
 		for _, n := range c.Names {
 			if strings.HasPrefix(n, prefix) {
-				_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+				_, _ = cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
 				break
 			}
 		}

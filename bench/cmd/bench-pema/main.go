@@ -25,7 +25,7 @@ import (
 
 	"github.com/escra-dev/escra/internal/cpuwork"
 
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/controller/store"
@@ -159,7 +159,7 @@ func logf(format string, a ...any) {
 func run(o opts) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		return err
 	}

@@ -27,8 +27,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/bench/matrix"
@@ -174,7 +174,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, err := client.New(client.FromEnv)
 	if err != nil {
 		return err
 	}
@@ -385,7 +385,7 @@ func machine(ctx context.Context, cli *client.Client) report.Machine {
 	if unix.Sysinfo(&si) == nil {
 		m.MemBytes = si.Totalram * uint64(si.Unit)
 	}
-	if v, err := cli.ServerVersion(ctx); err == nil {
+	if v, err := cli.ServerVersion(ctx, client.ServerVersionOptions{}); err == nil {
 		m.Docker = v.Version
 	}
 	return m
@@ -572,23 +572,23 @@ func measureOverheads(ctx context.Context, cfg matrix.Config, into map[string]fl
 	say("measuring apply latency and restart time on demo-http")
 	cli := cfg.Docker
 	name := "escra-bench-overhead"
-	cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true})
+	cli.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
 	port := cfg.BasePort + 50
-	c, err := cli.ContainerCreate(ctx, &container.Config{Image: cfg.Images[workloadimages.DemoHTTP.Name],
+	c, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: cfg.Images[workloadimages.DemoHTTP.Name],
 		Cmd: []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}, Labels: map[string]string{"escra.bench": "1"}},
-		&container.HostConfig{NetworkMode: "host"}, nil, nil, name)
+		HostConfig: &container.HostConfig{NetworkMode: "host"}, Name: name})
 	if err != nil {
 		return err
 	}
-	defer cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
-	if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+	defer cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
+	if _, err := cli.ContainerStart(ctx, c.ID, client.ContainerStartOptions{}); err != nil {
 		return err
 	}
-	in, err := cli.ContainerInspect(ctx, c.ID)
+	in, err := cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
 	if err != nil {
 		return err
 	}
-	paths, err := cgroups.PathsForPID(in.State.Pid)
+	paths, err := cgroups.PathsForPID(in.Container.State.Pid)
 	if err != nil {
 		return err
 	}

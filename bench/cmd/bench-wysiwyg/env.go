@@ -16,9 +16,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 
 	"github.com/escra-dev/escra/daemon/agent"
@@ -54,7 +54,7 @@ func newEnv(ctx context.Context, log *slog.Logger) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := cli.Ping(ctx); err != nil {
+	if _, err := cli.Ping(ctx, client.PingOptions{}); err != nil {
 		return nil, fmt.Errorf("docker engine: %w (make setup starts it)", err)
 	}
 	if _, err := os.Stat("/sys/fs/cgroup/cpuset"); err != nil {
@@ -185,23 +185,23 @@ func (e *env) startManaged(ctx context.Context, name, img string, wysiwygC1, man
 			}
 		}
 	}
-	cr, err := e.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	cr, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: name})
 	if err != nil {
 		return "", err
 	}
 	e.created = append(e.created, cr.ID)
-	if err := e.cli.ContainerStart(ctx, cr.ID, container.StartOptions{}); err != nil {
+	if _, err := e.cli.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 		return cr.ID, err
 	}
 	return cr.ID, nil
 }
 
 func (e *env) exec(ctx context.Context, id string, cmd ...string) (string, error) {
-	ex, err := e.cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	ex, err := e.cli.ExecCreate(ctx, id, client.ExecCreateOptions{Cmd: cmd, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		return "", err
 	}
-	at, err := e.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	at, err := e.cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
 	if err != nil {
 		return "", err
 	}
@@ -212,7 +212,7 @@ func (e *env) exec(ctx context.Context, id string, cmd ...string) (string, error
 }
 
 func (e *env) group(ctx context.Context, id string) (*cgroups.Group, error) {
-	j, err := e.cli.ContainerInspect(ctx, id)
+	j, err := dockertest.Inspect(ctx, e.cli, id)
 	if err != nil {
 		return nil, err
 	}

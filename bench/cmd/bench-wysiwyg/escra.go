@@ -12,7 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
@@ -34,12 +35,12 @@ func (e *env) escraRun(ctx context.Context, sum summary, rep *strings.Builder) e
 	cfg := &container.Config{Image: e.busy, Cmd: []string{"while :; do :; done"}, Labels: map[string]string{containers.AppLabel: benchApp}}
 	hc := &container.HostConfig{NetworkMode: "none"}
 	hc.Resources.CPUQuota, hc.Resources.CPUPeriod = 50000, 100000
-	cr, err := e.cli.ContainerCreate(ctx, cfg, hc, nil, nil, c2)
+	cr, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: c2})
 	if err != nil {
 		return err
 	}
 	e.created = append(e.created, cr.ID)
-	if err := e.cli.ContainerStart(ctx, cr.ID, container.StartOptions{}); err != nil {
+	if _, err := e.cli.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 		return err
 	}
 	sharedID := cr.ID

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/pkg/stdcopy"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/internal/dockertest"
 	"github.com/escra-dev/escra/internal/load"
@@ -203,7 +203,7 @@ func (e *env) waitLogs(ctx context.Context, id string, d time.Duration) (string,
 	if _, _, err := dockertest.Wait(wctx, e.cli, id); err != nil {
 		return "", err
 	}
-	rc, err := e.cli.ContainerLogs(ctx, id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	rc, err := e.cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		return "", err
 	}

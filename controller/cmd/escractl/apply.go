@@ -99,7 +99,9 @@ func applyOne(e *env, c *adminclient.Client, l *live, app *spec.App, budgetOnly 
 		}
 		lines := planLines(planFrom(cur, existed, want), want)
 		if !containersToo {
-			lines = slices.DeleteFunc(lines, func(s string) bool { return !strings.HasPrefix(s, "budget") })
+			lines = slices.DeleteFunc(lines, func(s string) bool {
+				return !strings.HasPrefix(s, "budget") && !strings.HasPrefix(s, "mode") && !strings.HasPrefix(s, "max")
+			})
 		}
 		fmt.Fprintf(e.stdout, "app %s %s%s\n", app.Name, what, suffix)
 		for _, ln := range lines {

@@ -296,7 +296,7 @@ func get(e *env, c *adminclient.Client, what, name string, o *output) error {
 		use := usageByApp(cs)
 		head := []string{"APP", "CONTAINERS", "CPU LIMIT", "CPU ALLOC", "CPU USED", "MEM LIMIT", "MEM ALLOC", "MEM USED", "SIGMA"}
 		if wide {
-			head = append(head, "POLICY", "CPU LEASED", "PENDING OOMS", "SPEC")
+			head = append(head, "POLICY", "CPU LEASED", "PENDING OOMS", "SPEC", "MODE", "RECOMMENDED")
 		}
 		t := newTable([]int{1, 2, 3, 4, 5, 6, 7, 8, 10, 11}, head...)
 		t.noHeaders = o.noHeaders
@@ -314,7 +314,7 @@ func get(e *env, c *adminclient.Client, what, name string, o *output) error {
 				if a.Spec != nil {
 					sp = fmt.Sprintf("%d templates", len(a.Spec.Containers))
 				}
-				row = append(row, a.Policy, cores(a.CPULeasedCores), strconv.Itoa(a.PendingOOMs), sp)
+				row = append(row, a.Policy, cores(a.CPULeasedCores), strconv.Itoa(a.PendingOOMs), sp, a.Mode, appRecommended(a, cs))
 			}
 			t.add(row...)
 		}
@@ -348,7 +348,7 @@ func get(e *env, c *adminclient.Client, what, name string, o *output) error {
 		}
 		head := []string{"CONTAINER", "NAME", "APP", "HOST", "CPU LIMIT", "CPU USED", "MEM LIMIT", "MEM USED", "THROTTLED", "OOM OK/NO"}
 		if wide {
-			head = append(head, "PERIODS", "THR EVENTS", "GENERATION", "HANDLE")
+			head = append(head, "PERIODS", "THR EVENTS", "GENERATION", "HANDLE", "RECOMMENDED", "MAX")
 		}
 		t := newTable([]int{4, 5, 6, 7, 8, 9, 10, 11, 12, 13}, head...)
 		t.noHeaders = o.noHeaders
@@ -362,7 +362,7 @@ func get(e *env, c *adminclient.Client, what, name string, o *output) error {
 				strconv.FormatUint(ct.ThrottledPeriods, 10), fmt.Sprintf("%d/%d", ct.OOMGrants, ct.OOMDenials)}
 			if wide {
 				row = append(row, strconv.FormatUint(ct.Periods, 10), strconv.FormatUint(ct.ThrottleEvents, 10),
-					strconv.FormatUint(ct.Generation, 10), strconv.FormatUint(uint64(ct.Handle), 10))
+					strconv.FormatUint(ct.Generation, 10), strconv.FormatUint(uint64(ct.Handle), 10), recommended(ct), maxima(ct))
 			}
 			t.add(row...)
 		}
@@ -500,7 +500,7 @@ func describe(e *env, c *adminclient.Client, name string, since time.Duration) e
 	if a.Auto {
 		kind = "auto (created for a labelled container; its budget grows with its members)"
 	}
-	fmt.Fprintf(w, "Name:        %s\nKind:        %s\nPolicy:      %s\n", a.Name, kind, a.Policy)
+	fmt.Fprintf(w, "Name:        %s\nKind:        %s\nPolicy:      %s\nMode:        %s\n", a.Name, kind, a.Policy, modeLine(*a))
 	fmt.Fprintf(w, "CPU:         %s cores: %s allocated, %s unallocated, %s leased\n", cores(a.CPUCores), cores(a.CPUAllocatedCores),
 		cores(a.CPUUnallocatedCores), cores(a.CPULeasedCores))
 	fmt.Fprintf(w, "Memory:      %s: %s allocated, %s unallocated (σ %g withheld at bootstrap)\n", spec.FormatBytes(a.MemoryBytes),
@@ -525,17 +525,18 @@ func describe(e *env, c *adminclient.Client, name string, since time.Duration) e
 	fmt.Fprintf(w, "Containers:  %d\n", len(cs))
 	if len(cs) > 0 {
 		sort.Slice(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name })
-		t := newTable([]int{3, 4, 5, 6}, "  NAME", "HOST", "CONTAINER", "CPU LIMIT", "CPU USED", "MEM LIMIT", "MEM USED", "OOM OK/NO")
+		t := newTable([]int{3, 4, 5, 6}, "  NAME", "HOST", "CONTAINER", "CPU LIMIT", "CPU USED", "MEM LIMIT", "MEM USED", "OOM OK/NO", "REC CPU/MEM", "MAX CPU/MEM")
 		for _, ct := range cs {
 			t.add("  "+ct.Name, ct.HostID, shortID(ct.ContainerID), cores(ct.CPULimitCores()), cores(ct.CPUUsageCores()),
-				spec.FormatBytes(ct.MemoryLimitBytes), spec.FormatBytes(ct.MemoryUsageBytes), fmt.Sprintf("%d/%d", ct.OOMGrants, ct.OOMDenials))
+				spec.FormatBytes(ct.MemoryLimitBytes), spec.FormatBytes(ct.MemoryUsageBytes), fmt.Sprintf("%d/%d", ct.OOMGrants, ct.OOMDenials),
+				recommended(ct), maxima(ct))
 		}
 		t.write(w, e.width)
 	}
 	// Recent events, limit changes left out: they come every period.
 	var evs []string
 	err = c.EventsSince(e.ctx, name, since.String(), false, func(ev adminclient.Event, _ []byte) {
-		if ev.Kind != "limits" {
+		if ev.Kind != "limits" && ev.Kind != "recommendation" {
 			evs = append(evs, eventLine(ev))
 		}
 	})

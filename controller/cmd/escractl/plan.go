@@ -76,7 +76,22 @@ func planFrom(cur adminclient.App, existed bool, want spec.Doc) spec.Doc {
 	if existed {
 		return liveDoc(cur)
 	}
-	return spec.Doc{Name: want.Name, CPU: want.CPU, Memory: want.Memory, Sigma: want.Sigma}
+	return spec.Doc{Name: want.Name, CPU: want.CPU, Memory: want.Memory, Sigma: want.Sigma, Mode: want.Mode}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// modeName is a Doc's mode, which leaves the default out.
+func modeName(m string) string {
+	if m == "" {
+		return spec.ModeEnforce
+	}
+	return m
 }
 
 // planLines says, per container template, what applying changes.
@@ -107,6 +122,10 @@ func planLines(cur, want spec.Doc) []string {
 			}
 			out = append(out, fmt.Sprintf("replace %s, one replica at a time (%s)", c.Name, what))
 		}
+		if o.MaxCPU != c.MaxCPU || o.MaxMemory != c.MaxMemory {
+			out = append(out, fmt.Sprintf("max %s: cpu %s → %s, memory %s → %s (running replicas kept)", c.Name,
+				orNone(o.MaxCPU), orNone(c.MaxCPU), orNone(o.MaxMemory), orNone(c.MaxMemory)))
+		}
 		switch {
 		case c.Replicas > o.Replicas:
 			out = append(out, fmt.Sprintf("scale %s %d → %d: create %s", c.Name, o.Replicas, c.Replicas, replicaNames(want.Name, c.Name, max(o.Replicas+1, 2), c.Replicas)))
@@ -118,6 +137,9 @@ func planLines(cur, want spec.Doc) []string {
 		if _, gone := old[c.Name]; gone {
 			out = append(out, fmt.Sprintf("remove %s: %d replicas", c.Name, c.Replicas))
 		}
+	}
+	if cur.Mode != want.Mode {
+		out = append(out, fmt.Sprintf("mode %s → %s", modeName(cur.Mode), modeName(want.Mode)))
 	}
 	if cur.CPU != want.CPU || cur.Memory != want.Memory || cur.Sigma != want.Sigma {
 		out = append(out, fmt.Sprintf("budget %s cores, %s, σ %g → %s cores, %s, σ %g", cur.CPU, cur.Memory, cur.Sigma, want.CPU, want.Memory, want.Sigma))

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
 	"github.com/escra-dev/escra/controller/spec"
@@ -98,16 +98,16 @@ func runProfile(e *env, o profileOpts) error {
 		}
 		allocs = append(allocs, v)
 	}
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	opts := []client.Opt{client.FromEnv}
 	if *dockerHost != "" {
 		opts = append(opts, client.WithHost(*dockerHost))
 	}
-	cli, err := client.NewClientWithOpts(opts...)
+	cli, err := client.New(opts...)
 	if err != nil {
 		return fmt.Errorf("docker: %w", err)
 	}
 	defer cli.Close()
-	if _, err := cli.Ping(e.ctx); err != nil {
+	if _, err := cli.Ping(e.ctx, client.PingOptions{}); err != nil {
 		return fmt.Errorf("docker engine unreachable: %w", err)
 	}
 	p := &profiler{e: e, cli: cli, ctr: ctr, workload: *workload, score: *score, prefix: *prefix, timeout: *timeout, ncpu: ncpu}
@@ -215,21 +215,22 @@ func (p *profiler) one(a float64, cpuset bool) (float64, error) {
 		kind = "cpuset"
 	}
 	name := fmt.Sprintf("%s-%s-%d-%d", p.prefix, kind, os.Getpid(), time.Now().UnixNano()%1e9)
-	cr, err := p.cli.ContainerCreate(ctx, cfg, hc, nil, nil, name)
+	cr, err := p.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: name})
 	if err != nil {
 		return 0, fmt.Errorf("create %s: %w", name, err)
 	}
 	defer func() {
 		rctx, rc := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		_ = p.cli.ContainerRemove(rctx, cr.ID, container.RemoveOptions{Force: true})
+		_, _ = p.cli.ContainerRemove(rctx, cr.ID, client.ContainerRemoveOptions{Force: true})
 		rc()
 	}()
 	start := time.Now()
-	if err := p.cli.ContainerStart(ctx, cr.ID, container.StartOptions{}); err != nil {
+	if _, err := p.cli.ContainerStart(ctx, cr.ID, client.ContainerStartOptions{}); err != nil {
 		return 0, fmt.Errorf("start %s: %w", name, err)
 	}
 	if p.workload == "" { // a batch app: its own run time
-		wc, ec := p.cli.ContainerWait(ctx, cr.ID, container.WaitConditionNotRunning)
+		wr := p.cli.ContainerWait(ctx, cr.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+		wc, ec := wr.Result, wr.Error
 		select {
 		case w := <-wc:
 			if w.StatusCode != 0 {

@@ -13,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/agent"
@@ -40,12 +37,12 @@ func TestE2EDeclarativeApplyRollsOut(t *testing.T) {
 	rand.Read(rnd[:])
 	app := "cli-roll-" + hex.EncodeToString(rnd[:]) // cli- is this work's prefix on the shared engine
 	img2 := "cli-roll/workloads:" + hex.EncodeToString(rnd[:])
-	if err := dk.ImageTag(ctx, img, img2); err != nil {
+	if _, err := dk.ImageTag(ctx, client.ImageTagOptions{Source: img, Target: img2}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		removeApp(dk, app)
-		_, _ = dk.ImageRemove(context.Background(), img2, image.RemoveOptions{}) // the tag only
+		_, _ = dk.ImageRemove(context.Background(), img2, client.ImageRemoveOptions{}) // the tag only
 	})
 
 	s, url := startController(t)
@@ -225,14 +222,14 @@ type ctr struct {
 func running(t *testing.T, dk *client.Client, app string) map[string]ctr {
 	t.Helper()
 	ctx := context.Background()
-	list, err := dk.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(filters.Arg("label", containers.AppLabel+"="+app))})
+	list, err := dk.ContainerList(ctx, client.ContainerListOptions{Filters: make(client.Filters).Add("label", containers.AppLabel+"="+app)})
 	if err != nil {
 		t.Error(err)
 		return nil
 	}
 	out := map[string]ctr{}
-	for _, c := range list {
-		j, err := dk.ContainerInspect(ctx, c.ID)
+	for _, c := range list.Items {
+		j, err := dockertest.Inspect(ctx, dk, c.ID)
 		if err != nil || !j.State.Running {
 			continue // going away
 		}
@@ -315,8 +312,8 @@ func startAgent(t *testing.T, ctl, app string) {
 func removeApp(dk *client.Client, app string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	list, _ := dk.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", containers.AppLabel+"="+app))})
-	for _, c := range list {
-		_ = dk.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	list, _ := dk.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", containers.AppLabel+"="+app)})
+	for _, c := range list.Items {
+		_, _ = dk.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
 	}
 }

@@ -143,8 +143,12 @@ func (st *topState) frame(e *env, c *adminclient.Client, app string, w io.Writer
 	}
 	fmt.Fprintf(w, "%s\n\n", head)
 
-	t := newTable([]int{3, 4, 5, 6, 7, 8, 9, 10, 11},
-		"CONTAINER", "APP", "HOST", "CPU LIM", "CPU USE", "CPU SLACK", "THR/s", "MEM LIM", "MEM USE", "MEM SLACK", "OOM OK", "OOM NO")
+	cols := []string{"CONTAINER", "APP", "HOST", "CPU LIM", "CPU USE", "CPU SLACK", "THR/s", "MEM LIM", "MEM USE", "MEM SLACK", "OOM OK", "OOM NO"}
+	rec := anyRecommended(cs) // an app in recommend mode: what Escra would set
+	if rec {
+		cols = append(cols, "REC CPU/MEM")
+	}
+	t := newTable([]int{3, 4, 5, 6, 7, 8, 9, 10, 11}, cols...)
 	dt := now.Sub(st.lastTime).Seconds()
 	next := make(map[string]uint64, len(cs))
 	for _, ct := range cs {
@@ -158,10 +162,14 @@ func (st *topState) frame(e *env, c *adminclient.Client, app string, w io.Writer
 		if name == "" {
 			name = shortID(ct.ContainerID)
 		}
-		t.add(name, ct.App, ct.HostID,
-			cores(ct.CPULimitCores()), cores(ct.CPUUsageCores()), cores(ct.CPULimitCores()-ct.CPUUsageCores()), thr,
-			spec.FormatBytes(ct.MemoryLimitBytes), spec.FormatBytes(ct.MemoryUsageBytes), spec.FormatBytes(ct.MemoryLimitBytes-ct.MemoryUsageBytes),
-			strconv.FormatUint(ct.OOMGrants, 10), strconv.FormatUint(ct.OOMDenials, 10))
+		row := []string{name, ct.App, ct.HostID,
+			cores(ct.CPULimitCores()), cores(ct.CPUUsageCores()), cores(ct.CPULimitCores() - ct.CPUUsageCores()), thr,
+			spec.FormatBytes(ct.MemoryLimitBytes), spec.FormatBytes(ct.MemoryUsageBytes), spec.FormatBytes(ct.MemoryLimitBytes - ct.MemoryUsageBytes),
+			strconv.FormatUint(ct.OOMGrants, 10), strconv.FormatUint(ct.OOMDenials, 10)}
+		if rec {
+			row = append(row, recommended(ct))
+		}
+		t.add(row...)
 	}
 	st.last, st.lastTime = next, now
 	t.write(w, e.width)

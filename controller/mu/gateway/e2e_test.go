@@ -19,8 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/mu"
@@ -57,10 +56,10 @@ func TestGatewayScalesRealReplicasThroughController(t *testing.T) {
 	app := fmt.Sprintf("mu-e2e-%d", rand.Intn(1_000_000))
 	// Whatever happens, the test's containers go.
 	t.Cleanup(func() {
-		list, _ := cli.ContainerList(context.Background(), container.ListOptions{All: true,
-			Filters: filters.NewArgs(filters.Arg("label", containers.AppLabel+"="+app))})
-		for _, c := range list {
-			cli.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+		list, _ := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+			Filters: make(client.Filters).Add("label", containers.AppLabel+"="+app)})
+		for _, c := range list.Items {
+			cli.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
 		}
 	})
 
@@ -213,12 +212,12 @@ func TestGatewayScalesRealReplicasThroughController(t *testing.T) {
 	// running replicas: it serves at once, and creates no container.
 	crash()
 	onEngine := func() int {
-		list, err := cli.ContainerList(context.Background(), container.ListOptions{
-			Filters: filters.NewArgs(filters.Arg("label", containers.AppLabel+"="+app))})
+		list, err := cli.ContainerList(context.Background(), client.ContainerListOptions{
+			Filters: make(client.Filters).Add("label", containers.AppLabel+"="+app)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return len(list)
+		return len(list.Items)
 	}
 	before := onEngine()
 	served := g.Statuses()[0].Ready // what the crashed gateway was serving with
@@ -253,9 +252,9 @@ func TestGatewayScalesRealReplicasThroughController(t *testing.T) {
 	for members() > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	list, _ := cli.ContainerList(context.Background(), container.ListOptions{All: true,
-		Filters: filters.NewArgs(filters.Arg("label", containers.AppLabel+"="+app))})
-	if len(list) != 0 || members() != 0 {
-		t.Fatalf("after shutdown: %d containers on the engine, %d members", len(list), members())
+	list, _ := cli.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+		Filters: make(client.Filters).Add("label", containers.AppLabel+"="+app)})
+	if len(list.Items) != 0 || members() != 0 {
+		t.Fatalf("after shutdown: %d containers on the engine, %d members", len(list.Items), members())
 	}
 }

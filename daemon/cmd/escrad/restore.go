@@ -9,8 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/containers"
@@ -114,17 +113,18 @@ func labelledTrapFiles(ctx context.Context, host string, apps []string) ([]strin
 		return nil, err
 	}
 	defer cli.Close()
-	list, err := cli.ContainerList(ctx, container.ListOptions{Filters: filters.NewArgs(
-		filters.Arg("label", containers.AppLabel), filters.Arg("status", "running"), filters.Arg("status", "paused"))})
+	list, err := cli.ContainerList(ctx, client.ContainerListOptions{Filters: make(client.Filters).
+		Add("label", containers.AppLabel).Add("status", "running", "paused")})
 	if err != nil {
 		return nil, err
 	}
 	var out []string
-	for _, c := range list {
+	for _, c := range list.Items {
 		if len(apps) > 0 && !slices.Contains(apps, c.Labels[containers.AppLabel]) {
 			continue
 		}
-		j, err := cli.ContainerInspect(ctx, c.ID)
+		res, err := cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+		j := res.Container
 		if err != nil || j.State == nil || j.State.Pid <= 0 {
 			continue // gone meanwhile
 		}

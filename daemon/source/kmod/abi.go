@@ -57,7 +57,8 @@ const (
 	RecNrThrottled = 8
 	RecThrottledNs = 9
 	RecTimestampNs = 10
-	RecMax         = 10
+	RecUsedNs      = 11 // runtime consumed in the period; correct with CFS burst
+	RecMax         = 11
 )
 
 // Module counters, nested in AttrStats (enum escra_stat_attr).

@@ -116,6 +116,7 @@ func TestGoConstantsMatchUAPIHeader(t *testing.T) {
 		"ESCRA_REC_NR_THROTTLED": strconv.Itoa(RecNrThrottled),
 		"ESCRA_REC_THROTTLED_NS": strconv.Itoa(RecThrottledNs),
 		"ESCRA_REC_TIMESTAMP_NS": strconv.Itoa(RecTimestampNs),
+		"ESCRA_REC_USED_NS":      strconv.Itoa(RecUsedNs),
 		"ESCRA_REC_MAX":          strconv.Itoa(RecMax),
 
 		"ESCRA_STAT_UNSPEC":           strconv.Itoa(StatUnspec),

@@ -118,6 +118,11 @@ func decodeRecord(ad *netlink.AttributeDecoder, r *source.Record) error {
 			r.ThrottledNs = ad.Uint64()
 		case RecTimestampNs:
 			r.TimestampNs = ad.Uint64()
+		case RecUsedNs:
+			// The kernel's own count of the period's runtime: with
+			// cpu.max.burst the pool can hold more than the quota,
+			// so QuotaNs - UnusedNs would under-report.
+			r.UsedNs, r.HasUsed = ad.Uint64(), true
 		}
 	}
 	if err := ad.Err(); err != nil {

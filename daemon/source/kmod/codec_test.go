@@ -30,6 +30,9 @@ func kernelRecord(ae *netlink.AttributeEncoder, r source.Record, pad, extra bool
 		n.Uint32(RecNrThrottled, r.NrThrottled)
 		n.Uint64(RecThrottledNs, r.ThrottledNs)
 		n.Uint64(RecTimestampNs, r.TimestampNs)
+		if r.HasUsed {
+			n.Uint64(RecUsedNs, r.UsedNs)
+		}
 		if extra {
 			n.Uint32(RecMax+1, 7)
 		}
@@ -41,10 +44,14 @@ func TestDecodeTelemetryBatch(t *testing.T) {
 	want := []source.Record{
 		{CgroupID: 42, Seq: 1, QuotaNs: 20e6, PeriodNs: 100e6, UnusedNs: 0, Throttled: true, NrThrottled: 3, ThrottledNs: 240e6, TimestampNs: 5e9},
 		{CgroupID: 43, Seq: 9, QuotaNs: 50e6, PeriodNs: 100e6, UnusedNs: 12345, TimestampNs: 5e9 + 1},
+		// CFS burst: the pool carried 30 ms over a 50 ms quota; the group
+		// ran 40 ms. Only the kernel's own count says so.
+		{CgroupID: 44, Seq: 2, QuotaNs: 50e6, PeriodNs: 100e6, UnusedNs: 60e6, TimestampNs: 5e9 + 2, UsedNs: 40e6, HasUsed: true},
 	}
 	ae := netlink.NewAttributeEncoder()
 	kernelRecord(ae, want[0], false, false)
 	kernelRecord(ae, want[1], true, true)
+	kernelRecord(ae, want[2], false, false)
 	ae.Uint32(AttrMax+1, 1) // unknown top-level attribute: skipped
 	b, err := ae.Encode()
 	if err != nil {
