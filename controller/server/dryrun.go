@@ -29,6 +29,12 @@ func (s *Server) CheckApp(spec AppSpec) (AppState, error) {
 		Params: p, Spec: spec.Spec, CPUUnallocatedCores: b.CPUCores, MemoryUnallocatedBytes: b.MemoryBytes}
 	if pol != nil {
 		out.Policy = pol.Name()
+	} else {
+		out.Policy = allocator.Escra{}.Name() // the allocator's default
+	}
+	out.Mode = spec.Mode
+	if out.Mode == "" {
+		out.Mode = "enforce"
 	}
 	s.mu.RLock()
 	a := s.apps[spec.Name]
@@ -40,7 +46,7 @@ func (s *Server) CheckApp(spec AppSpec) (AppState, error) {
 	if (st.Params != p || (pol != nil && st.Policy != pol.Name())) && len(st.Members) > 0 {
 		return AppState{}, fmt.Errorf("app %s: parameters and policy can change only while it has no members", spec.Name)
 	}
-	if out.Policy == "" {
+	if pol == nil {
 		out.Policy = st.Policy
 	}
 	// The members keep what they hold until the allocator's next decisions.

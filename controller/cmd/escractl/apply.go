@@ -89,14 +89,23 @@ func applyOne(e *env, c *adminclient.Client, l *live, app *spec.App, budgetOnly 
 		if existed {
 			what = "configured"
 		}
+		var accepted *adminclient.App
 		if dryRun == "server" {
 			// The controller checks the budget as it would apply it.
 			b := Budget(app)
 			b.Spec = &want
-			if _, err := c.CheckApp(e.ctx, b); err != nil {
+			a, err := c.CheckApp(e.ctx, b)
+			if err != nil {
 				return wrap("apply "+app.Name, err)
 			}
+			accepted = &a
 		}
+		defer func() {
+			if accepted != nil {
+				fmt.Fprintf(e.stdout, "  controller accepts: %s cores, %s, policy %s, mode %s\n", cores(accepted.CPUCores),
+					spec.FormatBytes(accepted.MemoryBytes), accepted.Policy, accepted.Mode)
+			}
+		}()
 		lines := planLines(planFrom(cur, existed, want), want)
 		if !containersToo {
 			lines = slices.DeleteFunc(lines, func(s string) bool {

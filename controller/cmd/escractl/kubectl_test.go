@@ -242,7 +242,8 @@ func TestServerDryRun(t *testing.T) {
 	s, url := startController(t)
 	ctl := []string{"--controller", url}
 	spec := writeSpec(t, "name: dr\ncpu: 1\nmemory: 64MiB\n")
-	if r := runCLI(t, append(ctl, "apply", "-f", spec, "--dry-run=server")...); r.code != 0 || r.stdout != "app dr created (server dry run)\n  budget 1 cores, 64MiB, σ 0.1\n" && !strings.HasPrefix(r.stdout, "app dr created (server dry run)\n") {
+	if r := runCLI(t, append(ctl, "apply", "-f", spec, "--dry-run=server")...); r.code != 0 || !strings.HasPrefix(r.stdout, "app dr created (server dry run)\n") ||
+		!strings.HasSuffix(r.stdout, "  controller accepts: 1.00 cores, 64MiB, policy escra, mode enforce\n") {
 		t.Fatalf("apply --dry-run=server: %+v", r)
 	}
 	if findApp(s, "dr") != nil {
