@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
+	"github.com/moby/moby/client"
 
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/cgroups"
@@ -47,7 +47,7 @@ func nginxWorkers(t *testing.T, cli *client.Client, id string) int {
 	t.Helper()
 	last, same := -1, 0
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		top, err := cli.ContainerTop(context.Background(), id, nil)
+		top, err := cli.ContainerTop(context.Background(), id, client.ContainerTopOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
