@@ -1,10 +1,12 @@
 // Command escractl is the command line for the controller: apply specs
 // declaratively, list and describe apps, containers and hosts, and watch
 // limits follow demand. Its commands and flags follow kubectl's where one
-// exists (get -o, apply -f -, diff, --dry-run, describe, delete -f).
+// exists (get -o, -l, -w, apply -f DIR -R, diff, --dry-run=client|server,
+// describe, delete -f, config contexts).
 //
 // A mistake ends in one line per problem on stderr, each starting
-// "escractl: ", and exit status 1 (2 for a bad command line).
+// "escractl: ", and exit status 1 (2 for a bad command line). diff exits 1
+// for "differs" and 2 for any failure, as diff(1) does.
 package main
 
 import (
