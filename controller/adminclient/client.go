@@ -223,6 +223,23 @@ func (c *Client) PutApp(ctx context.Context, b AppBudget) error {
 	return c.do(ctx, http.MethodPut, "/v1/apps/"+url.PathEscape(b.Name), b, nil)
 }
 
+// CheckApp is PutApp's server-side dry run: the controller validates b
+// as it would apply it and answers with the app it would then hold,
+// storing and applying nothing.
+func (c *Client) CheckApp(ctx context.Context, b AppBudget) (App, error) {
+	var out App
+	return out, c.do(ctx, http.MethodPut, "/v1/apps/"+url.PathEscape(b.Name)+"?dryRun=1", b, &out)
+}
+
+// CheckDelete is DeleteApp's server-side dry run: the number of
+// containers a delete would remove (ErrNotFound for an unknown app).
+func (c *Client) CheckDelete(ctx context.Context, name string) (int, error) {
+	var out struct {
+		N int `json:"containers_removed"`
+	}
+	return out.N, c.do(ctx, http.MethodDelete, "/v1/apps/"+url.PathEscape(name)+"?dryRun=1", nil, &out)
+}
+
 // DeleteApp removes an app; it fails with ErrNotFound for an unknown app.
 func (c *Client) DeleteApp(ctx context.Context, name string) error {
 	err := c.do(ctx, http.MethodDelete, "/v1/apps/"+url.PathEscape(name), nil, nil)

@@ -82,9 +82,23 @@ func (s *App) verdict(m *member, r oomReq, granted bool, limit int64, reason str
 		kind = "oom-granted"
 	}
 	s.cnt.Decision(kind)
+	if granted {
+		// The system's signature event (Escra §IV-B), at info: the app
+		// is in s.log's attributes.
+		hit := int64(min(r.req.GetLimitBytes(), 1<<50))
+		s.log.Info("OOM granted", "name", m.Name, "host", m.HostID, "container", shortID(m.ContainerID),
+			"granted_bytes", limit-hit, "new_limit_bytes", limit, "time_to_grant", time.Since(r.received))
+	}
 	if s.hub.Active() {
 		g := granted
 		s.hub.Publish(events.Event{Time: time.Now(), App: s.Name, Host: m.HostID, ContainerID: m.ContainerID,
 			Handle: m.Handle, Kind: "oom-verdict", MemoryBytes: limit, Granted: &g, Reason: reason})
 	}
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
 }

@@ -80,6 +80,15 @@ func (s *Server) adminHandler() http.Handler {
 			writeJSON(w, 400, map[string]string{"error": "name in body differs from the path"})
 			return
 		}
+		if dryRun(r.URL.Query().Get("dryRun")) {
+			a, err := s.CheckApp(spec)
+			if err != nil {
+				writeJSON(w, 400, map[string]string{"error": err.Error()})
+				return
+			}
+			writeJSON(w, 200, a)
+			return
+		}
 		if err := s.DefineApp(spec); err != nil {
 			writeJSON(w, storeStatus(err, 400), map[string]string{"error": err.Error()})
 			return
@@ -114,6 +123,16 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	s.scaleRoutes(mux) // Mu: an autoscaler adds and removes replicas
 	mux.HandleFunc("DELETE /v1/apps/{name}", func(w http.ResponseWriter, r *http.Request) {
+		if dryRun(r.URL.Query().Get("dryRun")) {
+			for _, a := range s.Snapshot().Apps {
+				if a.Name == r.PathValue("name") {
+					writeJSON(w, 200, map[string]any{"name": a.Name, "containers_removed": a.Members, "dry_run": true})
+					return
+				}
+			}
+			writeJSON(w, 404, map[string]string{"error": fmt.Sprintf("unknown app %q", r.PathValue("name"))})
+			return
+		}
 		n, err := s.RemoveApp(r.Context(), r.PathValue("name"))
 		switch {
 		case errors.Is(err, ErrUnknownApp):

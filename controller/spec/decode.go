@@ -173,6 +173,7 @@ func (d *decoder) app(n *yaml.Node) *App {
 		// so a listing applies back unchanged.
 		"status": func(v *yaml.Node, f string) {},
 		"slo":    func(v *yaml.Node, f string) { app.SLO = d.slo(v, f) },
+		"labels": func(v *yaml.Node, f string) { app.Labels = d.labels(v, f) },
 		"mode": func(v *yaml.Node, f string) {
 			app.Mode = d.str(v, f)
 			if d.ok() && app.Mode != ModeEnforce && app.Mode != ModeRecommend {

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"maps"
 	"math"
 	"reflect"
 	"sort"
@@ -13,14 +14,15 @@ import (
 // Doc an app was applied with; escractl get apps -o yaml|json prints it,
 // and escractl apply -f takes it back unchanged.
 type Doc struct {
-	Name       string         `json:"name" yaml:"name"`
-	CPU        string         `json:"cpu" yaml:"cpu"`
-	Memory     string         `json:"memory" yaml:"memory"`
-	Sigma      float64        `json:"sigma" yaml:"sigma"`
-	Mode       string         `json:"mode,omitempty" yaml:"mode,omitempty"`
-	Allocator  *DocAllocator  `json:"allocator,omitempty" yaml:"allocator,omitempty"`
-	SLO        *DocSLO        `json:"slo,omitempty" yaml:"slo,omitempty"`
-	Containers []DocContainer `json:"containers,omitempty" yaml:"containers,omitempty"`
+	Name       string            `json:"name" yaml:"name"`
+	Labels     map[string]string `json:"labels,omitempty" yaml:"labels,omitempty"`
+	CPU        string            `json:"cpu" yaml:"cpu"`
+	Memory     string            `json:"memory" yaml:"memory"`
+	Sigma      float64           `json:"sigma" yaml:"sigma"`
+	Mode       string            `json:"mode,omitempty" yaml:"mode,omitempty"`
+	Allocator  *DocAllocator     `json:"allocator,omitempty" yaml:"allocator,omitempty"`
+	SLO        *DocSLO           `json:"slo,omitempty" yaml:"slo,omitempty"`
+	Containers []DocContainer    `json:"containers,omitempty" yaml:"containers,omitempty"`
 }
 
 // DocSLO is the pema policy's slo section, durations written as the spec
@@ -76,6 +78,9 @@ type DocContainer struct {
 // two specs that mean the same have equal Docs.
 func (a *App) Doc() Doc {
 	d := Doc{Name: a.Name, CPU: FormatCPU(a.CPU), Memory: FormatBytesExact(a.MemoryBytes), Sigma: a.Sigma}
+	if len(a.Labels) > 0 {
+		d.Labels = maps.Clone(a.Labels)
+	}
 	if a.Mode == ModeRecommend { // enforce, the default, is left out
 		d.Mode = a.Mode
 	}
@@ -127,7 +132,7 @@ func (d Doc) Equal(o Doc) bool {
 		(d.Allocator == nil) != (o.Allocator == nil) || len(d.Containers) != len(o.Containers) {
 		return false
 	}
-	if d.Allocator != nil && *d.Allocator != *o.Allocator {
+	if d.Allocator != nil && *d.Allocator != *o.Allocator || !maps.Equal(d.Labels, o.Labels) {
 		return false
 	}
 	if (d.SLO == nil) != (o.SLO == nil) || d.SLO != nil && !reflect.DeepEqual(*d.SLO, *o.SLO) {

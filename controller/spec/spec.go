@@ -65,6 +65,8 @@ type App struct {
 	Line       int // where the app starts in its file
 	// SLO: the latency objective of the pema policy (PEMA).
 	SLO *SLO
+	// Labels name the app to selectors (escractl get -l team=web).
+	Labels map[string]string
 	// Mode is ModeEnforce or ModeRecommend.
 	Mode string
 }

@@ -112,7 +112,10 @@ func TestErrors(t *testing.T) {
 		{"comment only", "# nothing\n", "app.yaml: is empty"},
 		{"list doc", "- a\n", "app.yaml:1: must be a mapping of fields"},
 		{"two docs", good + "---\nname: b\n", "app.yaml:10: holds more than one YAML document"},
-		{"unknown top", good + "cpus: 3\n", "app.yaml:10: cpus: unknown field (known: allocator, containers, cpu, memory, mode, name, sigma, slo)"},
+		{"labels not a mapping", good + "labels: web\n", "app.yaml:10: labels: must be a mapping of key: value"},
+		{"bad label key", good + "labels:\n  \"team web\": a\n", "app.yaml:11: labels: keys must be"},
+		{"bad label value", good + "labels:\n  team: \"a/b\"\n", "app.yaml:11: labels.team: must be up to 63"},
+		{"unknown top", good + "cpus: 3\n", "app.yaml:10: cpus: unknown field (known: allocator, containers, cpu, labels, memory, mode, name, sigma, slo)"},
 		{"unknown container field", strings.Replace(good, "    replicas: 2", "    replica: 2", 1), "app.yaml:7: containers[0].replica: unknown field"},
 		{"replicas zero", strings.Replace(good, "  - name: db\n    image: img\n", "  - name: db\n    image: img\n    replicas: 0\n", 1), "app.yaml:10: containers[1].replicas: 0 must be ≥ 1"},
 		{"replicas text", strings.Replace(good, "replicas: 2", "replicas: two", 1), "app.yaml:7: containers[0].replicas: \"two\" is not a whole number"},
@@ -237,5 +240,22 @@ func TestQuantities(t *testing.T) {
 		if got := FormatBytes(b); got != want {
 			t.Errorf("FormatBytes(%d) = %q, want %q", b, got, want)
 		}
+	}
+}
+
+// Labels are read, kept in the canonical document and compared.
+func TestLabels(t *testing.T) {
+	a, err := Parse("app.yaml", []byte("name: shop\ncpu: 1\nmemory: 64MiB\nlabels:\n  team: web\n  example.com/tier: front\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := a.Doc()
+	if d.Labels["team"] != "web" || d.Labels["example.com/tier"] != "front" || len(d.Labels) != 2 {
+		t.Fatalf("labels %v", d.Labels)
+	}
+	o := a.Doc()
+	o.Labels = map[string]string{"team": "db"}
+	if d.Equal(o) {
+		t.Fatal("documents with other labels are equal")
 	}
 }

@@ -352,6 +352,13 @@ func PrepareView(dir, name string, cores int) (string, error) {
 		set = append(set, c)
 	}
 	p := filepath.Join(d, "online")
+	if st, err := os.Lstat(p); err == nil && st.IsDir() {
+		// What `docker run -v` made of a missing source: a directory,
+		// which runc cannot mount on a file. Empty, it is replaced.
+		if err := os.Remove(p); err != nil {
+			return "", fmt.Errorf("view %s is a directory, not a file (left by docker run -v before it existed): %w", p, err)
+		}
+	}
 	return p, os.WriteFile(p, []byte(set.String()+"\n"), 0o644)
 }
 

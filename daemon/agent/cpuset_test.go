@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -122,4 +123,40 @@ func cpus(g *cgroups.Group) string {
 	var buf [64]byte
 	b, _ := g.Read(cgroups.CPUSetCPUs, buf[:])
 	return strings.TrimSpace(string(b))
+}
+
+// A hand-started container's view: ⌈cpus⌉ CPUs numbered from the top, and
+// a directory left where the file belongs (docker run -v of a missing
+// source) is replaced by the file.
+func TestPrepareHandView(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "web", "online"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := PrepareHandView(dir, "web", 0.5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := hostCPUs()
+	want := fmt.Sprintf("%d\n", n-1)
+	if b, err := os.ReadFile(p); err != nil || string(b) != want {
+		t.Fatalf("view %q (%v), want %q", b, err, want)
+	}
+	if got := ViewMount(p); got != "type=bind,source="+p+",target=/sys/devices/system/cpu/online,readonly" {
+		t.Errorf("mount %q", got)
+	}
+	if p, err = PrepareHandView(dir, "all", 0); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(p); n > 1 && string(b) != fmt.Sprintf("0-%d\n", n-1) {
+		t.Errorf("view of every CPU %q", b)
+	}
+	for _, bad := range []struct {
+		name string
+		cpus float64
+	}{{"../x", 1}, {"", 1}, {"web", -1}} {
+		if _, err := PrepareHandView(dir, bad.name, bad.cpus); err == nil {
+			t.Errorf("PrepareHandView(%q, %v) accepted", bad.name, bad.cpus)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	cg "github.com/containerd/cgroups/v3"
 	cg1 "github.com/containerd/cgroups/v3/cgroup1"
@@ -85,7 +86,18 @@ func PathsForPID(pid int) (Paths, error) {
 		}
 		return v2Paths(g)
 	}
-	return v1Paths(cg1.PidPath(pid), "")
+	// The library finds each controller's mount in /proc/self/mountinfo;
+	// a read that races a mount change elsewhere (the engine mounting
+	// another container's rootfs) can miss a line, so look again.
+	var p Paths
+	var err error
+	for try := 0; try < 4; try++ {
+		if p, err = v1Paths(cg1.PidPath(pid), ""); !errors.Is(err, cg1.ErrNoCgroupMountDestination) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return p, err
 }
 
 // PathsForCgroup resolves a cgroup given by its path relative to the

@@ -115,7 +115,7 @@ func (r *Rescuer) LimitRaised(m *Container, limit int64) {
 		return
 	}
 	m.rescued = true
-	at := m.at
+	at, hit := m.at, m.limit
 	m.mu.Unlock()
 	returned := time.Since(at)
 	issued := returned
@@ -123,6 +123,15 @@ func (r *Rescuer) LimitRaised(m *Container, limit int64) {
 		issued = w.Sub(at)
 	}
 	r.cfg.Metrics.Rescue.Observe(issued.Seconds())
+	// The system's signature event (Escra §IV-B): one info line, so an
+	// operator who sees Docker's OOMKilled flag can tell it was survived.
+	attrs := []any{"name", m.Name, "app", m.App, "limit_hit_bytes", hit, "time_to_grant", issued}
+	if limit == cgroups.Max {
+		attrs = append(attrs, "new_limit", "max")
+	} else {
+		attrs = append(attrs, "new_limit_bytes", limit, "granted_bytes", limit-hit)
+	}
+	r.log.Info("OOM rescued: memory limit raised", attrs...)
 	if r.cfg.OnRescue != nil {
 		r.cfg.OnRescue(issued, returned)
 	}

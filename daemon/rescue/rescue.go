@@ -80,6 +80,7 @@ type Config struct {
 type Container struct {
 	H    uint32
 	Name string
+	App  string // for the rescue's log line
 	G    *cgroups.Group
 	Mem  Memory
 	// Armed: telemetry and the OOM trap are set up (the agent sets it).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -292,4 +293,56 @@ func TestOneRequestAtATime(t *testing.T) {
 	if len(g.link.reqs) != 1 {
 		t.Fatal("an event of a removed container was sent")
 	}
+}
+
+// A rescue leaves one info line naming the container, its app, the bytes
+// granted and the time to grant; a denial leaves none of that kind.
+func TestRescueIsLoggedAtInfo(t *testing.T) {
+	g := newRig(t, time.Minute)
+	var buf syncBuffer
+	g.r.log = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	g.c.App = "shop"
+	g.r.OOM(g.event(256))
+	const granted = limit0 + 256*4096
+	g.link.answer(0, &pb.OomVerdict{Handle: 7, Granted: true, NewLimitBytes: granted})
+	g.resolved(t)
+	var rescued []string
+	for _, ln := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		if strings.Contains(ln, "OOM rescued") {
+			rescued = append(rescued, ln)
+		}
+	}
+	if len(rescued) != 1 {
+		t.Fatalf("log %q: want one OOM rescued line", buf.String())
+	}
+	ln := rescued[0]
+	for _, want := range []string{"level=INFO", "name=c7", "app=shop", "granted_bytes=1048576", "time_to_grant="} {
+		if !strings.Contains(ln, want) {
+			t.Errorf("rescue line %q lacks %q", ln, want)
+		}
+	}
+
+	g.r.OOM(g.event(0))
+	g.link.answer(1, &pb.OomVerdict{Handle: 7, Granted: false})
+	g.resolved(t)
+	if n := strings.Count(buf.String(), "OOM rescued"); n != 1 {
+		t.Fatalf("after a denial %d rescue lines, want still 1", n)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -71,6 +71,29 @@ func TestCLIWithOperatorCertificates(t *testing.T) {
 	if r := runCLI(t, "--controller", url, "--certs", t.TempDir(), "get", "apps"); r.code != 1 || !strings.Contains(r.stderr, "escractl certs") {
 		t.Fatalf("no certificate: %+v", r)
 	}
+	// Contexts carry the certificate: a certs directory, or the three
+	// files; the viewer's context cannot delete, the admin's can read.
+	t.Setenv("ESCRACONFIG", filepath.Join(t.TempDir(), "config.yaml"))
+	t.Setenv("ESCRA_CERTS", "")
+	if r := runCLI(t, "config", "set-context", "admin", "--controller", url, "--certs", dir); r.code != 0 {
+		t.Fatal(r)
+	}
+	if r := runCLI(t, "config", "set-context", "viewer", "--controller", url, "--tls-ca", auth.CAPath(dir),
+		"--tls-cert", auth.CertPath(dir, "viewer"), "--tls-key", auth.KeyPath(dir, "viewer")); r.code != 0 {
+		t.Fatal(r)
+	}
+	if r := runCLI(t, "config", "use-context", "viewer"); r.code != 0 {
+		t.Fatal(r)
+	}
+	if r := runCLI(t, "get", "apps"); r.code != 0 || !strings.Contains(r.stdout, "hello") {
+		t.Fatalf("get apps through the viewer context: %+v", r)
+	}
+	if r := runCLI(t, "delete", "hello", "--dry-run=server"); r.code == 0 || !strings.Contains(r.stderr, "role viewer may not") {
+		t.Fatalf("viewer context's server dry-run delete: %+v", r)
+	}
+	if r := runCLI(t, "--context", "admin", "delete", "hello", "--dry-run=server"); r.code != 0 {
+		t.Fatalf("admin context's server dry-run delete: %+v", r)
+	}
 	// A plain URL against the HTTPS API fails in one line too.
 	if r := runCLI(t, "--controller", "http://"+s.AdminAddr(), "get", "apps"); r.code == 0 {
 		t.Fatalf("plain HTTP to the HTTPS admin API: %+v", r)

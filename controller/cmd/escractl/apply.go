@@ -15,7 +15,8 @@ import (
 
 func applyCmd(e *env) *cobra.Command {
 	var files []string
-	var budgetOnly, dryRun bool
+	var budgetOnly, recursive bool
+	var dryRun string
 	c := &cobra.Command{
 		Use:   "apply -f FILE",
 		Short: "Apply specs: set each app's budget and bring its containers to the spec",
@@ -29,12 +30,16 @@ A spec without containers, or --budget-only, sets the budget only: its
 containers join with docker run --label escra.app=APP.`,
 		Example: `  escractl apply -f shop.yaml
   escractl apply -f shop.yaml --dry-run
+  escractl apply -f specs/ -R --dry-run=server
   escractl get apps shop -o yaml | sed 's/replicas: 3/replicas: 4/' | escractl apply -f -
   escractl apply --budget-only -f budgets.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkDryRun("apply", &dryRun); err != nil {
+				return err
+			}
 			// Validate everything before touching the controller: a bad
 			// spec changes nothing.
-			_, apps, err := specFiles(e, cmd, files, args)
+			_, apps, err := specFiles(e, cmd, files, args, recursive)
 			if err != nil {
 				return err
 			}
@@ -54,13 +59,14 @@ containers join with docker run --label escra.app=APP.`,
 			return nil
 		},
 	}
-	c.Flags().StringArrayVarP(&files, "filename", "f", nil, "spec file (repeatable; - for stdin)")
+	c.Flags().StringArrayVarP(&files, "filename", "f", nil, "spec file or directory (repeatable; - for stdin)")
+	c.Flags().BoolVarP(&recursive, "recursive", "R", false, "read the subdirectories of -f DIR too")
 	c.Flags().BoolVar(&budgetOnly, "budget-only", false, "set the budget only; leave containers as they are")
-	c.Flags().BoolVar(&dryRun, "dry-run", false, "print what would change; change nothing")
+	registerDryRun(c, &dryRun, "print what would change; change nothing")
 	return c
 }
 
-func applyOne(e *env, c *adminclient.Client, l *live, app *spec.App, budgetOnly, dryRun bool) error {
+func applyOne(e *env, c *adminclient.Client, l *live, app *spec.App, budgetOnly bool, dryRun string) error {
 	cur, existed, want := l.target(app, budgetOnly)
 	containersToo := !budgetOnly && len(app.Containers) > 0
 	allRun := true
@@ -68,18 +74,38 @@ func applyOne(e *env, c *adminclient.Client, l *live, app *spec.App, budgetOnly,
 		allRun = allRun && l.running[app.Name][ct.Name]
 	}
 	suffix := ""
-	if dryRun {
+	switch dryRun {
+	case "client":
 		suffix = " (dry run)"
+	case "server":
+		suffix = " (server dry run)"
 	}
 	if existed && !cur.Auto && liveDoc(cur).Equal(want) && (!containersToo || allRun) {
 		fmt.Fprintf(e.stdout, "app %s unchanged%s\n", app.Name, suffix)
 		return nil
 	}
-	if dryRun {
+	if dryRun != "" {
 		what := "created"
 		if existed {
 			what = "configured"
 		}
+		var accepted *adminclient.App
+		if dryRun == "server" {
+			// The controller checks the budget as it would apply it.
+			b := Budget(app)
+			b.Spec = &want
+			a, err := c.CheckApp(e.ctx, b)
+			if err != nil {
+				return wrap("apply "+app.Name, err)
+			}
+			accepted = &a
+		}
+		defer func() {
+			if accepted != nil {
+				fmt.Fprintf(e.stdout, "  controller accepts: %s cores, %s, policy %s, mode %s\n", cores(accepted.CPUCores),
+					spec.FormatBytes(accepted.MemoryBytes), accepted.Policy, accepted.Mode)
+			}
+		}()
 		lines := planLines(planFrom(cur, existed, want), want)
 		if !containersToo {
 			lines = slices.DeleteFunc(lines, func(s string) bool {
@@ -134,4 +160,24 @@ func wrap(what string, err error) error {
 		return err
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// registerDryRun adds kubectl's --dry-run[=client|server]: client
+// decides from what the controller shows, server also has the controller
+// validate the change without storing or applying it.
+func registerDryRun(c *cobra.Command, v *string, usage string) {
+	c.Flags().StringVar(v, "dry-run", "", usage+": client (escractl decides) or server (the controller validates too)")
+	c.Flags().Lookup("dry-run").NoOptDefVal = "client"
+}
+
+// checkDryRun refuses an unknown mode and turns "none" into "".
+func checkDryRun(cmd string, v *string) error {
+	switch *v {
+	case "none":
+		*v = ""
+		return nil
+	case "", "client", "server":
+		return nil
+	}
+	return usageErr("%s: --dry-run=%q: want client or server", cmd, *v)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -11,57 +12,70 @@ import (
 
 func diffCmd(e *env) *cobra.Command {
 	var files []string
-	var budgetOnly bool
+	var budgetOnly, recursive bool
 	c := &cobra.Command{
 		Use:   "diff -f FILE",
 		Short: "Show how specs differ from what the controller runs",
 		Long: `diff prints, per app, a unified diff of the spec the controller holds
 against the one apply -f would make it hold, then what apply would do.
-It exits 0 when nothing differs and 1 when something does (like diff(1)
-and kubectl diff).`,
-		Example: `  escractl diff -f shop.yaml`,
+It exits 0 when nothing differs, 1 when something does, and 2 or more on
+an error (a bad spec or command line, an unreachable controller), like
+diff(1) and kubectl diff.`,
+		Example: `  escractl diff -f shop.yaml
+  escractl diff -f specs/ -R`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fs, apps, err := specFiles(e, cmd, files, args)
-			if err != nil {
-				return err
+			err := runDiff(e, cmd, files, args, budgetOnly, recursive)
+			var ee *exitError
+			if err != nil && !errors.As(err, &ee) {
+				// 1 means "differs": a failure must not read as one.
+				return &exitError{code: 2, err: err}
 			}
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
-			l, err := fetchLive(e, c)
-			if err != nil {
-				return err
-			}
-			differ := false
-			for _, app := range apps {
-				cur, existed, want := l.target(app, budgetOnly)
-				var from []byte
-				if existed {
-					from, _ = yaml.Marshal(liveDoc(cur))
-				}
-				to, _ := yaml.Marshal(want)
-				if existed && bytes.Equal(from, to) {
-					continue
-				}
-				differ = true
-				fmt.Fprintf(e.stdout, "--- live/%s\n+++ %s/%s\n", app.Name, strings.Join(fs, ","), app.Name)
-				for _, ln := range lineDiff(splitLines(string(from)), splitLines(string(to))) {
-					fmt.Fprintln(e.stdout, ln)
-				}
-				for _, ln := range planLines(planFrom(cur, existed, want), want) {
-					fmt.Fprintf(e.stdout, "# apply would %s\n", ln)
-				}
-			}
-			if differ {
-				return &exitError{code: 1}
-			}
-			return nil
+			return err
 		},
 	}
-	c.Flags().StringArrayVarP(&files, "filename", "f", nil, "spec file (repeatable; - for stdin)")
+	c.Flags().StringArrayVarP(&files, "filename", "f", nil, "spec file or directory (repeatable; - for stdin)")
+	c.Flags().BoolVarP(&recursive, "recursive", "R", false, "read the subdirectories of -f DIR too")
 	c.Flags().BoolVar(&budgetOnly, "budget-only", false, "compare as apply --budget-only would apply")
 	return c
+}
+
+func runDiff(e *env, cmd *cobra.Command, files, args []string, budgetOnly, recursive bool) error {
+	fs, apps, err := specFiles(e, cmd, files, args, recursive)
+	if err != nil {
+		return err
+	}
+	c, err := e.client()
+	if err != nil {
+		return err
+	}
+	l, err := fetchLive(e, c)
+	if err != nil {
+		return err
+	}
+	differ := false
+	for _, app := range apps {
+		cur, existed, want := l.target(app, budgetOnly)
+		var from []byte
+		if existed {
+			from, _ = yaml.Marshal(liveDoc(cur))
+		}
+		to, _ := yaml.Marshal(want)
+		if existed && bytes.Equal(from, to) {
+			continue
+		}
+		differ = true
+		fmt.Fprintf(e.stdout, "--- live/%s\n+++ %s/%s\n", app.Name, strings.Join(fs, ","), app.Name)
+		for _, ln := range lineDiff(splitLines(string(from)), splitLines(string(to))) {
+			fmt.Fprintln(e.stdout, ln)
+		}
+		for _, ln := range planLines(planFrom(cur, existed, want), want) {
+			fmt.Fprintf(e.stdout, "# apply would %s\n", ln)
+		}
+	}
+	if differ {
+		return &exitError{code: 1}
+	}
+	return nil
 }
 
 func splitLines(s string) []string {

@@ -24,6 +24,7 @@ type output struct {
 	noHeaders bool
 	tmpl      string   // --format: a Go template per item
 	jp        []jpPart // -o jsonpath=
+	sel       selector // -l: only apps (and their containers) it matches
 }
 
 func (o *output) register(c *cobra.Command) {
@@ -173,7 +174,9 @@ func itemOf(a adminclient.App) appItem {
 
 func getCmd(e *env) *cobra.Command {
 	var o output
-	var gateway string
+	var gateway, selector string
+	var watch bool
+	var watchEvery time.Duration
 	c := &cobra.Command{
 		Use:   "get apps|containers|hosts|functions [NAME]",
 		Short: "List apps, containers, hosts, or escra-gateway's functions",
@@ -186,6 +189,8 @@ containers, NAME is an app: its containers.`,
   escractl get containers shop -o wide
   escractl get hosts --no-headers
   escractl get apps --format '{{.name}} {{.status.members}}'
+  escractl get apps -l team=web
+  escractl get containers shop -w
   escractl get functions --gateway http://127.0.0.1:8088`,
 		ValidArgsFunction: func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
 			if len(args) == 0 {
@@ -203,6 +208,20 @@ containers, NAME is an app: its containers.`,
 			what, name := args[0], ""
 			if len(args) == 2 {
 				name = args[1]
+			}
+			var sf selectorFlag
+			if err := sf.set(selector); err != nil {
+				return usageErr("get: %v", err)
+			}
+			o.sel = sf.sel
+			if sf.given && what != "apps" && what != "app" && what != "containers" && what != "container" {
+				return usageErr("get %s: -l selects apps and their containers only", what)
+			}
+			if watch && (what == "functions" || what == "function") {
+				return usageErr("get functions: -w is not supported (escractl top --gateway URL follows them)")
+			}
+			if watchEvery < 100*time.Millisecond {
+				return usageErr("get: --watch-interval must be at least 100ms")
 			}
 			if what == "functions" || what == "function" {
 				// Mu's functions live in escra-gateway, not the controller.
@@ -225,10 +244,16 @@ containers, NAME is an app: its containers.`,
 			if err != nil {
 				return err
 			}
+			if watch {
+				return watchGet(e, c, what, name, &o, watchEvery)
+			}
 			return get(e, c, what, name, &o)
 		},
 	}
 	o.register(c)
+	c.Flags().StringVarP(&selector, "selector", "l", "", "only apps whose labels match (containers: of such apps), e.g. team=web,tier!=db")
+	c.Flags().BoolVarP(&watch, "watch", "w", false, "print again whenever the answer changes, until Ctrl-C")
+	c.Flags().DurationVar(&watchEvery, "watch-interval", time.Second, "-w: how often to ask the controller")
 	c.Flags().StringVar(&gateway, "gateway", "", "functions: escra-gateway's admin URL (default $ESCRA_GATEWAY or http://127.0.0.1:8089)")
 	return c
 }
@@ -241,6 +266,7 @@ func get(e *env, c *adminclient.Client, what, name string, o *output) error {
 		if err != nil {
 			return err
 		}
+		apps = selectApps(apps, o.sel)
 		if name != "" {
 			kept := apps[:0]
 			for _, a := range apps {
@@ -296,6 +322,9 @@ func get(e *env, c *adminclient.Client, what, name string, o *output) error {
 	case "containers":
 		cs, err := c.Containers(e.ctx, name)
 		if err != nil {
+			return err
+		}
+		if cs, err = selectContainers(e, c, cs, o.sel); err != nil {
 			return err
 		}
 		sort.SliceStable(cs, func(i, j int) bool {
@@ -415,11 +444,13 @@ func usageByApp(cs []adminclient.Container) map[string]appUsage {
 
 func describeCmd(e *env) *cobra.Command {
 	var since time.Duration
+	var format string
 	c := &cobra.Command{
 		Use:   "describe [app] NAME",
 		Short: "Show one app in detail: budget, pools, allocator, containers, recent events",
 		Example: `  escractl describe shop
-  escractl describe app shop --events-since 10m`,
+  escractl describe app shop --events-since 10m
+  escractl describe shop -o json`,
 		ValidArgsFunction: completeApps(e),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 2 && (args[0] == "app" || args[0] == "apps") {
@@ -428,14 +459,21 @@ func describeCmd(e *env) *cobra.Command {
 			if len(args) != 1 {
 				return usageErr("describe: give one app name")
 			}
+			if format != "text" && format != "json" {
+				return usageErr("describe: -o %q: want text or json", format)
+			}
 			c, err := e.client()
 			if err != nil {
 				return err
+			}
+			if format == "json" {
+				return describeJSON(e, c, args[0], since)
 			}
 			return describe(e, c, args[0], since)
 		},
 	}
 	c.Flags().DurationVar(&since, "events-since", time.Hour, "show the app's events of this long ago (the controller keeps the latest ones)")
+	c.Flags().StringVarP(&format, "output", "o", "text", "text, or json: the app (spec and status), its containers and events in one object")
 	return c
 }
 

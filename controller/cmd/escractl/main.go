@@ -1,10 +1,12 @@
 // Command escractl is the command line for the controller: apply specs
 // declaratively, list and describe apps, containers and hosts, and watch
 // limits follow demand. Its commands and flags follow kubectl's where one
-// exists (get -o, apply -f -, diff, --dry-run, describe, delete -f).
+// exists (get -o, -l, -w, apply -f DIR -R, diff, --dry-run=client|server,
+// describe, delete -f, config contexts).
 //
 // A mistake ends in one line per problem on stderr, each starting
-// "escractl: ", and exit status 1 (2 for a bad command line).
+// "escractl: ", and exit status 1 (2 for a bad command line). diff exits 1
+// for "differs" and 2 for any failure, as diff(1) does.
 package main
 
 import (
@@ -31,9 +33,17 @@ import (
 type exitError struct {
 	code int
 	msg  string
+	err  error // printed as any error is, when msg is ""
 }
 
-func (e *exitError) Error() string { return e.msg }
+func (e *exitError) Error() string {
+	if e.msg == "" && e.err != nil {
+		return e.err.Error()
+	}
+	return e.msg
+}
+
+func (e *exitError) Unwrap() error { return e.err }
 
 func usageErr(format string, a ...any) error {
 	return &exitError{code: 2, msg: fmt.Sprintf(format, a...)}
@@ -46,6 +56,7 @@ type env struct {
 	stdout     io.Writer
 	stderr     io.Writer
 	controller string
+	context    string // --context: a context of the config file
 	certs      string // directory of admin.pem / viewer.pem and ca.pem
 	tlsFiles   auth.Files
 	width      int      // terminal columns; 0 when not a terminal
@@ -82,7 +93,7 @@ func run(e *env, args []string) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		code = ee.code
-		if ee.msg == "" {
+		if ee.msg == "" && ee.err == nil {
 			return code
 		}
 	}
@@ -116,9 +127,14 @@ demand (top, events).
 The controller's admin API is --controller (default $ESCRA_CONTROLLER or
 ` + adminclient.DefaultURL + `; http://HOST:PORT for a controller run --insecure),
 reached with the operator certificate in --certs (default $ESCRA_CERTS or
-/etc/escra: admin.pem, else viewer.pem, and ca.pem).`,
+/etc/escra: admin.pem, else viewer.pem, and ca.pem). What flags and those
+variables leave unset comes from the current context of the config file
+($ESCRACONFIG, else ~/.config/escra/config.yaml; escractl config).`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return e.applyContext(cmd)
+		},
 		// Unknown commands are a usage error (exit 2), not a cobra message.
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
@@ -144,6 +160,7 @@ reached with the operator certificate in --certs (default $ESCRA_CERTS or
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&e.controller, "controller", def, "controller admin API URL ($ESCRA_CONTROLLER)")
+	pf.StringVar(&e.context, "context", "", "context of the config file to use ($ESCRA_CONTEXT; default its current-context)")
 	pf.StringVar(&e.certs, "certs", certDir, "directory of the operator certificate: admin.pem or viewer.pem, and ca.pem ($ESCRA_CERTS)")
 	pf.StringVar(&e.tlsFiles.Cert, "tls-cert", "", "operator certificate file, instead of --certs")
 	pf.StringVar(&e.tlsFiles.Key, "tls-key", "", "its key file")
@@ -156,7 +173,7 @@ reached with the operator certificate in --certs (default $ESCRA_CERTS or
 		return usageErr("%s: %v (see %s --help)", c.Name(), err, c.CommandPath())
 	})
 	root.AddCommand(applyCmd(e), diffCmd(e), validateCmd(e), deleteCmd(e), getCmd(e), describeCmd(e),
-		topCmd(e), eventsCmd(e), versionCmd(e), certsCmd(e), profileCmd(e))
+		topCmd(e), eventsCmd(e), versionCmd(e), certsCmd(e), profileCmd(e), configCmd(e))
 	root.CompletionOptions.HiddenDefaultCmd = false
 	return root
 }

@@ -431,7 +431,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"get", "apps", "--bogus"}, 2, "escractl: get: unknown flag: --bogus (see escractl get --help)"},
 		{[]string{"get", "apps", "--format", "{{.name"}, 2, "escractl: get: --format: "},
 		{[]string{"top", "a", "b"}, 2, "escractl: top: at most one app name"},
-		{[]string{"delete"}, 2, "escractl: delete: give an app name or -f FILE"},
+		{[]string{"delete"}, 2, "escractl: delete: give an app name, -f FILE or -l SELECTOR"},
 		{[]string{"--controller", "ftp://x", "get", "apps"}, 1, "escractl: bad controller URL \"ftp://x\""},
 		{[]string{"apply", "-f", "/nonexistent/app.yaml"}, 1, "escractl: /nonexistent/app.yaml: no such file or directory"},
 		{[]string{"certs", "--dir", "/nonexistent-escra", "--hosts", "a/b"}, 1, "escractl: certs: host name \"a/b\""},

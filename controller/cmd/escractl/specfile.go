@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -13,14 +16,19 @@ import (
 )
 
 // readSpecs reads every app in the -f files ("-" is stdin), in order;
-// every problem in every file is reported.
-func readSpecs(e *env, files []string) ([]*spec.App, error) {
+// every problem in every file is reported. A directory stands for its
+// .yaml, .yml and .json files in name order, and with recursive for
+// those of its subdirectories too (kubectl's -f DIR and -R).
+func readSpecs(e *env, files []string, recursive bool) ([]*spec.App, error) {
+	files, err := expandDirs(files, recursive)
+	if err != nil {
+		return nil, err
+	}
 	var apps []*spec.App
 	var all spec.Errors
 	seen := map[string]string{}
 	for _, f := range files {
 		var data []byte
-		var err error
 		name := filepath.Base(f)
 		if f == "-" {
 			name = "stdin"
@@ -75,14 +83,57 @@ func fileArgs(cmd *cobra.Command, files, args []string) ([]string, error) {
 
 // specFiles reads the specs a command was given (-f, or one positional
 // argument): the file names and every app in them, validated.
-func specFiles(e *env, cmd *cobra.Command, files, args []string) ([]string, []*spec.App, error) {
+func specFiles(e *env, cmd *cobra.Command, files, args []string, recursive bool) ([]string, []*spec.App, error) {
 	fs, err := fileArgs(cmd, files, args)
 	if err != nil {
 		return nil, nil, err
 	}
-	apps, err := readSpecs(e, fs)
+	apps, err := readSpecs(e, fs, recursive)
 	if err != nil {
 		return nil, nil, err
 	}
 	return fs, apps, nil
+}
+
+// specExt are the file names a directory given to -f is read for.
+var specExt = []string{".yaml", ".yml", ".json"}
+
+// expandDirs replaces each directory in files by its spec files.
+func expandDirs(files []string, recursive bool) ([]string, error) {
+	var out []string
+	for _, f := range files {
+		st, err := os.Stat(f)
+		if f == "-" || err != nil || !st.IsDir() {
+			out = append(out, f) // read (and its error reported) as a file
+			continue
+		}
+		var found []string
+		err = filepath.WalkDir(f, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if p != f && !recursive {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if slices.Contains(specExt, strings.ToLower(filepath.Ext(p))) {
+				found = append(found, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		if len(found) == 0 {
+			hint := ""
+			if !recursive {
+				hint = " (-R reads its subdirectories too)"
+			}
+			return nil, fmt.Errorf("%s: no .yaml, .yml or .json files in the directory%s", f, hint)
+		}
+		out = append(out, found...)
+	}
+	return out, nil
 }

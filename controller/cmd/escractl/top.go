@@ -24,13 +24,14 @@ type topState struct {
 func topCmd(e *env) *cobra.Command {
 	var once bool
 	var interval time.Duration
-	var gateway string
+	var gateway, format string
 	c := &cobra.Command{
 		Use:   "top [APP|FUNCTION]",
 		Short: "Live table of limits, usage and slack per container and app",
 		Example: `  escractl top
   escractl top shop --once
   escractl top --interval 500ms
+  escractl top shop -o json --once
   escractl top --gateway http://127.0.0.1:8089`,
 		Args:              maxArgs(1, "one app name"),
 		ValidArgsFunction: completeApps(e),
@@ -38,24 +39,31 @@ func topCmd(e *env) *cobra.Command {
 			if interval < 100*time.Millisecond {
 				return usageErr("top: --interval must be at least 100ms")
 			}
+			if format != "table" && format != "json" {
+				return usageErr("top: -o %q: want table or json", format)
+			}
 			app := ""
 			if len(args) == 1 {
 				app = args[0]
 			}
 			if gateway != "" {
 				// escra-gateway's functions: replicas, queue, capacity, predicted rate.
+				if format == "json" {
+					return usageErr("top --gateway: -o json is not supported (escractl get functions -o json)")
+				}
 				return topFunctions(e, gateway, app, once, interval)
 			}
-			return runTop(e, app, once, interval)
+			return runTop(e, app, once, interval, format == "json")
 		},
 	}
 	c.Flags().BoolVar(&once, "once", false, "print one frame and exit")
 	c.Flags().DurationVar(&interval, "interval", time.Second, "time between frames")
 	c.Flags().StringVar(&gateway, "gateway", "", "show escra-gateway's functions (URL) instead of the controller's apps")
+	c.Flags().StringVarP(&format, "output", "o", "table", "table, or json: one JSON object a frame, one a line")
 	return c
 }
 
-func runTop(e *env, app string, once bool, interval time.Duration) error {
+func runTop(e *env, app string, once bool, interval time.Duration, asJSON bool) error {
 	c, err := e.client()
 	if err != nil {
 		return err
@@ -70,20 +78,24 @@ func runTop(e *env, app string, once bool, interval time.Duration) error {
 			}
 		}
 		var frame bytes.Buffer
-		if err := st.frame(e, c, app, &frame); err != nil {
+		draw := st.frame
+		if asJSON {
+			draw = st.frameJSON
+		}
+		if err := draw(e, c, app, &frame); err != nil {
 			if e.ctx.Err() != nil {
 				return nil // Ctrl-C during a request: a clean end, not an error
 			}
 			return err
 		}
-		if e.tty && !once {
+		if e.tty && !once && !asJSON {
 			io.WriteString(e.stdout, "\x1b[H\x1b[2J") // home, clear: redraw in place
 		}
 		e.stdout.Write(frame.Bytes())
 		if once {
 			return nil
 		}
-		if !e.tty {
+		if !e.tty && !asJSON {
 			fmt.Fprintln(e.stdout)
 		}
 		select {

@@ -12,6 +12,7 @@ import (
 
 func validateCmd(e *env) *cobra.Command {
 	var files []string
+	var recursive bool
 	c := &cobra.Command{
 		Use:   "validate -f FILE",
 		Short: "Check specs without contacting the controller",
@@ -20,7 +21,7 @@ replica would start with (Escra §IV-A eq. 2). Every problem is listed.`,
 		Example: `  escractl validate -f shop.yaml
   cat shop.yaml | escractl validate -f -`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fs, apps, err := specFiles(e, cmd, files, args)
+			fs, apps, err := specFiles(e, cmd, files, args, recursive)
 			if err != nil {
 				return err
 			}
@@ -33,7 +34,8 @@ replica would start with (Escra §IV-A eq. 2). Every problem is listed.`,
 			return nil
 		},
 	}
-	c.Flags().StringArrayVarP(&files, "filename", "f", nil, "spec file (repeatable; - for stdin)")
+	c.Flags().StringArrayVarP(&files, "filename", "f", nil, "spec file or directory (repeatable; - for stdin)")
+	c.Flags().BoolVarP(&recursive, "recursive", "R", false, "read the subdirectories of -f DIR too")
 	return c
 }
 

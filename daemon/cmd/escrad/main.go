@@ -61,6 +61,9 @@ func main() {
 		cgroupfs.RunGuard(os.Stdin)
 		return
 	}
+	if len(os.Args) > 1 && os.Args[1] == ViewCmd {
+		os.Exit(runView(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	args, restoreOnly := os.Args[1:], false
 	if len(args) > 0 && args[0] == RestoreCmd {
 		args, restoreOnly = args[1:], true
@@ -74,7 +77,7 @@ func main() {
 func run(args []string, restoreOnly bool) error {
 	fs := flag.NewFlagSet("escrad", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: escrad [flags]\n       %s\n", restoreUsage)
+		fmt.Fprintf(fs.Output(), "usage: escrad [flags]\n       %s\n       %s\n", restoreUsage, viewUsage)
 		fs.PrintDefaults()
 	}
 	var (
