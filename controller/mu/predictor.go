@@ -157,7 +157,14 @@ func (m *lrModel) train(hist []float64, target, scale float64) {
 	for i, v := range x {
 		y += m.w[i] * v / scale
 	}
-	g := y - target/scale
+	// Normalised step (NLMS): the gradient over the window's energy, so
+	// a rate means the same for a window of 10 and of 1000; a plain step
+	// at 0.1 over 1000 inputs near 1 overshoots and diverges.
+	energy := 1.0
+	for _, v := range x {
+		energy += (v / scale) * (v / scale)
+	}
+	g := (y - target/scale) / energy
 	for i, v := range x {
 		m.w[i] -= m.lr * g * v / scale
 	}
