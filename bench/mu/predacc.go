@@ -75,6 +75,10 @@ func MedianFunction(accs []PredAccuracy) (PredAccuracy, bool) {
 	return accs[(len(accs)-1)/2], true
 }
 
+// samePct is the band within which a function counts as "no improvement"
+// (Mu §3.2 counts 22 such functions).
+const samePct = 0.1
+
 // PutPredictor stores Fig. 2's figures in the summary.
 func PutPredictor(sum map[string]float64, accs []PredAccuracy, minTotal float64) {
 	sum["predictor_min_invocations"] = minTotal
@@ -83,14 +87,14 @@ func PutPredictor(sum map[string]float64, accs []PredAccuracy, minTotal float64)
 		return
 	}
 	var worse, same, better int
-	var better_sum float64
+	var betterSum float64
 	for _, a := range accs {
 		switch {
-		case a.ReductionPct < -1e-9:
+		case a.ReductionPct <= -samePct:
 			worse++
-		case a.ReductionPct > 1e-9:
+		case a.ReductionPct >= samePct:
 			better++
-			better_sum += a.ReductionPct
+			betterSum += a.ReductionPct
 		default:
 			same++
 		}
@@ -102,7 +106,7 @@ func PutPredictor(sum map[string]float64, accs []PredAccuracy, minTotal float64)
 	sum["predictor_functions_same"] = float64(same)
 	sum["predictor_functions_better"] = float64(better)
 	if better > 0 {
-		sum["predictor_better_mean_reduction_pct"] = better_sum / float64(better)
+		sum["predictor_better_mean_reduction_pct"] = betterSum / float64(better)
 	}
 }
 

@@ -1,0 +1,108 @@
+package mu
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// The machine's scale (docs/mu.md): Table 3's replica serves 20 req/s in
+// a budget of 16, Table 5's 4 req/s in a budget of 6 per function.
+const (
+	// t3FitPeak puts the Table 3 segment's peak at 7 replicas' worth,
+	// leaving the budget room to over-provision (the paper's RPS peaked
+	// at 30 pods for an ideal of about 9).
+	t3FitPeak = 140.0
+	// t5FitPeak puts each Table 5 function's peak at its budget (6 × 4
+	// req/s): the paper's two workloads together peaked just above the
+	// 48 pods the cluster allowed.
+	t5FitPeak = 24.0
+	// t5PaperScale is Mu §4.1's: invocations divided by 100.
+	t5PaperScale = 0.01
+)
+
+// tableTraces are the rate traces Tables 3 and 5 replay.
+type tableTraces struct {
+	label      string // "synthetic Azure-like" or the trace file's account
+	t3, w1, w2 []float64
+}
+
+// pickTraces chooses Tables 3 and 5's functions from the trace (or the
+// synthetic ones without a trace), logs every step and keeps it in sum.
+func pickTraces(cfg Config, tr *AzureTrace, median *PredAccuracy, sum map[string]float64, logf func(string)) (tableTraces, error) {
+	if tr == nil {
+		w1, w2 := t5Traces(cfg)
+		return tableTraces{label: "synthetic Azure-like", t3: t3Trace(cfg), w1: w1, w2: w2}, nil
+	}
+	tc := cfg.Trace
+	tt := tableTraces{label: "Azure Functions"}
+	minuteAs := max(1, tc.MinuteAs)
+	if cfg.has("t3") {
+		var f AzureFunction
+		var note string
+		if tc.Function != "" {
+			var err error
+			if f, note, err = tr.Pick(tc.Function); err != nil {
+				return tt, err
+			}
+			note = "given: " + note
+		} else {
+			if median == nil {
+				return tt, fmt.Errorf("%s: no function has %.0f invocations for Fig. 2's median (give -function)", tr.File, tc.MinInvocations)
+			}
+			f = tr.Fns[median.Row-1]
+			note = fmt.Sprintf("Fig. 2's median function (MAE reduction %.2f%%), row %d", median.ReductionPct, median.Row)
+		}
+		seg, err := SegmentOf(f, cfg.T3Seconds, minuteAs, tc.Start, tc.Scale, t3FitPeak)
+		if err != nil {
+			return tt, fmt.Errorf("%s: Table 3: %w", tr.File, err)
+		}
+		logf("Table 3 function: " + note + "; " + seg.Describe())
+		seg.Put(sum, "t3_trace")
+		tt.t3 = seg.Rates
+	}
+	if cfg.has("t5") {
+		pair := Table5Pair(tr)
+		if len(pair) < 2 {
+			return tt, fmt.Errorf("%s: Table 5 needs two functions, the file has %d", tr.File, len(tr.Fns))
+		}
+		for i, f := range pair {
+			// ÷ 100 as the paper when that fits the budget, else fitted.
+			scale := t5PaperScale
+			if f.Peak()*scale/float64(minuteAs) > t5FitPeak {
+				scale = 0
+			}
+			seg, err := SegmentOf(f, cfg.T5Seconds, minuteAs, tc.Start, scale, t5FitPeak)
+			if err != nil {
+				return tt, fmt.Errorf("%s: Table 5 W%d: %w", tr.File, i+1, err)
+			}
+			logf(fmt.Sprintf("Table 5 W%d: of the 10 functions with the highest peak, the %s most variable (CV %.2f); %s", i+1, []string{"most", "second"}[i], f.CV(), seg.Describe()))
+			seg.Put(sum, fmt.Sprintf("t5_w%d_trace", i+1))
+			if i == 0 {
+				tt.w1 = seg.Rates
+			} else {
+				tt.w2 = seg.Rates
+			}
+		}
+	}
+	return tt, nil
+}
+
+// Table5Pair is Mu §4.1's choice: two functions "with variable invocation
+// patterns" from the top 10 by maximum invocations per minute; here the
+// two with the highest coefficient of variation.
+func Table5Pair(tr *AzureTrace) []AzureFunction {
+	top := tr.TopByPeak(10)
+	sort.SliceStable(top, func(i, j int) bool { return top[i].CV() > top[j].CV() })
+	return top[:min(2, len(top))]
+}
+
+// IdealPods is Fig. 3's ideal replica count each second: the known
+// arrival rate over one replica's service rate, rounded up.
+func IdealPods(rates []float64, perReplica float64) []int {
+	out := make([]int, len(rates))
+	for i, r := range rates {
+		out[i] = int(math.Ceil(r/perReplica - 1e-9))
+	}
+	return out
+}
