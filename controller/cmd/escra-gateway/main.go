@@ -36,6 +36,7 @@ import (
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/mu/gateway"
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/version"
 )
 
 func main() {
@@ -88,12 +89,27 @@ func run(ctx context.Context, args []string) error {
 	admin := fs.String("admin", "127.0.0.1:8089", "address of /metrics and /v1/functions")
 	prefix := fs.String("prefix", "mu-", "container name prefix of the replicas")
 	basePort := fs.Int("base-port", 20000, "first 127.0.0.1 port of the replicas (two per replica)")
-	certs := fs.String("certs", auth.DefaultDir, "directory of ca.pem and the certificate for the controller's admin API (escractl certs)")
+	// Under systemd with LoadCredential= (a dynamic user that cannot read
+	// /etc/escra/*-key.pem) the files are in $CREDENTIALS_DIRECTORY.
+	certDir := auth.DefaultDir
+	if d := os.Getenv("CREDENTIALS_DIRECTORY"); d != "" {
+		certDir = d
+	}
+	certs := fs.String("certs", certDir, "directory of ca.pem and the certificate for the controller's admin API (escractl certs)")
 	role := fs.String("cert-role", auth.RoleScaler, "which certificate of -certs to show: scaler (read, add and remove containers) or admin")
 	proxyPath := fs.String("queue-proxy", "/escra-queue-proxy", "path of the queue proxy inside the function images")
 	nodeSelect := fs.String("node-select", gateway.DefaultNodeSelect, "where new replicas go (Mu Algorithm 3): alignment, worstfit, bestfit, default (Kubernetes' least allocated + balanced), or controller (the controller's deployer)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	check := fs.Bool("check-config", false, "read the functions file and the certificate, then exit (systemd's ExecStartPre)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *showVersion {
+		fmt.Println("escra-gateway", version.Version)
+		return nil
 	}
 	if *cfg == "" {
 		return errors.New("-config is required (a JSON list of functions)")
@@ -105,6 +121,10 @@ func run(ctx context.Context, args []string) error {
 	cl, err := controllerClient(*ctrl, *certs, *role)
 	if err != nil {
 		return err
+	}
+	if *check {
+		fmt.Printf("escra-gateway: %d functions in %s, controller %s\n", len(fns), *cfg, *ctrl)
+		return nil
 	}
 	sc := &gateway.ControllerScaler{Client: cl, Prefix: *prefix, BasePort: *basePort, ProxyPath: *proxyPath}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))

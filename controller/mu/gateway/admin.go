@@ -28,14 +28,14 @@ var (
 		{"escra_mu_replicas_pending", "replicas being created"},
 		{"escra_mu_replicas_desired", "N_des after the budget and DRF"},
 		{"escra_mu_replica_ceiling", "most replicas the app budget allows"},
-		{"escra_mu_queue", "requests queued at the queue proxies (piggybacked)"},
-		{"escra_mu_inflight", "requests inside the gateway"},
-		{"escra_mu_capacity_rps", "estimated capacity of one replica (Cap_e)"},
-		{"escra_mu_rate_rps", "incoming rate of the last epoch (IR_cur)"},
-		{"escra_mu_predicted_rps", "predicted incoming rate (IR_pred)"},
+		{"escra_mu_queue_requests", "requests queued at the queue proxies (piggybacked)"},
+		{"escra_mu_inflight_requests", "requests inside the gateway"},
+		{"escra_mu_capacity_requests_per_second", "estimated capacity of one replica (Cap_e)"},
+		{"escra_mu_rate_requests_per_second", "incoming rate of the last epoch (IR_cur)"},
+		{"escra_mu_predicted_requests_per_second", "predicted incoming rate (IR_pred)"},
 		{"escra_mu_exec_seconds", "EWMA execution time (ET_avg)"},
-		{"escra_mu_served_total", "requests answered below 500"},
-		{"escra_mu_rejected_total", "requests answered 503 by admission"},
+		{"escra_mu_served_requests_total", "requests answered below 500"},
+		{"escra_mu_rejected_requests_total", "requests answered 503 by admission"},
 	}
 )
 
@@ -72,13 +72,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		g("escra_mu_replicas_pending", float64(s.Pending))
 		g("escra_mu_replicas_desired", float64(s.Desired))
 		g("escra_mu_replica_ceiling", float64(s.Ceiling))
-		g("escra_mu_queue", float64(s.Queued))
-		g("escra_mu_inflight", float64(s.Inflight))
-		g("escra_mu_capacity_rps", s.CapacityRPS)
-		g("escra_mu_rate_rps", s.RateRPS)
-		g("escra_mu_predicted_rps", s.PredictedRPS)
+		g("escra_mu_queue_requests", float64(s.Queued))
+		g("escra_mu_inflight_requests", float64(s.Inflight))
+		g("escra_mu_capacity_requests_per_second", s.CapacityRPS)
+		g("escra_mu_rate_requests_per_second", s.RateRPS)
+		g("escra_mu_predicted_requests_per_second", s.PredictedRPS)
 		g("escra_mu_exec_seconds", s.ExecMs/1000)
-		ch <- prometheus.MustNewConstMetric(descs["escra_mu_served_total"], prometheus.CounterValue, float64(s.Served), s.Name)
-		ch <- prometheus.MustNewConstMetric(descs["escra_mu_rejected_total"], prometheus.CounterValue, float64(s.Rejected), s.Name)
+		ch <- prometheus.MustNewConstMetric(descs["escra_mu_served_requests_total"], prometheus.CounterValue, float64(s.Served), s.Name)
+		ch <- prometheus.MustNewConstMetric(descs["escra_mu_rejected_requests_total"], prometheus.CounterValue, float64(s.Rejected), s.Name)
 	}
 }
