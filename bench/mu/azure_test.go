@@ -126,3 +126,38 @@ func TestPredictorAccuracyExcerpt(t *testing.T) {
 		t.Fatalf("summary %v, median %+v", sum, med)
 	}
 }
+
+// Tables 3 and 5 on the excerpt: Table 3 replays Fig. 2's median function
+// fitted to the machine, Table 5 the two most variable of the top by
+// peak, each step in the summary.
+func TestPickTracesExcerpt(t *testing.T) {
+	tr, err := ReadAzureTrace(excerpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	med, _ := MedianFunction(PredictorAccuracies(tr, PaperMinInvocations))
+	cfg := Config{T3Seconds: 60, T5Seconds: 30, Parts: []string{"t3", "t5"}, Trace: TraceConfig{File: excerpt, MinuteAs: 1, Start: -1}}
+	sum := map[string]float64{}
+	var log []string
+	tt, err := pickTraces(cfg, tr, &med, sum, func(s string) { log = append(log, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum["t3_trace_row"] != float64(med.Row) || len(tt.t3) != 60 || math.Abs(sum["t3_trace_peak_rps"]-t3FitPeak) > 1e-9 || sum["t3_trace_scale_fitted"] != 1 {
+		t.Fatalf("Table 3: %v", sum)
+	}
+	// Rows 3 (CV 1.5) and 1 (CV 0.55) are the excerpt's most variable.
+	if sum["t5_w1_trace_row"] != 3 || sum["t5_w2_trace_row"] != 1 || len(tt.w1) != 30 || len(tt.w2) != 30 {
+		t.Fatalf("Table 5: %v", sum)
+	}
+	// Both peaks fit the budget at the paper's ÷ 100.
+	_, _, p1 := Stats(tt.w1)
+	_, _, p2 := Stats(tt.w2)
+	if p1 > t5FitPeak || p2 > t5FitPeak || sum["t5_w1_trace_scale"] != t5PaperScale || len(log) != 3 {
+		t.Fatalf("peaks %.1f, %.1f (budget %.0f), scale %v, log %q", p1, p2, t5FitPeak, sum["t5_w1_trace_scale"], log)
+	}
+	cfg.Trace.Function = "af9ae6f6"
+	if _, err := pickTraces(cfg, tr, &med, sum, func(string) {}); err != nil || sum["t3_trace_row"] != 3 {
+		t.Fatalf("-function by hash: row %.0f, %v", sum["t3_trace_row"], err)
+	}
+}
