@@ -67,16 +67,16 @@ func pickTraces(cfg Config, tr *AzureTrace, median *PredAccuracy, sum map[string
 			return tt, fmt.Errorf("%s: Table 5 needs two functions, the file has %d", tr.File, len(tr.Fns))
 		}
 		for i, f := range pair {
-			// ÷ 100 as the paper when that fits the budget, else fitted.
-			scale := t5PaperScale
-			if f.Peak()*scale/float64(minuteAs) > t5FitPeak {
-				scale = 0
+			// ÷ 100 as the paper when the segment then fits the budget,
+			// else fitted to it.
+			seg, err := SegmentOf(f, cfg.T5Seconds, minuteAs, tc.Start, t5PaperScale, 0)
+			if err == nil && seg.Peak > t5FitPeak {
+				seg, err = SegmentOf(f, cfg.T5Seconds, minuteAs, tc.Start, 0, t5FitPeak)
 			}
-			seg, err := SegmentOf(f, cfg.T5Seconds, minuteAs, tc.Start, scale, t5FitPeak)
 			if err != nil {
 				return tt, fmt.Errorf("%s: Table 5 W%d: %w", tr.File, i+1, err)
 			}
-			logf(fmt.Sprintf("Table 5 W%d: of the 10 functions with the highest peak, the %s most variable (CV %.2f); %s", i+1, []string{"most", "second"}[i], f.CV(), seg.Describe()))
+			logf(fmt.Sprintf("Table 5 W%d: of the 10 functions with the highest peak, the %s (CV %.2f); %s", i+1, []string{"most variable", "second most variable"}[i], f.CV(), seg.Describe()))
 			seg.Put(sum, fmt.Sprintf("t5_w%d_trace", i+1))
 			if i == 0 {
 				tt.w1 = seg.Rates
