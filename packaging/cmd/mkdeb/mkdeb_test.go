@@ -28,6 +28,7 @@ func buildBinaries(t *testing.T, version string) string {
 	dir := t.TempDir()
 	for name, pkg := range map[string]string{
 		"escrad": "./daemon/cmd/escrad", "escra-controller": "./controller/cmd/escra-controller", "escractl": "./controller/cmd/escractl",
+		"escra-gateway": "./controller/cmd/escra-gateway",
 	} {
 		cmd := exec.Command("go", "build", "-trimpath",
 			"-ldflags", "-X github.com/escra-dev/escra/internal/version.Version="+version,
@@ -58,8 +59,8 @@ func TestPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"escrad_0.9.1_amd64.deb", "escra-controller_0.9.1_amd64.deb", "escra-dkms_0.9.1_all.deb"}
-	if len(debs) != 3 {
+	want := []string{"escrad_0.9.1_amd64.deb", "escra-controller_0.9.1_amd64.deb", "escra-gateway_0.9.1_amd64.deb", "escra-dkms_0.9.1_all.deb"}
+	if len(debs) != len(want) {
 		t.Fatalf("built %v", debs)
 	}
 	for i, d := range debs {
@@ -162,12 +163,14 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 		return string(out), err
 	}
 	// escra-dkms depends on dkms, which a minimal root lacks: unpack only.
-	if out, err := chroot("dpkg -i /tmp/escrad_*.deb /tmp/escra-controller_*.deb\ndpkg --unpack /tmp/escra-dkms_*.deb"); err != nil {
+	if out, err := chroot("dpkg -i /tmp/escrad_*.deb /tmp/escra-controller_*.deb /tmp/escra-gateway_*.deb\ndpkg --unpack /tmp/escra-dkms_*.deb"); err != nil {
 		t.Fatalf("dpkg in the Debian root: %v\n%s", err, out)
 	}
 	for _, f := range []string{
 		"usr/bin/escrad", "usr/bin/escra-controller", "usr/bin/escractl",
 		"lib/systemd/system/escrad.service", "lib/systemd/system/escra-controller.service",
+		"usr/bin/escra-gateway", "lib/systemd/system/escra-gateway.service", "etc/escra/escra-gateway.env",
+		"usr/share/doc/escra-gateway/examples/functions.json",
 		"etc/escra/escrad.yaml", "etc/escra/escrad.env", "etc/escra/escra-controller.env",
 		"usr/share/doc/escrad/operator.md", "usr/src/escra-" + version + "/dkms.conf",
 	} {
@@ -177,7 +180,7 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 	}
 	// Enabled although no systemd runs in the chroot (an image build):
 	// deb-systemd-helper wrote the links.
-	for _, u := range []string{"escrad.service", "escra-controller.service"} {
+	for _, u := range []string{"escrad.service", "escra-controller.service", "escra-gateway.service"} {
 		if _, err := os.Lstat(filepath.Join(root, "etc/systemd/system/multi-user.target.wants", u)); err != nil {
 			t.Errorf("%s not enabled by an install in a chroot: %v", u, err)
 		}
@@ -185,16 +188,16 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 	if b, _ := os.ReadFile(filepath.Join(root, "usr/src/escra-"+version+"/dkms.conf")); !strings.Contains(string(b), `PACKAGE_VERSION="`+version+`"`) {
 		t.Errorf("dkms.conf does not carry the version:\n%s", b)
 	}
-	out, err := chroot("escrad --version; escra-controller --version; escractl --version")
-	if err != nil || out != "escrad "+version+"\nescra-controller "+version+"\nescractl "+version+"\n" {
+	out, err := chroot("escrad --version; escra-controller --version; escractl --version; escra-gateway -version")
+	if err != nil || out != "escrad "+version+"\nescra-controller "+version+"\nescractl "+version+"\nescra-gateway "+version+"\n" {
 		t.Fatalf("--version in the root: %v\n%q", err, out)
 	}
-	out, err = chroot("systemd-analyze verify /lib/systemd/system/escrad.service /lib/systemd/system/escra-controller.service")
+	out, err = chroot("systemd-analyze verify /lib/systemd/system/escrad.service /lib/systemd/system/escra-controller.service /lib/systemd/system/escra-gateway.service")
 	if err != nil || strings.TrimSpace(out) != "" {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
 	// Hardening must not regress: systemd's exposure score (0 best, 10 worst).
-	for unit, most := range map[string]float64{"escra-controller.service": 2.0, "escrad.service": 4.0} {
+	for unit, most := range map[string]float64{"escra-controller.service": 2.0, "escra-gateway.service": 2.0, "escrad.service": 4.0} {
 		out, err := chroot("systemd-analyze security --offline=yes --no-pager /lib/systemd/system/" + unit + " | tail -1")
 		m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindStringSubmatch(out)
 		if err != nil || m == nil {
@@ -211,7 +214,7 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 		t.Fatalf("systemd-analyze verify accepted a unit with a missing binary:\n%s", out)
 	}
 	// Purge removes everything, conffiles included.
-	if out, err := chroot("dpkg --purge escrad escra-controller escra-dkms"); err != nil {
+	if out, err := chroot("dpkg --purge escrad escra-controller escra-gateway escra-dkms"); err != nil {
 		t.Fatalf("dpkg --purge: %v\n%s", err, out)
 	}
 	for _, f := range []string{"usr/bin/escrad", "etc/escra/escrad.yaml", "lib/systemd/system/escrad.service", "usr/src/escra-" + version} {
