@@ -93,10 +93,10 @@ func TestSegmentOf(t *testing.T) {
 	}
 }
 
-// Fig. 2 on the excerpt: Mu's predictor halves the error on the two
-// variable functions and matches the naive predictor on the two flat ones
-// (it must never be far worse: an unstable model once made it 10× worse
-// on row 495's nearly constant series).
+// Fig. 2 on the excerpt: Mu's predictor cuts the error of the two
+// variable functions by more than half and of row 400's noisy level by a
+// sixth, and stays near the naive predictor on row 495's nearly constant
+// series (an unstable model once made it 10× worse there).
 func TestPredictorAccuracyExcerpt(t *testing.T) {
 	tr, err := ReadAzureTrace(excerpt)
 	if err != nil {
@@ -109,11 +109,11 @@ func TestPredictorAccuracyExcerpt(t *testing.T) {
 	got := map[string]float64{}
 	for _, a := range accs {
 		got[a.Hash[:8]] = a.ReductionPct
-		if a.MAEMu > 1.02*a.MAENaive {
+		if a.MAEMu > 1.05*a.MAENaive {
 			t.Errorf("row %d: predictor MAE %.2f vs naive %.2f", a.Row, a.MAEMu, a.MAENaive)
 		}
 	}
-	for h, lo := range map[string]float64{"ff5ae4f6": 40, "af9ae6f6": 40} {
+	for h, lo := range map[string]float64{"ff5ae4f6": 60, "af9ae6f6": 50, "c06a3e95": 10} {
 		if got[h] < lo {
 			t.Errorf("%s: reduction %.1f%%, want ≥ %.0f%%", h, got[h], lo)
 		}
@@ -121,8 +121,9 @@ func TestPredictorAccuracyExcerpt(t *testing.T) {
 	sum := map[string]float64{}
 	PutPredictor(sum, accs, PaperMinInvocations)
 	med, _ := MedianFunction(accs)
-	if sum["predictor_mae_reduction_median_pct"] != med.ReductionPct || sum["predictor_functions"] != 4 ||
-		math.Abs(med.ReductionPct) > 1 || sum["predictor_functions_better"] < 2 {
+	// Sorted: 495, 400, 453, 142; the lower middle one is row 2 (400).
+	if med.Row != 2 || sum["predictor_mae_reduction_median_pct"] != med.ReductionPct || sum["predictor_functions"] != 4 ||
+		med.ReductionPct < 10 || sum["predictor_functions_better"] != 3 {
 		t.Fatalf("summary %v, median %+v", sum, med)
 	}
 }
