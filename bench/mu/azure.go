@@ -158,6 +158,7 @@ type Segment struct {
 	RawPeak       float64
 	Scale         float64 // applied to the counts
 	ScaleFit      bool    // Scale was chosen to fit the machine (not given)
+	ScaleWhy      string  // where a given scale comes from, for Describe
 	Rates         []float64
 	MeanRPS, Peak float64 // of Rates
 }
@@ -213,6 +214,9 @@ func SegmentOf(f AzureFunction, seconds, minuteAs, start int, scale, fitPeak flo
 // Describe is the segment's one-line account of every step.
 func (s Segment) Describe() string {
 	how := "given"
+	if s.ScaleWhy != "" {
+		how = s.ScaleWhy
+	}
 	if s.ScaleFit {
 		how = "fitted to the machine"
 	}

@@ -162,3 +162,25 @@ func TestPickTracesExcerpt(t *testing.T) {
 		t.Fatalf("-function by hash: row %.0f, %v", sum["t3_trace_row"], err)
 	}
 }
+
+// Table 5 passes over a function silent most of the day, however high its
+// CV, for the variable ones that run.
+func TestTable5PairSkipsSilentFunctions(t *testing.T) {
+	mk := func(row int, f func(i int) float64) AzureFunction {
+		c := make([]float64, 100)
+		for i := range c {
+			c[i] = f(i)
+		}
+		return AzureFunction{Row: row, Hash: "h", Counts: c}
+	}
+	tr := &AzureTrace{File: "x", Fns: []AzureFunction{
+		mk(1, func(i int) float64 { return float64(1000 * (i / 99)) }),  // one spike: CV 9.9, active 1 %
+		mk(2, func(i int) float64 { return float64(10 + 90*(i%10/9)) }), // variable, always active
+		mk(3, func(i int) float64 { return 50 }),                        // flat
+		mk(4, func(i int) float64 { return float64(20 + i%7) }),         // mildly variable
+	}}
+	p := Table5Pair(tr)
+	if len(p) != 2 || p[0].Row != 2 || p[1].Row != 4 {
+		t.Fatalf("pair %d, %d; want rows 2 and 4", p[0].Row, p[1].Row)
+	}
+}
