@@ -83,6 +83,9 @@ func TestAdminAPIRoles(t *testing.T) {
 		// 400 for the bad body, 404 for the unknown app), nothing else.
 		{"scaler", "GET", "/v1/apps", "", 200},
 		{"scaler", "GET", "/v1/containers", "", 200},
+		{"scaler", "GET", "/v1/hosts", "", 200},
+		{"scaler", "GET", "/metrics", "", 200},
+		{"scaler", "GET", "/debug/pprof/", "", 403},
 		{"scaler", "POST", "/v1/apps/web/containers", "{", 400},
 		{"scaler", "POST", "/v1/apps/nope/containers", `{"containers":[]}`, 404},
 		{"scaler", "DELETE", "/v1/apps/nope/containers/c1", "", 404},
