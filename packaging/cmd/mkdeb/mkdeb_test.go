@@ -85,10 +85,20 @@ func TestPackages(t *testing.T) {
 	if !strings.Contains(conffiles, "/etc/escra/escrad.yaml") {
 		t.Errorf("escrad.yaml is not a conffile: %q", conffiles)
 	}
-	if d := sh(t, "dpkg-deb", "-f", debs[2], "Depends"); !strings.Contains(d, "dkms") {
+	gw, dkms := debs[2], debs[3]
+	gwc := sh(t, "dpkg-deb", "-c", gw)
+	for _, f := range []string{"./usr/bin/escra-gateway", "./lib/systemd/system/escra-gateway.service", "./etc/escra/escra-gateway.env"} {
+		if !strings.Contains(gwc, f) {
+			t.Errorf("escra-gateway package lacks %s:\n%s", f, gwc)
+		}
+	}
+	if c := sh(t, "sh", "-c", "dpkg-deb --ctrl-tarfile "+gw+" | tar -xOf - ./conffiles"); !strings.Contains(c, "/etc/escra/escra-gateway.env") {
+		t.Errorf("escra-gateway.env is not a conffile: %q", c)
+	}
+	if d := sh(t, "dpkg-deb", "-f", dkms, "Depends"); !strings.Contains(d, "dkms") {
 		t.Errorf("escra-dkms must depend on dkms: %q", d)
 	}
-	dk := sh(t, "dpkg-deb", "-c", debs[2])
+	dk := sh(t, "dpkg-deb", "-c", dkms)
 	for _, f := range []string{"./usr/src/escra-0.9.1/dkms.conf", "./usr/src/escra-0.9.1/escra.c", "./usr/src/escra-0.9.1/Kbuild"} {
 		if !strings.Contains(dk, f) {
 			t.Errorf("escra-dkms lacks %s:\n%s", f, dk)
@@ -123,7 +133,7 @@ func TestPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("upgrade", func(t *testing.T) { upgradeUnderSystemd(t, oldDebs[:2], debs[:2], oldVersion, version) })
-	t.Run("dkms", func(t *testing.T) { dkmsAgainstEscraHeaders(t, debs[2], version) })
+	t.Run("dkms", func(t *testing.T) { dkmsAgainstEscraHeaders(t, dkms, version) })
 }
 
 // installInDebianRoot installs the packages into a debootstrapped Debian 12
