@@ -86,7 +86,7 @@ bench-kernel: ## telemetry backends like for like (kernel+cgroupfs in the VM, bp
 soak: ## 30-minute soak, 1,000 simulated containers, TLS, OOM + churn (SOAK_MINUTES); FAULTS=1: 20-minute randomized fault schedule (root)
 	@scripts/soak.sh
 
-deb: ## Debian packages for escrad, escra-controller and escra-dkms into dist/
+deb: ## Debian packages for escrad, escra-controller, escra-gateway and escra-dkms into dist/
 	@$(MAKE) --no-print-directory build
 	@VERSION=$(VERSION) scripts/deb.sh
 
@@ -110,9 +110,11 @@ bench-wysiwyg: ## WYSIWYG containers: nproc/nginx/sysbench under quota vs WYSIWY
 	@scripts/setup.sh
 	$(GO) run ./bench/cmd/bench-wysiwyg -out results/wysiwyg $(BENCH_WYSIWYG_ARGS)
 
-bench-mu: ## Mu: Tables 3 and 5, load balancers, placement simulation (~24 min; root; MU_HOSTS, MU_PARTS, MU_REPS, MU_WARM_SECONDS)
+# The Azure Functions 2019 sample beside the checkout (docs/mu.md); absent: synthetic traces.
+MU_TRACE ?= $(wildcard ../shared/traces/azure-functions-2019/500_inv.csv)
+bench-mu: ## Mu: Fig. 2, Tables 3 and 5, load balancers, placement simulation (~24 min; root; MU_TRACE, MU_HOSTS, MU_PARTS, MU_REPS, MU_WARM_SECONDS)
 	@scripts/setup.sh
-	$(GO) run ./bench/cmd/bench-mu -out results/mu
+	$(GO) run ./bench/cmd/bench-mu -out results/mu $(if $(MU_TRACE),-trace $(MU_TRACE))
 
 .PHONY: bench-depsched
 bench-depsched: ## dependency-aware scheduling: simulation, scheduling time, real engines + registry (≤ 20 min; root; PARTS=sim,sched to skip the real part)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Build the Debian packages escrad, escra-controller (with escractl) and
-# escra-dkms into dist/ from bin/ (make build) with nfpm, through
-# packaging/cmd/mkdeb. VERSION defaults to scripts/version.sh (the VERSION
-# file and git describe).
+# Build the Debian packages escrad, escra-controller (with escractl),
+# escra-gateway and escra-dkms into dist/ from bin/ (make build) with nfpm,
+# through packaging/cmd/mkdeb. VERSION defaults to scripts/version.sh (the
+# VERSION file and git describe).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 version=${VERSION:-$(scripts/version.sh)}
-for b in escrad escra-controller escractl; do
+for b in escrad escra-controller escractl escra-gateway; do
 	[ -x "bin/$b" ] || { echo "deb: bin/$b missing: run make build first" >&2; exit 1; }
 done
 mkdir -p dist

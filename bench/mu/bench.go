@@ -56,6 +56,23 @@ type Config struct {
 	// it back to replay a run's order).
 	OrderSeed int64
 	Log       func(string)
+	// Trace, when set, is an Azure Functions per-minute invocations file
+	// (AzureTrace): Fig. 2 runs over its functions and Tables 3 and 5
+	// replay its rows instead of the synthetic traces.
+	Trace TraceConfig
+}
+
+// TraceConfig is how bench-mu cuts a real trace (every choice is printed
+// and kept in summary.json).
+type TraceConfig struct {
+	File     string
+	Function string  // Table 3's row or hash; "" = Fig. 2's median function
+	Scale    float64 // Table 3's count multiplier; ≤ 0 = fit the machine
+	MinuteAs int     // seconds one trace minute lasts (Mu §3.3: 1)
+	Start    int     // first minute (0-based); < 0 = the busiest window
+	// MinInvocations selects Fig. 2's functions (default: the paper's 100,000).
+	MinInvocations float64
+	DocsDir        string // Fig. 2's SVG is also written here (docs/mu)
 }
 
 func (c Config) has(p string) bool {
@@ -468,6 +485,41 @@ func Run(ctx context.Context, cfg Config) (map[string]float64, error) {
 		}
 		sum["sim_cases"] = float64(cfg.SimCases)
 	}
+	var tr *AzureTrace
+	if cfg.Trace.File != "" {
+		var err error
+		if tr, err = ReadAzureTrace(cfg.Trace.File); err != nil {
+			return nil, err
+		}
+		logf(fmt.Sprintf("trace %s: %d functions, %d minutes", cfg.Trace.File, len(tr.Fns), len(tr.Fns[0].Counts)))
+	}
+	var median *PredAccuracy
+	if tr != nil && (cfg.has("pred") || (cfg.has("t3") && cfg.Trace.Function == "")) {
+		th := cfg.Trace.MinInvocations
+		if th <= 0 {
+			th = PaperMinInvocations
+		}
+		accs := PredictorAccuracies(tr, th)
+		if m, ok := MedianFunction(accs); ok {
+			median = &m
+		}
+		if cfg.has("pred") {
+			logf(fmt.Sprintf("predictor accuracy (Mu Fig. 2): %d functions with at least %.0f invocations", len(accs), th))
+			PutPredictor(sum, accs, th)
+			dirs := []string{cfg.Out}
+			if cfg.Trace.DocsDir != "" {
+				dirs = append(dirs, cfg.Trace.DocsDir)
+			}
+			title := fmt.Sprintf("Mu Fig. 2: next-minute MAE reduction vs naive, %d functions ≥ %.0f invocations (%s)", len(accs), th, filepath.Base(cfg.Trace.File))
+			if err := WritePredictor(accs, title, dirs...); err != nil {
+				return nil, err
+			}
+			if median != nil {
+				logf(fmt.Sprintf("  median reduction %.2f%% (row %d); %.0f better, %.0f the same, %.0f worse", median.ReductionPct, median.Row,
+					sum["predictor_functions_better"], sum["predictor_functions_same"], sum["predictor_functions_worse"]))
+			}
+		}
+	}
 	if !cfg.has("lb") && !cfg.has("t3") && !cfg.has("t5") {
 		return sum, writeSummary(cfg.Out, sum)
 	}
@@ -498,7 +550,11 @@ func Run(ctx context.Context, cfg Config) (map[string]float64, error) {
 			}
 		}
 		sum["hosts"] = float64(len(socks))
-		if err := runTables(ctx, cfg, socks, img, sum, logf); err != nil {
+		tt, err := pickTraces(cfg, tr, median, sum, logf)
+		if err != nil {
+			return nil, err
+		}
+		if err := runTables(ctx, cfg, socks, img, tt, sum, logf); err != nil {
 			return nil, err
 		}
 	}

@@ -2,6 +2,9 @@ package mu
 
 import (
 	"image/color"
+	"os"
+
+	"github.com/escra-dev/escra/bench/pema"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -89,4 +92,24 @@ func plotCDF(path, title string, lat map[string][]float64, order []string) error
 	p.Legend.XOffs = -vg.Points(5)
 	_ = draw.PosRight
 	return p.Save(6*vg.Inch, 4*vg.Inch, path)
+}
+
+// svgPods is Fig. 3 as plain SVG (as the other benchmarks' figures under
+// docs/): each policy's ready replicas per second and the ideal.
+func svgPods(path, title string, s map[string]*series, order []string, ideal []int) error {
+	line := func(name string, ys []int) pema.Series {
+		x, y := make([]float64, len(ys)), make([]float64, len(ys))
+		for i, v := range ys {
+			x[i], y[i] = float64(i), float64(v)
+		}
+		return pema.Series{Name: name, X: x, Y: y}
+	}
+	var ls []pema.Series
+	for _, n := range order {
+		if x := s[n]; x != nil && len(x.Ready) > 0 {
+			ls = append(ls, line(n, x.Ready))
+		}
+	}
+	ls = append(ls, line("ideal", ideal))
+	return os.WriteFile(path, []byte(pema.SVG(title, "time (s)", "ready replicas", ls, map[string]float64{})), 0o644)
 }

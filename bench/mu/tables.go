@@ -66,7 +66,7 @@ func repName(base string, r int) string {
 	return fmt.Sprintf("%s_r%d", base, r)
 }
 
-func runTables(ctx context.Context, cfg Config, socks []string, img string, sum map[string]float64, logf func(string)) error {
+func runTables(ctx context.Context, cfg Config, socks []string, img string, tt tableTraces, sum map[string]float64, logf func(string)) error {
 	pid := os.Getpid()
 	reps := max(cfg.Reps, 1)
 	// Table 3 compares the autoscalers; Mu runs with its admission (the
@@ -98,11 +98,11 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 	var perRep []repRecord
 	port := 24000
 	if cfg.has("t3") {
-		rates := t3Trace(cfg)
+		rates := tt.t3
 		m, lo, hi := Stats(rates)
 		writeTrace(cfg.Out, "t3_trace.csv", rates)
-		logf(fmt.Sprintf("Table 3: one function, synthetic Azure-like trace (mean %.0f, %.0f–%.0f req/s, %d s), CC %d, ET %d ms, SLO 1 s, budget %d replicas, %d repetition(s), warm start: %d replicas, %d s unmeasured",
-			m, lo, hi, cfg.T3Seconds, t3CC, t3HoldMs, 16, reps, initialScale(cfg, rates, t3CC, t3HoldMs), cfg.WarmSeconds))
+		logf(fmt.Sprintf("Table 3: one function, %s trace (mean %.0f, %.0f–%.0f req/s, %d s), CC %d, ET %d ms, SLO 1 s, budget %d replicas, %d repetition(s), warm start: %d replicas, %d s unmeasured",
+			tt.label, m, lo, hi, len(rates), t3CC, t3HoldMs, 16, reps, initialScale(cfg, rates, t3CC, t3HoldMs), cfg.WarmSeconds))
 		plots := map[string]*series{}
 		cdfs := map[string][]float64{}
 		outs := map[string][]Outcome{}
@@ -148,29 +148,41 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 		}
 		for _, b := range []string{mu.ASRPS, mu.ASConcurrency} {
 			putPaired(sum, "mu_vs_"+b, outs[mu.ASMu], outs[b])
+			sum["t3_mu_vs_"+b+"_pods_avg_ratio"] = sum["mu_vs_"+b+"_pods_avg_ratio"]
+		}
+		for _, p := range t3Pol {
+			sum["t3_"+p+"_pods_max"], sum["t3_"+p+"_pods_avg"] = sum[p+"_pods_max"], sum[p+"_pods_avg"]
 		}
 		for p := range cdfs {
 			sort.Float64s(cdfs[p])
 		}
-		ideal := make([]int, len(rates))
-		for i, r := range rates {
-			ideal[i] = int(math.Ceil(r / (float64(t3CC) * 1000 / t3HoldMs)))
-		}
-		if err := plotPods(filepath.Join(cfg.Out, "fig3_pods.png"), "Table 3: replicas vs ideal (synthetic trace, repetition 1)", plots, t3Pol, ideal); err != nil {
+		ideal := IdealPods(rates, float64(t3CC)*1000/t3HoldMs)
+		ia, imx := podStats(ideal)
+		sum["t3_ideal_pods_avg"], sum["t3_ideal_pods_max"] = ia, float64(imx)
+		logf(fmt.Sprintf("  ideal (Fig. 3: arrival rate / service rate per replica): pods avg %.2f max %d", ia, imx))
+		if err := plotPods(filepath.Join(cfg.Out, "fig3_pods.png"), "Table 3: replicas vs ideal ("+tt.label+" trace, repetition 1)", plots, t3Pol, ideal); err != nil {
 			logf("  plot: " + err.Error())
+		}
+		for _, d := range []string{cfg.Out, cfg.Trace.DocsDir} {
+			if d == "" {
+				continue
+			}
+			if err := svgPods(filepath.Join(d, "fig3_pods.svg"), "Table 3: ready replicas vs ideal ("+tt.label+" trace, repetition 1)", plots, t3Pol, ideal); err != nil {
+				logf("  plot: " + err.Error())
+			}
 		}
 		if err := plotCDF(filepath.Join(cfg.Out, "t3_cdf.png"), "Table 3: response time CDF", cdfs, t3Pol); err != nil {
 			logf("  plot: " + err.Error())
 		}
 	}
 	if cfg.has("t5") {
-		w1, w2 := t5Traces(cfg)
+		w1, w2 := tt.w1, tt.w2
 		writeTrace(cfg.Out, "t5_w1_trace.csv", w1)
 		writeTrace(cfg.Out, "t5_w2_trace.csv", w2)
 		m1, lo1, hi1 := Stats(w1)
 		m2, lo2, hi2 := Stats(w2)
-		logf(fmt.Sprintf("Table 5: two functions, synthetic Azure-like W1 (mean %.0f, %.0f–%.0f) and W2 (mean %.0f, %.0f–%.0f req/s), %d s, CC %d, ET %d ms, SLO 5 s, budget 6 replicas each, %d repetition(s), warm start: %d and %d replicas, %d s unmeasured",
-			m1, lo1, hi1, m2, lo2, hi2, cfg.T5Seconds, t5CC, t5HoldMs, reps, initialScale(cfg, w1, t5CC, t5HoldMs), initialScale(cfg, w2, t5CC, t5HoldMs), cfg.WarmSeconds))
+		logf(fmt.Sprintf("Table 5: two functions, %s W1 (mean %.0f, %.0f–%.0f) and W2 (mean %.0f, %.0f–%.0f req/s), %d s, CC %d, ET %d ms, SLO 5 s, budget 6 replicas each, %d repetition(s), warm start: %d and %d replicas, %d s unmeasured",
+			tt.label, m1, lo1, hi1, m2, lo2, hi2, len(w1), t5CC, t5HoldMs, reps, initialScale(cfg, w1, t5CC, t5HoldMs), initialScale(cfg, w2, t5CC, t5HoldMs), cfg.WarmSeconds))
 		cdf1, cdf2 := map[string][]float64{}, map[string][]float64{}
 		outs := map[string][]Outcome{}
 		fairs := map[string][][2]float64{}
@@ -235,6 +247,19 @@ func runTables(ctx context.Context, cfg Config, socks []string, img string, sum 
 			for wi := 1; wi <= 2; wi++ {
 				putReps(sum, fmt.Sprintf("t5_%s_w%d", p, wi), outs[fmt.Sprintf("t5_%s_w%d", p, wi)])
 			}
+		}
+		// Table 5's bottom line: the share of both functions' requests
+		// served within the SLO, Mu against each baseline, paired by
+		// repetition.
+		both := map[string][]Outcome{}
+		for _, p := range t5Pol {
+			for r := range outs["t5_"+p+"_w1"] {
+				both[p] = append(both[p], pooled(outs["t5_"+p+"_w1"][r], outs["t5_"+p+"_w2"][r]))
+			}
+			putReps(sum, "t5_"+p+"_both", both[p])
+		}
+		for _, b := range []string{mu.ASRPS, mu.ASConcurrency} {
+			putPaired(sum, "t5_mu_vs_"+b, both[mu.ASMu], both[b])
 		}
 		for _, m := range []map[string][]float64{cdf1, cdf2} {
 			for p := range m {
@@ -332,8 +357,33 @@ func putPaired(sum map[string]float64, key string, a, b []Outcome) {
 	st := report.MeanCI(d)
 	sum[key+"_within_slo_pp"] = st.Mean
 	sum[key+"_within_slo_pp_ci95"] = st.CI95
+	sum[key+"_within_slo_pp_ci95_lo"] = st.Mean - st.CI95
 	sum[key+"_within_slo_reps_won"] = float64(wins)
 	sum[key+"_pods_avg_ratio"] = math.Exp(logRatio / float64(n))
+}
+
+// pooled is two functions' outcomes as one: shares weighted by requests,
+// replicas summed.
+func pooled(a, b Outcome) Outcome {
+	n := a.Requests + b.Requests
+	w := func(x, y float64) float64 {
+		if n == 0 {
+			return 0
+		}
+		return (x*float64(a.Requests) + y*float64(b.Requests)) / float64(n)
+	}
+	o := Outcome{Requests: n, WithinSLOPct: w(a.WithinSLOPct, b.WithinSLOPct), Pct503: w(a.Pct503, b.Pct503), ErrPct: w(a.ErrPct, b.ErrPct),
+		PodsAvg: a.PodsAvg + b.PodsAvg, PodsMax: a.PodsMax + b.PodsMax, ReqAvg: a.ReqAvg + b.ReqAvg, ReqMax: a.ReqMax + b.ReqMax}
+	o.Lat = append(append([]float64(nil), a.Lat...), b.Lat...)
+	sort.Float64s(o.Lat)
+	if len(o.Lat) > 0 {
+		var t float64
+		for _, v := range o.Lat {
+			t += v
+		}
+		o.MeanMs, o.P50Ms, o.P99Ms = t/float64(len(o.Lat)), quant(o.Lat, 0.5), quant(o.Lat, 0.99)
+	}
+	return o
 }
 
 // initialScale is what every policy starts a trace with when runs start

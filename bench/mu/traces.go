@@ -13,10 +13,11 @@ import (
 // TraceSpec describes a synthetic per-second rate trace shaped like the
 // Azure Functions traces Mu replays (one minute of the trace per
 // second): a daily cycle compressed into Period seconds, log-normal noise
-// with memory (busy minutes cluster), and bursts of a few seconds. The
-// Azure dataset is not available offline; these traces only share its
-// rough statistics (range and mean of Table 4, a periodic component the
-// predictor can learn), and are labelled synthetic wherever reported.
+// with memory (busy minutes cluster), and bursts of a few seconds. They
+// stand in when no trace file is given (bench-mu -trace reads the real
+// one, AzureTrace); they only share its rough statistics (range and mean
+// of Table 4, a periodic component the predictor can learn), and are
+// labelled synthetic wherever reported.
 type TraceSpec struct {
 	Seconds        int
 	Mean, Min, Max float64

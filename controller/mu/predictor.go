@@ -27,7 +27,7 @@ func DefaultPredictorConfig() PredictorConfig {
 type lrModel struct {
 	n    int
 	lr   float64
-	w    []float64 // n weights, then the bias
+	w    []float64 // one weight per rate of the window but the latest
 	pred float64   // its prediction for the current epoch, -1 = none yet
 	err  float64   // running |error| (EWMA)
 	seen int       // epochs scored
@@ -58,10 +58,9 @@ func NewPredictor(cfg PredictorConfig) *Predictor {
 	p := &Predictor{cfg: cfg, scale: 1}
 	for _, n := range cfg.Windows {
 		for _, lr := range cfg.Rates {
-			m := &lrModel{n: n, lr: lr, w: make([]float64, n+1), pred: -1}
-			// Start as the naive predictor (weight 1 on the latest rate),
-			// so an untrained model is no worse than it.
-			m.w[n-1] = 1
+			m := &lrModel{n: n, lr: lr, w: make([]float64, n), pred: -1}
+			// All weights zero: the naive predictor, so an untrained
+			// model is no worse than it.
 			p.models = append(p.models, m)
 		}
 	}
@@ -128,16 +127,18 @@ func ewma(old, x, a float64, n int) float64 {
 }
 
 // predict returns the model's next rate from the last n observations, or
-// -1 while it has fewer than n.
+// -1 while it has fewer than n. The model is linear in the window taken
+// relative to its latest rate, x_last + Σ w_i (x_i − x_last) (weights
+// summing to one in the raw rates): with all weights zero it is the naive
+// predictor, and a level shift moves the prediction with it, so the
+// weights learn the shape (averaging noise, following a trend) rather
+// than the level, which the raw inputs, all near one another, left
+// ill-conditioned.
 func (m *lrModel) predict(hist []float64, scale float64) float64 {
 	if len(hist) < m.n {
 		return -1
 	}
-	x := hist[len(hist)-m.n:]
-	y := m.w[m.n]
-	for i, v := range x {
-		y += m.w[i] * v / scale
-	}
+	y := m.out(hist[len(hist)-m.n:], scale)
 	if math.IsNaN(y) || math.IsInf(y, 0) {
 		m.reset()
 		return -1
@@ -145,23 +146,36 @@ func (m *lrModel) predict(hist []float64, scale float64) float64 {
 	return max(y*scale, 0)
 }
 
-// train takes one SGD step on the squared error of predicting target from
-// the window that preceded it (inputs scaled to 0..1 by the running max so
-// one learning rate means the same for 5 and 5,000 req/s).
+// out is the prediction in units of scale.
+func (m *lrModel) out(x []float64, scale float64) float64 {
+	last := x[len(x)-1] / scale
+	y := last
+	for i, v := range x[:len(x)-1] {
+		y += m.w[i] * (v/scale - last)
+	}
+	return y
+}
+
+// train takes one normalised (NLMS) step on the squared error of
+// predicting target from the window that preceded it; inputs are scaled
+// by the running max so one learning rate means the same for 5 and 5,000
+// req/s, and the step is divided by the window's energy so it is stable
+// for a window of 10 and of 1000 alike.
 func (m *lrModel) train(hist []float64, target, scale float64) {
 	if len(hist) < m.n {
 		return
 	}
 	x := hist[len(hist)-m.n:]
-	y := m.w[m.n]
-	for i, v := range x {
-		y += m.w[i] * v / scale
+	last := x[len(x)-1] / scale
+	energy := 1e-9
+	for _, v := range x[:len(x)-1] {
+		d := v/scale - last
+		energy += d * d
 	}
-	g := y - target/scale
-	for i, v := range x {
-		m.w[i] -= m.lr * g * v / scale
+	g := (m.out(x, scale) - target/scale) / energy
+	for i, v := range x[:len(x)-1] {
+		m.w[i] -= m.lr * g * (v/scale - last)
 	}
-	m.w[m.n] -= m.lr * g
 	for _, w := range m.w {
 		if math.IsNaN(w) || math.IsInf(w, 0) || math.Abs(w) > 1e6 {
 			m.reset()
@@ -172,6 +186,5 @@ func (m *lrModel) train(hist []float64, target, scale float64) {
 
 func (m *lrModel) reset() {
 	clear(m.w)
-	m.w[m.n-1] = 1
 	m.err, m.seen = 0, 0 // it must prove itself again
 }

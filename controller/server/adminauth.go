@@ -9,7 +9,8 @@ import (
 )
 
 // authorize lets a request through when its caller's role may make it:
-// viewers read (GET, except profiles), admins do everything, anyone else
+// viewers read (GET, except profiles), scalers read and add or remove an
+// app's containers (escra-gateway), admins do everything, anyone else
 // is refused before the handler runs. Cross-origin browser requests that
 // could change something are refused too: a browser holding an operator's
 // certificate must not be steered by another site (CSRF).
@@ -27,8 +28,9 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		switch {
 		case role == "":
 			s.rl.Warn("admin-anonymous", "admin API call without a client certificate refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "client certificate required (escractl certs makes admin.pem and viewer.pem)"})
-		case role == auth.RoleAdmin, role == auth.RoleViewer && need == auth.RoleViewer:
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "client certificate required (escractl certs makes admin.pem, viewer.pem and scaler.pem)"})
+		case role == auth.RoleAdmin, role == auth.RoleViewer && need == auth.RoleViewer,
+			role == auth.RoleScaler && (need == auth.RoleViewer || need == auth.RoleScaler):
 			next.ServeHTTP(w, r)
 		default:
 			s.rl.Warn("admin-forbidden", "admin API call refused for the caller's role", "role", role, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
@@ -42,5 +44,25 @@ func requiredRole(r *http.Request) string {
 	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !strings.HasPrefix(r.URL.Path, "/debug/") {
 		return auth.RoleViewer
 	}
+	if isScale(r) {
+		return auth.RoleScaler
+	}
 	return auth.RoleAdmin
+}
+
+// isScale is a request of the scaler role: POST /v1/apps/NAME/containers
+// (scale out) or DELETE /v1/apps/NAME/containers/CNAME (scale in), as
+// controller/server/scale.go routes them.
+func isScale(r *http.Request) bool {
+	p := strings.Split(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	if len(p) < 4 || p[0] != "v1" || p[1] != "apps" || p[2] == "" || p[3] != "containers" {
+		return false
+	}
+	switch r.Method {
+	case http.MethodPost:
+		return len(p) == 4
+	case http.MethodDelete:
+		return len(p) == 5 && p[4] != ""
+	}
+	return false
 }

@@ -78,6 +78,26 @@ func TestAdminAPIRoles(t *testing.T) {
 		{"viewer", "PUT", "/v1/apps/web", put, 403},
 		{"viewer", "DELETE", "/v1/apps/web", "", 403},
 		{"viewer", "POST", "/v1/stats/reset", "", 403},
+		// The scaler (escra-gateway's certificate) reads and adds or
+		// removes containers of an app that exists (the handler answers:
+		// 400 for the bad body, 404 for the unknown app), nothing else.
+		{"scaler", "GET", "/v1/apps", "", 200},
+		{"scaler", "GET", "/v1/containers", "", 200},
+		{"scaler", "GET", "/v1/hosts", "", 200},
+		{"scaler", "GET", "/metrics", "", 200},
+		{"scaler", "GET", "/debug/pprof/", "", 403},
+		{"scaler", "POST", "/v1/apps/web/containers", "{", 400},
+		{"scaler", "POST", "/v1/apps/nope/containers", `{"containers":[]}`, 404},
+		{"scaler", "DELETE", "/v1/apps/nope/containers/c1", "", 404},
+		{"scaler", "DELETE", "/v1/apps/web", "", 403},
+		{"scaler", "PUT", "/v1/apps/web", put, 403},
+		{"scaler", "POST", "/v1/apps/web/deploy", `{"containers":[]}`, 403},
+		{"scaler", "POST", "/v1/stats/reset", "", 403},
+		{"scaler", "DELETE", "/v1/apps/web/containers", "", 403},
+		{"scaler", "POST", "/v1/apps/web/containers/c1", "", 403},
+		{"viewer", "POST", "/v1/apps/web/containers", "{", 403},
+		{"viewer", "DELETE", "/v1/apps/web/containers/c1", "", 403},
+		{"h1", "POST", "/v1/apps/web/containers", "{", 403},
 		{"admin", "GET", "/debug/pprof/", "", 404},
 		{"admin", "PUT", "/v1/apps/web", put, 200},
 	}

@@ -41,8 +41,8 @@ var hostName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$`)
 
 // CheckHostName rejects names that cannot be a file name and a DNS SAN.
 func CheckHostName(h string) error {
-	if !hostName.MatchString(h) || h == "ca" || h == "controller" || h == "ca-key" || h == RoleAdmin || h == RoleViewer {
-		return fmt.Errorf("host name %q: want 1-253 of [A-Za-z0-9_.-], not ca, controller, admin or viewer", h)
+	if !hostName.MatchString(h) || h == "ca" || h == "controller" || h == "ca-key" || h == RoleAdmin || h == RoleViewer || h == RoleScaler {
+		return fmt.Errorf("host name %q: want 1-253 of [A-Za-z0-9_.-], not ca, controller, admin, viewer or scaler", h)
 	}
 	return nil
 }
@@ -54,8 +54,8 @@ type Issued struct{ Files []string }
 // dir/controller.pem (+key) valid for ControllerName, localhost, 127.0.0.1
 // and extraControllerSANs, and dir/HOST.pem (+key) for each host: client
 // certificates whose CN and DNS name are the host id the daemon reports,
-// and the operators' dir/admin.pem and dir/viewer.pem (+key) for the admin
-// API. The host certificates bind no app (GenerateBound).
+// and the operators' dir/admin.pem, viewer.pem and scaler.pem (+key) for
+// the admin API. The host certificates bind no app (GenerateBound).
 func Generate(dir string, hosts, extraControllerSANs []string, validFor time.Duration) (Issued, error) {
 	return GenerateBound(dir, hosts, nil, extraControllerSANs, validFor)
 }

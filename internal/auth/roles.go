@@ -14,15 +14,19 @@ import (
 const (
 	RoleAdmin  = "admin"  // everything
 	RoleViewer = "viewer" // reads: apps, containers, hosts, events, /metrics
-	RoleHost   = "host"   // a daemon's certificate: no admin API
+	// RoleScaler is an autoscaler's (escra-gateway, Mu §3.3): the reads,
+	// and adding or removing containers of an app that exists; no
+	// budgets, deploys or deletes of apps.
+	RoleScaler = "scaler"
+	RoleHost   = "host" // a daemon's certificate: no admin API
 )
 
 // roleOU is the OrganizationalUnit that grants a role.
 func roleOU(role string) string { return "escra-" + role }
 
 // operatorRoles are the certificates escractl certs issues besides the
-// controller's and the hosts': DIR/admin.pem and DIR/viewer.pem.
-var operatorRoles = []string{RoleAdmin, RoleViewer}
+// controller's and the hosts': DIR/admin.pem, viewer.pem and scaler.pem.
+var operatorRoles = []string{RoleAdmin, RoleViewer, RoleScaler}
 
 // operatorTemplate is a client-auth-only certificate for role.
 func operatorTemplate(role string, notBefore time.Time, validFor time.Duration) *x509.Certificate {
@@ -34,7 +38,7 @@ func operatorTemplate(role string, notBefore time.Time, validFor time.Duration) 
 	}
 }
 
-// certRole is the role a verified leaf grants: admin or viewer when it
+// certRole is the role a verified leaf grants: admin, viewer or scaler when it
 // carries that OU, host otherwise.
 func certRole(leaf *x509.Certificate) string {
 	for _, r := range operatorRoles {

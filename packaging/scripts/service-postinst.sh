@@ -1,5 +1,5 @@
 #!/bin/sh
-# postinst for escrad and escra-controller, after Debian's own helpers
+# postinst for escrad, escra-controller and escra-gateway, after Debian's own helpers
 # (what dh_installsystemd generates, written out here because nfpm has no
 # debhelper):
 #  - deb-systemd-helper enables @UNIT@ on first install, also in a chroot

@@ -1,5 +1,5 @@
 #!/bin/sh
-# postrm for escrad and escra-controller. remove: mask the unit while its
+# postrm for escrad, escra-controller and escra-gateway. remove: mask the unit while its
 # conffiles stay, so nothing starts a half-removed package (postinst
 # unmasks on reinstall). purge: forget the enable state and the mask.
 set -e

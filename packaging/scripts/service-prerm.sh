@@ -1,5 +1,5 @@
 #!/bin/sh
-# prerm for escrad and escra-controller: stop on removal only. An upgrade
+# prerm for escrad, escra-controller and escra-gateway: stop on removal only. An upgrade
 # keeps the old process running until postinst restarts it with the new
 # binary, so containers are without their agent for one restart, not for
 # the whole unpack.

@@ -4,8 +4,13 @@
 // piggybacked metrics, and scales each function every 2 s through the
 // Escra controller within the function's app budget.
 //
-//	escra-gateway -controller http://127.0.0.1:7070 -config functions.json \
-//	    -listen 127.0.0.1:8088 -admin 127.0.0.1:8089
+//	escra-gateway -controller https://127.0.0.1:7472 -certs /etc/escra \
+//	    -config functions.json -listen 127.0.0.1:8088 -admin 127.0.0.1:8089
+//
+// It reaches the controller's admin API with mutual TLS and
+// DIR/scaler.pem (escractl certs): a certificate that may only read and
+// add or remove containers; an http:// controller URL is for a controller
+// run --insecure.
 //
 // functions.json is a JSON list of gateway.Function ("slo" in Go duration
 // syntax, e.g. "1s"). The admin address serves /metrics (Prometheus) and
@@ -30,10 +35,14 @@ import (
 
 	"github.com/escra-dev/escra/controller/adminclient"
 	"github.com/escra-dev/escra/controller/mu/gateway"
+	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/version"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "escra-gateway:", err)
 		os.Exit(1)
 	}
@@ -72,7 +81,7 @@ func loadFunctions(path string) ([]gateway.Function, error) {
 	return out, nil
 }
 
-func run(args []string) error {
+func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("escra-gateway", flag.ContinueOnError)
 	ctrl := fs.String("controller", adminclient.DefaultURL, "controller admin URL")
 	cfg := fs.String("config", "", "functions file (JSON)")
@@ -80,10 +89,27 @@ func run(args []string) error {
 	admin := fs.String("admin", "127.0.0.1:8089", "address of /metrics and /v1/functions")
 	prefix := fs.String("prefix", "mu-", "container name prefix of the replicas")
 	basePort := fs.Int("base-port", 20000, "first 127.0.0.1 port of the replicas (two per replica)")
+	// Under systemd with LoadCredential= (a dynamic user that cannot read
+	// /etc/escra/*-key.pem) the files are in $CREDENTIALS_DIRECTORY.
+	certDir := auth.DefaultDir
+	if d := os.Getenv("CREDENTIALS_DIRECTORY"); d != "" {
+		certDir = d
+	}
+	certs := fs.String("certs", certDir, "directory of ca.pem and the certificate for the controller's admin API (escractl certs)")
+	role := fs.String("cert-role", auth.RoleScaler, "which certificate of -certs to show: scaler (read, add and remove containers) or admin")
 	proxyPath := fs.String("queue-proxy", "/escra-queue-proxy", "path of the queue proxy inside the function images")
 	nodeSelect := fs.String("node-select", gateway.DefaultNodeSelect, "where new replicas go (Mu Algorithm 3): alignment, worstfit, bestfit, default (Kubernetes' least allocated + balanced), or controller (the controller's deployer)")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	check := fs.Bool("check-config", false, "read the functions file and the certificate, then exit (systemd's ExecStartPre)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *showVersion {
+		fmt.Println("escra-gateway", version.Version)
+		return nil
 	}
 	if *cfg == "" {
 		return errors.New("-config is required (a JSON list of functions)")
@@ -92,9 +118,13 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	cl, err := adminclient.New(*ctrl)
+	cl, err := controllerClient(*ctrl, *certs, *role)
 	if err != nil {
 		return err
+	}
+	if *check {
+		fmt.Printf("escra-gateway: %d functions in %s, controller %s\n", len(fns), *cfg, *ctrl)
+		return nil
 	}
 	sc := &gateway.ControllerScaler{Client: cl, Prefix: *prefix, BasePort: *basePort, ProxyPath: *proxyPath}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -114,8 +144,6 @@ func run(args []string) error {
 		ln.Close()
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	// Replicas a crashed gateway left behind are taken over before the
 	// first request, so no new replica takes one of their ports.
 	if err := g.Adopt(ctx); err != nil {

@@ -308,11 +308,13 @@ func certsCmd(e *env) *cobra.Command {
 		Use:   "certs --hosts h1,h2 --apps web,db [--dir DIR]",
 		Short: "Create the CA and the mutual-TLS certificates of the controller, hosts and operators",
 		Long: `certs creates the CA (or reuses DIR/ca.pem and ca-key.pem) and issues
-controller.pem, HOST.pem for every host, and the operators' admin.pem and
-viewer.pem (each with its -key.pem). The host certificates bind their hosts
-to the --apps: the controller takes registrations of those apps' containers
-only (* binds every app). A host bound to none registers nothing until its
-certificate is reissued or the controller's --host-apps names it.`,
+controller.pem, HOST.pem for every host, and the operators' admin.pem,
+viewer.pem and scaler.pem (each with its -key.pem; scaler.pem may only read
+and add or remove an app's containers: escra-gateway's). The host
+certificates bind their hosts to the --apps: the controller takes
+registrations of those apps' containers only (* binds every app). A host
+bound to none registers nothing until its certificate is reissued or the
+controller's --host-apps names it.`,
 		Example: `  escractl certs --dir /etc/escra --hosts h1,h2,h3 --apps web,db --controller-names ctl.example,127.0.0.1`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -28,7 +28,7 @@ var (
 		{"escra_mu_replicas_pending", "replicas being created"},
 		{"escra_mu_replicas_desired", "N_des after the budget and DRF"},
 		{"escra_mu_replica_ceiling", "most replicas the app budget allows"},
-		{"escra_mu_queued_requests", "requests queued at the queue proxies (piggybacked)"},
+		{"escra_mu_queue_requests", "requests queued at the queue proxies (piggybacked)"},
 		{"escra_mu_inflight_requests", "requests inside the gateway"},
 		{"escra_mu_capacity_requests_per_second", "estimated capacity of one replica (Cap_e)"},
 		{"escra_mu_rate_requests_per_second", "incoming rate of the last epoch (IR_cur)"},
@@ -72,7 +72,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		g("escra_mu_replicas_pending", float64(s.Pending))
 		g("escra_mu_replicas_desired", float64(s.Desired))
 		g("escra_mu_replica_ceiling", float64(s.Ceiling))
-		g("escra_mu_queued_requests", float64(s.Queued))
+		g("escra_mu_queue_requests", float64(s.Queued))
 		g("escra_mu_inflight_requests", float64(s.Inflight))
 		g("escra_mu_capacity_requests_per_second", s.CapacityRPS)
 		g("escra_mu_rate_requests_per_second", s.RateRPS)

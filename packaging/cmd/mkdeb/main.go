@@ -1,5 +1,5 @@
 // Command mkdeb builds the Debian packages escrad, escra-controller (with
-// escractl) and escra-dkms from bin/ and the tree, with nfpm (no hand-rolled
+// escractl), escra-gateway and escra-dkms from bin/ and the tree, with nfpm (no hand-rolled
 // archives). `make deb` runs it; the packages land in dist/.
 //
 //	mkdeb --version 0.1.0 --bin bin --out dist
@@ -32,7 +32,7 @@ type options struct {
 func main() {
 	var o options
 	flag.StringVar(&o.Version, "version", "", "package version (git describe output is turned into a Debian version)")
-	flag.StringVar(&o.Bin, "bin", "bin", "directory holding escrad, escra-controller and escractl")
+	flag.StringVar(&o.Bin, "bin", "bin", "directory holding escrad, escra-controller, escractl and escra-gateway")
 	flag.StringVar(&o.Root, "root", ".", "source tree")
 	flag.StringVar(&o.Out, "out", "dist", "output directory")
 	flag.Parse()
@@ -93,7 +93,7 @@ func build(o options) ([]string, error) {
 		return nil, fmt.Errorf("--version is required")
 	}
 	ver := DebVersion(o.Version)
-	for _, b := range []string{"escrad", "escra-controller", "escractl"} {
+	for _, b := range []string{"escrad", "escra-controller", "escractl", "escra-gateway"} {
 		if st, err := os.Stat(filepath.Join(o.Bin, b)); err != nil || st.IsDir() {
 			return nil, fmt.Errorf("%s missing: run make build first", filepath.Join(o.Bin, b))
 		}
@@ -153,6 +153,10 @@ func build(o options) ([]string, error) {
 		return nil, err
 	}
 	ctlScripts, err := serviceScripts("escra-controller.service")
+	if err != nil {
+		return nil, err
+	}
+	gwScripts, err := serviceScripts("escra-gateway.service")
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +230,23 @@ func build(o options) ([]string, error) {
 			license:   licGo,
 			copyright: []copyrightStanza{{files: "*", license: licGo, comment: goModules}},
 			scripts:   ctlScripts,
+		},
+		{
+			name: "escra-gateway", arch: "amd64",
+			desc: "Escra Mu gateway\n" +
+				" escra-gateway is the ingress of Mu-style serverless functions: it\n" +
+				" balances requests over a function's replicas, admits them against the\n" +
+				" SLO and scales each function through the Escra controller, within\n" +
+				" the function's app budget, with a certificate that may only scale.",
+			recommends: []string{"escra-controller"},
+			contents: files.Contents{
+				bin("escra-gateway"),
+				file(p("packaging/systemd/escra-gateway.service"), "/lib/systemd/system/escra-gateway.service", 0o644),
+				conf(p("packaging/etc/escra-gateway.env"), "/etc/escra/escra-gateway.env"),
+				file(p("docs/mu.md"), "/usr/share/doc/escra-gateway/mu.md", 0o644),
+				file(p("docs/examples/functions.json"), "/usr/share/doc/escra-gateway/examples/functions.json", 0o644),
+			},
+			scripts: gwScripts,
 		},
 		{
 			name: "escra-dkms", arch: "all",

@@ -30,6 +30,7 @@ func buildBinaries(t *testing.T, version string) string {
 	dir := t.TempDir()
 	for name, pkg := range map[string]string{
 		"escrad": "./daemon/cmd/escrad", "escra-controller": "./controller/cmd/escra-controller", "escractl": "./controller/cmd/escractl",
+		"escra-gateway": "./controller/cmd/escra-gateway",
 	} {
 		cmd := exec.Command("go", "build", "-trimpath",
 			"-ldflags", "-X github.com/escra-dev/escra/internal/version.Version="+version,
@@ -60,8 +61,8 @@ func TestPackages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"escrad_0.9.1_amd64.deb", "escra-controller_0.9.1_amd64.deb", "escra-dkms_0.9.1_all.deb"}
-	if len(debs) != 3 {
+	want := []string{"escrad_0.9.1_amd64.deb", "escra-controller_0.9.1_amd64.deb", "escra-gateway_0.9.1_amd64.deb", "escra-dkms_0.9.1_all.deb"}
+	if len(debs) != len(want) {
 		t.Fatalf("built %v", debs)
 	}
 	for i, d := range debs {
@@ -86,10 +87,20 @@ func TestPackages(t *testing.T) {
 	if !strings.Contains(conffiles, "/etc/escra/escrad.yaml") {
 		t.Errorf("escrad.yaml is not a conffile: %q", conffiles)
 	}
-	if d := sh(t, "dpkg-deb", "-f", debs[2], "Depends"); !strings.Contains(d, "dkms") {
+	gw, dkms := debs[2], debs[3]
+	gwc := sh(t, "dpkg-deb", "-c", gw)
+	for _, f := range []string{"./usr/bin/escra-gateway", "./lib/systemd/system/escra-gateway.service", "./etc/escra/escra-gateway.env"} {
+		if !strings.Contains(gwc, f) {
+			t.Errorf("escra-gateway package lacks %s:\n%s", f, gwc)
+		}
+	}
+	if c := sh(t, "sh", "-c", "dpkg-deb --ctrl-tarfile "+gw+" | tar -xOf - ./conffiles"); !strings.Contains(c, "/etc/escra/escra-gateway.env") {
+		t.Errorf("escra-gateway.env is not a conffile: %q", c)
+	}
+	if d := sh(t, "dpkg-deb", "-f", dkms, "Depends"); !strings.Contains(d, "dkms") {
 		t.Errorf("escra-dkms must depend on dkms: %q", d)
 	}
-	dk := sh(t, "dpkg-deb", "-c", debs[2])
+	dk := sh(t, "dpkg-deb", "-c", dkms)
 	for _, f := range []string{"./usr/src/escra-0.9.1/dkms.conf", "./usr/src/escra-0.9.1/escra.c", "./usr/src/escra-0.9.1/Kbuild"} {
 		if !strings.Contains(dk, f) {
 			t.Errorf("escra-dkms lacks %s:\n%s", f, dk)
@@ -124,7 +135,7 @@ func TestPackages(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("upgrade", func(t *testing.T) { upgradeUnderSystemd(t, oldDebs[:2], debs[:2], oldVersion, version) })
-	t.Run("dkms", func(t *testing.T) { dkmsAgainstEscraHeaders(t, debs[2], version) })
+	t.Run("dkms", func(t *testing.T) { dkmsAgainstEscraHeaders(t, dkms, version) })
 }
 
 // installInDebianRoot installs the packages into a debootstrapped Debian 12
@@ -164,12 +175,14 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 		return string(out), err
 	}
 	// escra-dkms depends on dkms, which a minimal root lacks: unpack only.
-	if out, err := chroot("dpkg -i /tmp/escrad_*.deb /tmp/escra-controller_*.deb\ndpkg --unpack /tmp/escra-dkms_*.deb"); err != nil {
+	if out, err := chroot("dpkg -i /tmp/escrad_*.deb /tmp/escra-controller_*.deb /tmp/escra-gateway_*.deb\ndpkg --unpack /tmp/escra-dkms_*.deb"); err != nil {
 		t.Fatalf("dpkg in the Debian root: %v\n%s", err, out)
 	}
 	for _, f := range []string{
 		"usr/bin/escrad", "usr/bin/escra-controller", "usr/bin/escractl",
 		"lib/systemd/system/escrad.service", "lib/systemd/system/escra-controller.service",
+		"usr/bin/escra-gateway", "lib/systemd/system/escra-gateway.service", "etc/escra/escra-gateway.env",
+		"usr/share/doc/escra-gateway/examples/functions.json",
 		"etc/escra/escrad.yaml", "etc/escra/escrad.env", "etc/escra/escra-controller.env",
 		"usr/share/doc/escrad/operator.md", "usr/src/escra-" + version + "/dkms.conf",
 		"usr/share/doc/escrad/copyright", "usr/share/doc/escra-controller/copyright",
@@ -181,7 +194,7 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 	}
 	// Enabled although no systemd runs in the chroot (an image build):
 	// deb-systemd-helper wrote the links.
-	for _, u := range []string{"escrad.service", "escra-controller.service"} {
+	for _, u := range []string{"escrad.service", "escra-controller.service", "escra-gateway.service"} {
 		if _, err := os.Lstat(filepath.Join(root, "etc/systemd/system/multi-user.target.wants", u)); err != nil {
 			t.Errorf("%s not enabled by an install in a chroot: %v", u, err)
 		}
@@ -189,16 +202,16 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 	if b, _ := os.ReadFile(filepath.Join(root, "usr/src/escra-"+version+"/dkms.conf")); !strings.Contains(string(b), `PACKAGE_VERSION="`+version+`"`) {
 		t.Errorf("dkms.conf does not carry the version:\n%s", b)
 	}
-	out, err := chroot("escrad --version; escra-controller --version; escractl --version")
-	if err != nil || out != "escrad "+version+"\nescra-controller "+version+"\nescractl "+version+"\n" {
+	out, err := chroot("escrad --version; escra-controller --version; escractl --version; escra-gateway -version")
+	if err != nil || out != "escrad "+version+"\nescra-controller "+version+"\nescractl "+version+"\nescra-gateway "+version+"\n" {
 		t.Fatalf("--version in the root: %v\n%q", err, out)
 	}
-	out, err = chroot("systemd-analyze verify /lib/systemd/system/escrad.service /lib/systemd/system/escra-controller.service")
+	out, err = chroot("systemd-analyze verify /lib/systemd/system/escrad.service /lib/systemd/system/escra-controller.service /lib/systemd/system/escra-gateway.service")
 	if err != nil || strings.TrimSpace(out) != "" {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
 	// Hardening must not regress: systemd's exposure score (0 best, 10 worst).
-	for unit, most := range map[string]float64{"escra-controller.service": 2.0, "escrad.service": 4.0} {
+	for unit, most := range map[string]float64{"escra-controller.service": 2.0, "escra-gateway.service": 2.0, "escrad.service": 4.0} {
 		out, err := chroot("systemd-analyze security --offline=yes --no-pager /lib/systemd/system/" + unit + " | tail -1")
 		m := regexp.MustCompile(`Overall exposure level for \S+: ([0-9.]+)`).FindStringSubmatch(out)
 		if err != nil || m == nil {
@@ -215,7 +228,7 @@ func installInDebianRoot(t *testing.T, debs []string, version string) {
 		t.Fatalf("systemd-analyze verify accepted a unit with a missing binary:\n%s", out)
 	}
 	// Purge removes everything, conffiles included.
-	if out, err := chroot("dpkg --purge escrad escra-controller escra-dkms"); err != nil {
+	if out, err := chroot("dpkg --purge escrad escra-controller escra-gateway escra-dkms"); err != nil {
 		t.Fatalf("dpkg --purge: %v\n%s", err, out)
 	}
 	for _, f := range []string{"usr/bin/escrad", "etc/escra/escrad.yaml", "lib/systemd/system/escrad.service", "usr/src/escra-" + version} {
