@@ -4,7 +4,6 @@ go 1.26.4
 
 require (
 	github.com/cilium/ebpf v0.22.0
-	github.com/docker/docker v28.5.2+incompatible
 	github.com/moby/moby/api v1.56.1
 	github.com/moby/moby/client v0.6.2
 	github.com/opencontainers/runtime-spec v1.3.0
