@@ -61,7 +61,7 @@ func TestGatewayCommandScalesRealReplicasOverTLS(t *testing.T) {
 	})
 
 	dir := filepath.Join(t.TempDir(), "certs")
-	if _, err := auth.Generate(dir, []string{"h1"}, nil, time.Hour); err != nil {
+	if _, err := auth.GenerateBound(dir, []string{"h1"}, []string{auth.AnyApp}, nil, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	files := auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")}
