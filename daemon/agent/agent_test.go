@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -18,6 +20,7 @@ import (
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/source"
 	"github.com/escra-dev/escra/daemon/source/cgroupfs"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 	"github.com/escra-dev/escra/internal/peer"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -371,6 +374,31 @@ func TestContainerMetricsInBaseUnits(t *testing.T) {
 			if !have[n] {
 				t.Errorf("%s names %s, which escrad does not export", f, n)
 			}
+		}
+	}
+}
+
+// auto falls back from the kernel backend quietly only when escra.ko is
+// absent; a module that is there but refuses escrad (a unit without
+// CAP_SYS_ADMIN) is a warning, with the capabilities named.
+func TestAutoWarnsWhenTheModuleRefuses(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		warn bool
+	}{
+		{kmod.ErrNoFamily, false},
+		{fmt.Errorf("join telemetry: %w", syscall.EPERM), true},
+	} {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		kernel := func(time.Duration, *slog.Logger) (source.Source, error) { return nil, c.err }
+		bpfDown := func(time.Duration, *slog.Logger) (source.Source, error) { return nil, errors.New("bpf backend: off") }
+		if _, err := New(Config{Backend: BackendAuto, KernelSource: kernel, BPFSource: bpfDown, Log: log}); err != nil {
+			t.Fatal(err)
+		}
+		warned := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "CAP_SYS_ADMIN")
+		if warned != c.warn {
+			t.Errorf("kernel backend error %v: warned %v, want %v; log:\n%s", c.err, warned, c.warn, buf.String())
 		}
 	}
 }

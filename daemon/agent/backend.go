@@ -8,6 +8,7 @@ import (
 
 	"github.com/escra-dev/escra/daemon/source"
 	"github.com/escra-dev/escra/daemon/source/cgroupfs"
+	"github.com/escra-dev/escra/daemon/source/kmod"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -61,8 +62,13 @@ func (a *Agent) chooseSource(cfg Config) error {
 				a.src = src
 			} else if !auto {
 				return fmt.Errorf("kernel backend: %w", err)
-			} else {
+			} else if errors.Is(err, kmod.ErrNoFamily) {
 				cfg.Log.Info("kernel backend unavailable", "err", err)
+			} else {
+				// escra.ko is there but escrad cannot use it (most often
+				// a unit without CAP_SYS_ADMIN): say so, do not fall
+				// back quietly.
+				cfg.Log.Warn("escra.ko is loaded but the kernel backend failed; falling back (escrad needs CAP_NET_ADMIN and CAP_SYS_ADMIN for it)", "err", err)
 			}
 		} else if !auto {
 			return errors.New("kernel backend: not built into this escrad (use --backend cgroupfs or auto)")
