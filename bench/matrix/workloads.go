@@ -33,6 +33,20 @@ type Workload struct {
 	// NoClient: Client only waits (no requests, so no latency): a batch
 	// container beside it would measure nothing the plain run does not.
 	NoClient bool
+	// Offset: the containers peak apart (offset.go); reported apart.
+	Offset bool
+	// Streams, when set, are the request streams Client drives at once
+	// (offset.go), and DemandModel's input.
+	Streams func(r ClientRun) []Stream
+}
+
+var demoImage = workloadimages.DemoHTTP
+
+func init() {
+	for _, w := range OffsetWorkloads {
+		w.Client = func(ctx context.Context, r ClientRun) (load.Result, error) { return streamsClient(ctx, w, r) }
+		Workloads = append(Workloads, w)
+	}
 }
 
 // ClientRun is one drive of a workload's client.
