@@ -166,7 +166,11 @@ const IdleCores = 0.003
 // the same schedules the client sends. It stands in for a profiling run
 // when none is at hand; a real profile replaces it (bench-replay).
 func DemandModel(w Workload, r ClientRun) ([][]float64, error) {
-	if w.Streams == nil {
+	streams := w.Streams
+	if streams == nil {
+		streams = w.Modelled
+	}
+	if streams == nil {
 		return nil, fmt.Errorf("%s: no request streams to model", w.Name)
 	}
 	n := int(math.Ceil(r.Duration.Seconds() * 10))
@@ -177,7 +181,7 @@ func DemandModel(w Workload, r ClientRun) ([][]float64, error) {
 			out[i][j] = IdleCores
 		}
 	}
-	for _, s := range w.Streams(r) {
+	for _, s := range streams(r) {
 		for _, t := range s.Shape.Schedule(r.Duration) {
 			p := int(t / (100 * time.Millisecond))
 			for i, c := range s.CostMs {
