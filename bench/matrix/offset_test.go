@@ -87,4 +87,3 @@ func TestPolicyNames(t *testing.T) {
 		t.Error("escra-k150 (escra's own budget under another name) was accepted")
 	}
 }
-
