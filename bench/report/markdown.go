@@ -117,6 +117,7 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	}
 
 	writeFairness(w, r, aggs)
+	writeFrontier(w, Frontiers(r, aggs), pf.Frontier)
 
 	rows := TableI(ds)
 	if len(rows) > 0 {

@@ -126,6 +126,7 @@ func Summary(r *Results) map[string]any {
 			s[p+m.Name+"_delta_pct_undefined"] = row.Undefined[i]
 		}
 	}
+	frontierSummary(s, r, aggs, ds, putDelta)
 	for k, v := range r.Overheads {
 		s["overhead_"+KeyName(k)] = v
 	}

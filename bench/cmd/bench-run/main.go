@@ -234,8 +234,15 @@ func run() error {
 	for _, cell := range cells {
 		res.Notes = append(res.Notes, fmt.Sprintf("Profiled peak of %s/%s: %s.", cell.Workload, cell.Load, describe(profiles[cell].Peaks)))
 		st := cfg.Static15Cores(profiles[cell].Peaks)
-		res.Budgets = append(res.Budgets, report.CellBudget{Workload: cell.Workload, Load: cell.Load, Static15LimitCores: st, EscraBudgetCores: st})
+		w, _ := matrix.WorkloadByName(cell.Workload)
+		res.Budgets = append(res.Budgets, report.CellBudget{Workload: cell.Workload, Load: cell.Load, Static15LimitCores: st, EscraBudgetCores: st, Offset: w.Offset})
 	}
+	res.Notes = append(res.Notes, fmt.Sprintf("Baselines and how each was profiled, all on one profiling run per cell without limits, its requests seeded %d + %d, a seed no measured repetition uses (they use %d + rep): "+
+		"static15, static10, static075, static05 are 1.5, 1, 0.75, 0.5 × each container's largest 1 s sliding mean of its 100 ms usage; "+
+		"static15mon is 1.5 × the largest 10 s aligned mean (60 s for trace loads), as a monitoring pipeline reports it; "+
+		"vpastatic is 1.15 × the p90 of those aligned means, VPA's recommender rule applied once; "+
+		"Autopilot and VPA start warm from the same run. escra-k050, escra-k075, escra-k100 are Escra with exactly static05's, static075's, static10's reservation as the app budget (escra: static15's). "+
+		"The frontier policies and static15mon and vpastatic run on the cells whose containers peak apart (offset-pair, front-worker, fanout) only.", cfg.Seed, matrix.ProfileSeedOffset, cfg.Seed))
 
 	res.CFSBurst = cfg.Burst
 	if cfg.Burst > 0 {
