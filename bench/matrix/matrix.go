@@ -65,6 +65,11 @@ type Config struct {
 	Escra    *Escra
 	Progress func(string)
 
+	// OffsetOnlyAlso are more policies that run on the offset cells only
+	// (the quick run's static075 and static10: frontier points there,
+	// not today's policies elsewhere).
+	OffsetOnlyAlso []string
+
 	batch *batchHolder // the +batch runs' container, kept by Run
 }
 
@@ -439,7 +444,7 @@ func (c Config) cellPolicies(cell Cell) []string {
 		if _, batch := SplitBatch(p); batch && w.NoClient {
 			continue
 		}
-		if OffsetOnly(p) && !w.Offset {
+		if (OffsetOnly(p) || contains(c.OffsetOnlyAlso, p)) && !w.Offset {
 			continue
 		}
 		out = append(out, p)

@@ -119,10 +119,12 @@ func run() error {
 		BurstCycle: 6 * time.Second,
 		Progress:   func(s string) { say("%s", s) }}
 	mode := "quick"
+	cfg.OffsetOnlyAlso = []string{"static075", "static10"}
 	if *full {
 		mode = "full"
 		cfg.Loads = list("fixed,exp,burst,trace,wrk,redis-benchmark,wave,periodic,shift")
 		cfg.Policies = list(fullPolicies)
+		cfg.OffsetOnlyAlso = nil
 		cfg.Duration, cfg.Reps, cfg.BurstCycle = 60*time.Second, 3, 0
 	}
 	if *burstCycle > 0 {
