@@ -156,3 +156,19 @@ func frontierSummary(s map[string]any, r *Results, aggs map[Key]*Agg, ds []Delta
 		}
 	}
 }
+
+// withoutOffset drops the offset cells' deltas: Table I's rows average
+// the cells whose containers peak together, the offset cells apart.
+func withoutOffset(r *Results, ds []Delta) []Delta {
+	off := OffsetCells(r)
+	if len(off) == 0 {
+		return ds
+	}
+	var out []Delta
+	for _, d := range ds {
+		if !off[d.Cell] {
+			out = append(out, d)
+		}
+	}
+	return out
+}

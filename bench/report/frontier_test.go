@@ -92,6 +92,9 @@ func TestFrontierKeys(t *testing.T) {
 	if d := s["offset_escra_vs_static15_p999_latency_delta_pct"].(float64); math.Abs(d-40) > 1e-9 {
 		t.Errorf("offset escra vs static15 p99.9 delta %v, want 40 (the demo-http cell left out)", d)
 	}
+	if d := s["escra_vs_static15_p999_latency_delta_pct"].(float64); math.Abs(d+300) > 1e-9 {
+		t.Errorf("escra vs static15 p99.9 delta %v over the cells that peak together, want −300 (demo-http only)", d)
+	}
 	if v := s["escra_batch_cores_ratio"]; math.Abs(v.(float64)-2.5) > 1e-9 {
 		t.Errorf("escra_batch_cores_ratio = %v, want 0.5/0.2", v)
 	}
