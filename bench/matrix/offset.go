@@ -122,7 +122,7 @@ var OffsetWorkloads = []Workload{
 	{
 		// A fan-out app: a front end (1 ms a request) calls one of two
 		// back ends (4 ms a request); the request mix shifts from one back
-		// end to the other every half cycle while the total stays ≈ 50/s.
+		// end to the other every half cycle while the total stays ≈ 40/s.
 		Name: "fanout", Image: demoImage, Replicas: 3, Offset: true,
 		Cmd: func(i, port, _ int) []string {
 			args := []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)}
@@ -135,8 +135,8 @@ var OffsetWorkloads = []Workload{
 		Ready: waitHTTP("/healthz"),
 		Streams: func(r ClientRun) []Stream {
 			return []Stream{
-				{Shape: halfBurst(5, 45, r, r.Seed), URLs: []string{url(r.Ports[0], "/fan?ms=1&to=0")}, CostMs: []float64{1.5, 4.3, 0}},
-				{Shape: offsetShape{halfBurst(5, 45, r, r.Seed+7), cycleOf(r) / 2}, URLs: []string{url(r.Ports[0], "/fan?ms=1&to=1")}, CostMs: []float64{1.5, 0, 4.3}},
+				{Shape: halfBurst(5, 35, r, r.Seed), URLs: []string{url(r.Ports[0], "/fan?ms=1&to=0")}, CostMs: []float64{1.5, 4.3, 0}},
+				{Shape: offsetShape{halfBurst(5, 35, r, r.Seed+7), cycleOf(r) / 2}, URLs: []string{url(r.Ports[0], "/fan?ms=1&to=1")}, CostMs: []float64{1.5, 0, 4.3}},
 			}
 		},
 	},
