@@ -65,14 +65,19 @@ type Config struct {
 	Escra    *Escra
 	Progress func(string)
 
+	// OffsetOnlyAlso are more policies that run on the offset cells only
+	// (the quick run's static075 and static10: frontier points there,
+	// not today's policies elsewhere).
+	OffsetOnlyAlso []string
+
 	batch *batchHolder // the +batch runs' container, kept by Run
 }
 
 type Escra struct {
 	// App names the app of a cell's containers under an Escra policy.
 	App func(c Cell, policy string) string
-	// Budget is the cell's app budget Ω in cores.
-	Budget        func(c Cell) float64
+	// Budget is the app budget Ω in cores of a cell under an Escra policy.
+	Budget        func(c Cell, policy string) float64
 	ControllerPID int
 	DaemonPID     int
 	// Backend is the telemetry backend escrad chose (its start line).
@@ -101,11 +106,7 @@ func SplitBatch(policy string) (base string, batch bool) {
 // of 1.5 × the peak, each capped at the app's CPUs (the engine refuses
 // more). Escra's budget for the cell is exactly this, so the comparison is fair.
 func (c Config) Static15Cores(peaks []Peak) float64 {
-	sum := 0.0
-	for _, p := range peaks {
-		sum += c.capCores(1.5 * p.CPU)
-	}
-	return sum
+	return c.StaticKCores(peaks, 1.5)
 }
 
 // appCPUCount is how many CPUs a container under test may run on: the
@@ -129,8 +130,13 @@ type Cell struct{ Workload, Load string }
 
 // Peak is the profiled peak of one replica: CPU as the largest 1 s mean
 // (what second-granularity monitoring shows, Escra §VI-C), memory as
-// the largest 100 ms sample.
-type Peak struct{ CPU, Mem float64 }
+// the largest 100 ms sample; CPUMon and CPUP90 are the peak and the p90
+// of aligned 10 s means (60 s for trace loads), what static15mon and
+// vpastatic profile with (baselines.go).
+type Peak struct {
+	CPU, Mem       float64
+	CPUMon, CPUP90 float64 `json:",omitempty"`
+}
 
 func (c Config) progress(format string, a ...any) {
 	if c.Progress != nil {
@@ -173,10 +179,13 @@ func (c Config) Validate() error {
 	}
 	for _, p := range c.Policies {
 		base, _ := SplitBatch(p)
-		if base == "escra" || base == "escra-paper" {
+		if IsEscra(base) {
+			if b := EscraBase(base); (b != "escra" && b != "escra-paper") || (base != b && FrontierK(base) >= 1.5) {
+				return fmt.Errorf("unknown policy %q (Escra frontier policies are escra-k050, escra-k075, escra-k100)", p)
+			}
 			continue
 		}
-		if _, err := c.newRecommender(base, Peak{1, 1}); err != nil {
+		if _, err := c.newRecommender(base, Peak{CPU: 1, Mem: 1, CPUMon: 1, CPUP90: 1}); err != nil {
 			return err
 		}
 	}
@@ -188,13 +197,10 @@ func (c Config) Validate() error {
 
 // newRecommender makes a baseline policy for a replica with the given peak.
 func (c Config) newRecommender(name string, pk Peak) (recommender.Recommender, error) {
+	if k, cores, ok := staticRule(name, pk); ok {
+		return &recommender.Static{K: k, PeakCPU: cores, PeakMem: pk.Mem}, nil
+	}
 	switch name {
-	case "static15":
-		return &recommender.Static{K: 1.5, PeakCPU: pk.CPU, PeakMem: pk.Mem}, nil
-	case "static10":
-		return &recommender.Static{K: 1.0, PeakCPU: pk.CPU, PeakMem: pk.Mem}, nil
-	case "static075":
-		return &recommender.Static{K: 0.75, PeakCPU: pk.CPU, PeakMem: pk.Mem}, nil
 	case "autopilot":
 		cpu := recommender.DefaultAutopilotCPU()
 		if c.AutopilotCPU != nil {
@@ -206,7 +212,7 @@ func (c Config) newRecommender(name string, pk Peak) (recommender.Recommender, e
 	case "vpa60":
 		return recommender.NewVPA(recommender.DefaultVPA(60 * time.Second)), nil
 	}
-	return nil, fmt.Errorf("unknown policy %q (want static15, static10, static075, autopilot, vpa10, vpa60, escra or escra-paper, each also with the suffix +batch)", name)
+	return nil, fmt.Errorf("unknown policy %q (want static15, static10, static075, static05, static15mon, vpastatic, autopilot, vpa10, vpa60, escra or escra-paper, each also with the suffix +batch)", name)
 }
 
 func (c Config) ports(w Workload) []int {
@@ -231,28 +237,34 @@ func (c Config) start(ctx context.Context, w Workload, cell Cell, policyName str
 		c.Docker.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true})
 		labels := map[string]string{"escra.bench": "1"}
 		res := container.Resources{MemorySwap: -1}
-		var k float64
+		var k, memK, cores float64
 		base, _ := SplitBatch(policyName)
+		if i < len(peaks) {
+			cores = peaks[i].CPU
+		}
 		switch base {
-		case "static15", "autopilot", "vpa10", "vpa60":
+		case "autopilot", "vpa10", "vpa60":
 			k = 1.5
-		case "static10":
-			k = 1
-		case "static075":
-			k = 0.75
 		default:
 			if IsEscra(policyName) {
-				// Same starting point as Autopilot and VPA; escrad takes over.
+				// Same starting point as Autopilot and VPA (the frontier's
+				// at its k); escrad takes over.
 				labels["escra.app"] = c.Escra.App(cell, policyName)
-				k = 1.5
+				k = FrontierK(policyName)
+			} else if i < len(peaks) {
+				k, cores, _ = staticRule(base, peaks[i])
 			}
+		}
+		memK = max(k, 1.5) // memory is not what the frontier varies
+		if base == "static10" || base == "static075" {
+			memK = k
 		}
 		res.CpusetCpus = c.AppCPUs
 		if k > 0 && i < len(peaks) {
 			// Capped at the app's CPUs: more cannot be used (a closed-loop
 			// client such as wrk can saturate them).
-			res.NanoCPUs = int64(c.capCores(k*peaks[i].CPU) * 1e9)
-			res.Memory = int64(k * peaks[i].Mem)
+			res.NanoCPUs = int64(c.capCores(k*cores) * 1e9)
+			res.Memory = int64(memK * peaks[i].Mem)
 			res.MemorySwap = -1
 		}
 		cr, err := c.Docker.ContainerCreate(ctx, client.ContainerCreateOptions{Config: &container.Config{Image: c.Images[w.Image.Name], Cmd: w.Cmd(i, c.BasePort+i, c.appCPUCount()), Labels: labels},
@@ -330,7 +342,7 @@ func (c Config) Profile(ctx context.Context) (map[Cell]Profile, error) {
 				}
 			})
 		}()
-		_, err = w.Client(ctx, c.clientRun(w, cell, c.Seed, nil))
+		_, err = w.Client(ctx, c.clientRun(w, cell, c.Seed+ProfileSeedOffset, nil))
 		stop()
 		<-done
 		s.Close()
@@ -340,15 +352,7 @@ func (c Config) Profile(ctx context.Context) (map[Cell]Profile, error) {
 		}
 		var peaks []Peak
 		for j := range ids {
-			pk := Peak{CPU: 0.05, Mem: max(mem[j], 16<<20)}
-			for k := 0; k+10 <= len(cpu[j]); k++ { // 1 s windows of 100 ms samples
-				sum := 0.0
-				for _, v := range cpu[j][k : k+10] {
-					sum += v
-				}
-				pk.CPU = max(pk.CPU, sum/10)
-			}
-			peaks = append(peaks, pk)
+			peaks = append(peaks, peakOf(cpu[j], mem[j], cell.Load))
 		}
 		out[cell] = Profile{Peaks: peaks, CPU: cpu, Mem: memS}
 		c.progress("profile %s/%s: peaks %s", cell.Workload, cell.Load, fmtPeaks(peaks))
@@ -439,6 +443,9 @@ func (c Config) cellPolicies(cell Cell) []string {
 		if _, batch := SplitBatch(p); batch && w.NoClient {
 			continue
 		}
+		if (OffsetOnly(p) || contains(c.OffsetOnlyAlso, p)) && !w.Offset {
+			continue
+		}
 		out = append(out, p)
 	}
 	return out
@@ -525,7 +532,7 @@ func (c Config) runOne(ctx context.Context, cell Cell, policyName string, rep in
 	}
 	budget := 0.0
 	if IsEscra(policyName) && c.Escra != nil && c.Escra.Budget != nil {
-		budget = c.Escra.Budget(cell)
+		budget = c.Escra.Budget(cell, base)
 	}
 	var mu sync.Mutex
 	var policyCPU time.Duration

@@ -33,6 +33,23 @@ type Workload struct {
 	// NoClient: Client only waits (no requests, so no latency): a batch
 	// container beside it would measure nothing the plain run does not.
 	NoClient bool
+	// Offset: the containers peak apart (offset.go); reported apart.
+	Offset bool
+	// Streams, when set, are the request streams Client drives at once
+	// (offset.go), and DemandModel's input.
+	Streams func(r ClientRun) []Stream
+	// Modelled, for a workload whose Client is not stream-driven, are
+	// streams that approximate its requests for DemandModel only.
+	Modelled func(r ClientRun) []Stream
+}
+
+var demoImage = workloadimages.DemoHTTP
+
+func init() {
+	for _, w := range OffsetWorkloads {
+		w.Client = func(ctx context.Context, r ClientRun) (load.Result, error) { return streamsClient(ctx, w, r) }
+		Workloads = append(Workloads, w)
+	}
 }
 
 // ClientRun is one drive of a workload's client.
@@ -102,6 +119,22 @@ func httpClient(scale float64, urls func(ports []int) []string, header http.Head
 	}
 }
 
+// modelled is one stream of httpClient's shape with the given CPU per
+// request in each replica.
+func modelled(scale float64, costMs []float64) func(ClientRun) []Stream {
+	return func(r ClientRun) []Stream {
+		shape, err := load.ShapeByName(r.Load, scale, r.Seed)
+		if err != nil {
+			return nil
+		}
+		if b, ok := shape.(load.Burst); ok && r.BurstCycle > 0 {
+			b.Every, b.BurstLen = r.BurstCycle, r.BurstCycle/2
+			shape = b
+		}
+		return []Stream{{Shape: shape, CostMs: costMs}}
+	}
+}
+
 // Workloads are the applications of the benchmark.
 var Workloads = []Workload{
 	{
@@ -113,6 +146,9 @@ var Workloads = []Workload{
 		Cmd:   func(_, port, _ int) []string { return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port)} },
 		Loads: []string{"fixed", "exp", "burst", "trace"},
 		Ready: waitHTTP("/healthz"),
+		// Round robin: each replica gets half the requests, 7 of 8 at
+		// 3.3 ms and 1 of 8 at ≈ 18 ms.
+		Modelled: modelled(0.15, []float64{2.6, 2.6}),
 		Client: httpClient(0.15, func(ports []int) []string {
 			var u []string
 			for k := 0; k < 7; k++ {
@@ -139,8 +175,9 @@ var Workloads = []Workload{
 			}
 			return args
 		},
-		Loads: []string{"fixed", "exp", "burst", "trace"},
-		Ready: waitHTTP("/healthz"),
+		Loads:    []string{"fixed", "exp", "burst", "trace"},
+		Ready:    waitHTTP("/healthz"),
+		Modelled: modelled(0.15, []float64{2.5, 2.5, 2.3}),
 		Client: httpClient(0.15, func(ports []int) []string {
 			return []string{fmt.Sprintf("http://127.0.0.1:%d/chain?ms=2", ports[0])}
 		}, nil),

@@ -117,10 +117,14 @@ func Markdown(r *Results, aggs map[Key]*Agg, ds []Delta, pf plotFiles) string {
 	}
 
 	writeFairness(w, r, aggs)
+	writeFrontier(w, Frontiers(r, aggs), pf.Frontier)
 
-	rows := TableI(ds)
+	rows := TableI(withoutOffset(r, ds))
 	if len(rows) > 0 {
 		w("## Table I analogue: average over workloads and loads\n\n")
+		if len(OffsetCells(r)) > 0 {
+			w("Over the cells whose containers peak together; the cells whose containers peak apart are averaged apart (`offset_` keys in summary.json) and have the frontier section.\n\n")
+		}
 		w("Arithmetic mean over cells of the per-cell percentages, with its 95 %% bootstrap interval (each resample resamples the repetitions of both sides in every cell and recomputes the mean over cells).\n\n")
 		w("| Escra vs | cells (with a client) |")
 		for _, m := range Metrics {

@@ -227,6 +227,7 @@ type plotFiles struct {
 	CPUCDF   map[Cell]string
 	MemCDF   map[Cell]string
 	Series   map[Key]string
+	Frontier map[Cell]string
 	Failures []string
 }
 
@@ -268,6 +269,9 @@ func plotAll(r *Results, aggs map[Key]*Agg, ds []Delta, dir string) plotFiles {
 			fail(rel, err)
 		}
 	}
+	var ff []string
+	pf.Frontier, ff = plotFrontiers(Frontiers(r, aggs), dir)
+	pf.Failures = append(pf.Failures, ff...)
 	for _, run := range r.Runs {
 		k := Key{Cell{run.Workload, run.Load}, run.Policy}
 		if _, done := pf.Series[k]; done || len(run.Series) == 0 {

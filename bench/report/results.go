@@ -44,6 +44,9 @@ type CellBudget struct {
 	Load               string  `json:"load"`
 	Static15LimitCores float64 `json:"static15_limit_cores"` // Σ over replicas of 1.5 × peak (capped at the app's CPUs)
 	EscraBudgetCores   float64 `json:"escra_budget_cores"`   // Ω of the cell's Escra apps
+	// Offset: the cell's containers peak apart (the frontier cells);
+	// the report keeps them apart from the cells that peak together.
+	Offset bool `json:"offset,omitempty"`
 }
 
 // Pinning is the CPU placement of the benchmark's parts (cpuset lists).

@@ -110,7 +110,7 @@ func Summary(r *Results) map[string]any {
 	for _, d := range ds {
 		putDelta(KeyName(d.Workload)+"_"+KeyName(d.Load)+"_"+KeyName(d.Escra)+"_vs_"+KeyName(d.Baseline)+"_", d)
 	}
-	for _, row := range TableI(ds) {
+	for _, row := range TableI(withoutOffset(r, ds)) {
 		p := KeyName(row.Escra) + "_vs_" + KeyName(row.Baseline) + "_"
 		row.Avg.HasClient = row.ClientCells > 0
 		putDelta(p, row.Avg)
@@ -126,6 +126,7 @@ func Summary(r *Results) map[string]any {
 			s[p+m.Name+"_delta_pct_undefined"] = row.Undefined[i]
 		}
 	}
+	frontierSummary(s, r, aggs, ds, putDelta)
 	for k, v := range r.Overheads {
 		s["overhead_"+KeyName(k)] = v
 	}

@@ -134,6 +134,14 @@ func (a *Books) Throttle(k Key, seq uint64) ([]Decision, error) {
 			want = max(want, target)
 		}
 	}
+	if short := min(want, m.HostMaxUs) - m.QuotaUs - a.targetFreeUs(); short > 0 && !a.HoldRaises {
+		if rel := a.releaseFor(k, short); len(rel) > 0 {
+			out = append(out, rel...)
+			if a.AckGated { // the raise follows the cuts' acknowledgements
+				m.wantQuota = max(m.wantQuota, min(want, m.QuotaUs+a.targetFreeUs()))
+			}
+		}
+	}
 	q := a.clampQuota(m, want)
 	if q-m.QuotaUs < a.P.MinStepUs {
 		return out, nil

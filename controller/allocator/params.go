@@ -58,6 +58,11 @@ type Params struct {
 	// cap). A host that lies about its containers then takes at most this
 	// much from the app's other hosts. Ours.
 	HostMaxShare float64 `json:"host_max_share,omitempty" yaml:"host_max_share,omitempty"`
+	// ReleasePeriods: a member throttled with a raise the pool cannot
+	// cover takes quota from siblings whose usage of their last
+	// ReleasePeriods periods fell below their quota (release.go; escra
+	// policy only; 0: off). Ours.
+	ReleasePeriods int `json:"release_periods" yaml:"release_periods"`
 }
 
 const MiB = 1 << 20
@@ -66,7 +71,8 @@ const MiB = 1 << 20
 // are the paper's; n = 10 (one second of history), a 2 ms floor (0.02
 // core; 5 ms until the benchmark showed it was most of a quiet container's
 // slack, docs/allocator.md), a 10 % headroom over the window's peak usage, a 100 µs minimum
-// step and a 64 MiB OOM step are ours (the paper gives no values).
+// step, a 64 MiB OOM step and a release after 3 quiet periods
+// (release.go) are ours (the paper gives no values).
 func DefaultParams() Params {
 	return Params{
 		Window:          10,
@@ -81,6 +87,7 @@ func DefaultParams() Params {
 		SafeMarginBytes: 50 * MiB,
 
 		FairShareOnThrottle: true,
+		ReleasePeriods:      3,
 	}
 }
 
@@ -128,6 +135,8 @@ func (p Params) Validate() error {
 		return errors.New("oom step: want at least one page")
 	case p.SafeMarginBytes < 0:
 		return errors.New("safe margin: want >= 0")
+	case p.ReleasePeriods < 0 || p.ReleasePeriods > 10000:
+		return fmt.Errorf("release periods %d: want 0..10000 (more than the window counts as the window)", p.ReleasePeriods)
 	case !(p.LeaseFraction >= 0) || p.LeaseFraction > 1:
 		return fmt.Errorf("lease fraction %v: want 0..1", p.LeaseFraction)
 	case !(p.HostMaxShare >= 0) || p.HostMaxShare > 1:

@@ -61,6 +61,16 @@ func CheckLoopback(raw string) error {
 // RunHTTP runs the attack and reduces it to a Result. Latencies count every
 // request, failed ones included (a timeout is the latency a user saw).
 func RunHTTP(ctx context.Context, r HTTPRun) (Result, error) {
+	res, lat, _, _, err := attack(ctx, r)
+	if err == nil {
+		res.fillLatencies(lat)
+	}
+	return res, err
+}
+
+// attack runs one attack and returns its counts, raw latencies and the
+// first send and last end.
+func attack(ctx context.Context, r HTTPRun) (res Result, lat []time.Duration, first, last time.Time, err error) {
 	urls := r.URLs
 	if len(urls) == 0 {
 		urls = []string{r.URL}
@@ -68,7 +78,7 @@ func RunHTTP(ctx context.Context, r HTTPRun) (Result, error) {
 	var targets []vegeta.Target
 	for _, u := range urls {
 		if err := CheckLoopback(u); err != nil {
-			return Result{}, err
+			return Result{}, nil, first, last, err
 		}
 		targets = append(targets, vegeta.Target{Method: "GET", URL: u, Header: r.Header})
 	}
@@ -76,15 +86,14 @@ func RunHTTP(ctx context.Context, r HTTPRun) (Result, error) {
 		r.Timeout = 5 * time.Second
 	}
 	offsets := r.Shape.Schedule(r.Duration)
-	res := Result{Tool: "vegeta", Shape: r.Shape.Name()}
+	res = Result{Tool: "vegeta", Shape: r.Shape.Name()}
 	if len(offsets) == 0 {
-		return res, fmt.Errorf("shape %s sends nothing in %s", r.Shape.Name(), r.Duration)
+		return res, nil, first, last, fmt.Errorf("shape %s sends nothing in %s", r.Shape.Name(), r.Duration)
 	}
 	atk := vegeta.NewAttacker(vegeta.Timeout(r.Timeout), vegeta.KeepAlive(true),
 		vegeta.Workers(32), vegeta.Connections(1000), vegeta.Redirects(vegeta.NoFollow))
 	tgt := vegeta.NewStaticTargeter(targets...)
-	lat := make([]time.Duration, 0, len(offsets))
-	var first, last time.Time
+	lat = make([]time.Duration, 0, len(offsets))
 	lastLog := time.Now()
 	ch := atk.Attack(tgt, SchedulePacer{Offsets: offsets, Shape: r.Shape}, r.Duration+r.Timeout, r.Shape.Name())
 	for {
@@ -93,7 +102,7 @@ func RunHTTP(ctx context.Context, r HTTPRun) (Result, error) {
 			atk.Stop()
 			for range ch {
 			}
-			return res, ctx.Err()
+			return res, lat, first, last, ctx.Err()
 		case hit, ok := <-ch:
 			if !ok {
 				if !first.IsZero() {
@@ -102,8 +111,7 @@ func RunHTTP(ctx context.Context, r HTTPRun) (Result, error) {
 				if res.DurationS > 0 {
 					res.ThroughputRPS = float64(res.Successes) / res.DurationS
 				}
-				res.fillLatencies(lat)
-				return res, nil
+				return res, lat, first, last, nil
 			}
 			res.Requests++
 			if hit.Error == "" && hit.Code >= 200 && hit.Code < 400 {

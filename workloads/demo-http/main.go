@@ -138,18 +138,13 @@ func newMux(nexts []string, scale float64, hop *http.Client) *http.ServeMux {
 		}
 		fmt.Fprintf(w, "%x\n", sum[:4])
 	})
-	mux.HandleFunc("/chain", func(w http.ResponseWriter, r *http.Request) {
-		ms, err := intParam(r, "ms", 2, 60000)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
+	hops := func(w http.ResponseWriter, r *http.Request, ms int, to []string) {
 		sum, ok := burnUs(r.Context(), int(float64(ms)*scale*1000))
 		if !ok {
 			return // the client has gone: no hop is called for it
 		}
-		errs := make(chan error, len(nexts))
-		for _, n := range nexts {
+		errs := make(chan error, len(to))
+		for _, n := range to {
 			go func() {
 				// The request's context: when our client gives up, the
 				// next hops' requests are cancelled too.
@@ -170,7 +165,7 @@ func newMux(nexts []string, scale float64, hop *http.Client) *http.ServeMux {
 			}()
 		}
 		var failed error
-		for range nexts {
+		for range to {
 			if err := <-errs; err != nil {
 				failed = err
 			}
@@ -180,6 +175,31 @@ func newMux(nexts []string, scale float64, hop *http.Client) *http.ServeMux {
 			return
 		}
 		fmt.Fprintf(w, "%x\n", sum[:4])
+	}
+	mux.HandleFunc("/chain", func(w http.ResponseWriter, r *http.Request) {
+		ms, err := intParam(r, "ms", 2, 60000)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		hops(w, r, ms, nexts)
+	})
+	// /fan?to=i: a fan-out front end's request for one back end only (the
+	// request mix decides which back end works).
+	mux.HandleFunc("/fan", func(w http.ResponseWriter, r *http.Request) {
+		ms, err := intParam(r, "ms", 2, 60000)
+		if err == nil && len(nexts) == 0 {
+			err = fmt.Errorf("/fan needs -next")
+		}
+		var to int
+		if err == nil {
+			to, err = intParam(r, "to", 0, max(0, len(nexts)-1))
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		hops(w, r, ms, nexts[to:to+1])
 	})
 	mux.HandleFunc("/mem", func(w http.ResponseWriter, r *http.Request) {
 		mib, err := intParam(r, "mib", 16, 16384)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -97,5 +98,45 @@ func TestChainAnswersThroughItsHops(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadGateway {
 		t.Fatalf("a failing hop gave %s, want 502", resp.Status)
+	}
+}
+
+// /fan?to=i reaches back end i only; an index beyond the back ends is a
+// bad request.
+func TestFanCallsOneBackEnd(t *testing.T) {
+	var hits [2]int
+	var mu sync.Mutex
+	var backs []string
+	for i := range 2 {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			mu.Lock()
+			hits[i]++
+			mu.Unlock()
+		}))
+		defer s.Close()
+		backs = append(backs, s.URL)
+	}
+	front := httptest.NewServer(newMux(backs, 0, http.DefaultClient))
+	defer front.Close()
+	for _, q := range []string{"to=1", "to=1", "to=0"} {
+		resp, err := http.Get(front.URL + "/fan?ms=1&" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/fan?%s: %s", q, resp.Status)
+		}
+	}
+	if hits != [2]int{1, 2} {
+		t.Errorf("back ends got %v requests, want [1 2]", hits)
+	}
+	resp, err := http.Get(front.URL + "/fan?ms=1&to=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("/fan?to=2 with two back ends: %s, want 400", resp.Status)
 	}
 }

@@ -65,7 +65,7 @@ func run() error {
 	out := flag.String("out", "results/bench", "output directory")
 	bin := flag.String("bin", "bin", "directory holding escrad and escra-controller")
 	noEscra := flag.Bool("no-escra", false, "do not start escrad and escra-controller (Escra runs are skipped)")
-	workloads := flag.String("workloads", "", "comma list (default: demo-http,chain,nginx,redis,memwave)")
+	workloads := flag.String("workloads", "", "comma list (default: demo-http,chain,nginx,redis,memwave,offset-pair,front-worker,fanout)")
 	loads := flag.String("loads", "", "comma list of loads or workload/load (default depends on -full)")
 	policies := flag.String("policies", "", "comma list (default depends on -full)")
 	duration := flag.Duration("duration", 0, "length of each run (default 20 s quick: one Burst cycle and one memwave period; 60 s full)")
@@ -113,16 +113,18 @@ func run() error {
 		escraCPUs = "escrad " + *escradCPUs + ", controller " + *ctlCPUs
 	}
 
-	cfg := matrix.Config{Workloads: list("demo-http,chain,nginx,redis,memwave"), Seed: 1, BasePort: *port,
-		Loads:    list("demo-http/burst,chain/burst,nginx/burst,wrk,redis-benchmark,wave"),
-		Policies: list("static15,autopilot,escra-paper,escra,static15+batch,escra+batch"), Duration: 18 * time.Second, Reps: 3,
+	cfg := matrix.Config{Workloads: list("demo-http,chain,nginx,redis,memwave,offset-pair,front-worker,fanout"), Seed: 1, BasePort: *port,
+		Loads:    list("demo-http/burst,chain/burst,nginx/burst,wrk,redis-benchmark,wave,offset-pair/burst,periodic,shift"),
+		Policies: list(quickPolicies), Duration: 18 * time.Second, Reps: 3,
 		BurstCycle: 6 * time.Second,
 		Progress:   func(s string) { say("%s", s) }}
 	mode := "quick"
+	cfg.OffsetOnlyAlso = []string{"static075", "static10"}
 	if *full {
 		mode = "full"
-		cfg.Loads = list("fixed,exp,burst,trace,wrk,redis-benchmark,wave")
-		cfg.Policies = list("static15,static10,static075,autopilot,vpa10,vpa60,escra-paper,escra,static15+batch,escra+batch")
+		cfg.Loads = list("fixed,exp,burst,trace,wrk,redis-benchmark,wave,periodic,shift")
+		cfg.Policies = list(fullPolicies)
+		cfg.OffsetOnlyAlso = nil
 		cfg.Duration, cfg.Reps, cfg.BurstCycle = 60*time.Second, 3, 0
 	}
 	if *burstCycle > 0 {
@@ -234,8 +236,15 @@ func run() error {
 	for _, cell := range cells {
 		res.Notes = append(res.Notes, fmt.Sprintf("Profiled peak of %s/%s: %s.", cell.Workload, cell.Load, describe(profiles[cell].Peaks)))
 		st := cfg.Static15Cores(profiles[cell].Peaks)
-		res.Budgets = append(res.Budgets, report.CellBudget{Workload: cell.Workload, Load: cell.Load, Static15LimitCores: st, EscraBudgetCores: st})
+		w, _ := matrix.WorkloadByName(cell.Workload)
+		res.Budgets = append(res.Budgets, report.CellBudget{Workload: cell.Workload, Load: cell.Load, Static15LimitCores: st, EscraBudgetCores: st, Offset: w.Offset})
 	}
+	res.Notes = append(res.Notes, fmt.Sprintf("Baselines and how each was profiled, all on one profiling run per cell without limits, its requests seeded %d + %d, a seed no measured repetition uses (they use %d + rep): "+
+		"static15, static10, static075, static05 are 1.5, 1, 0.75, 0.5 × each container's largest 1 s sliding mean of its 100 ms usage; "+
+		"static15mon is 1.5 × the largest 10 s aligned mean (60 s for trace loads), as a monitoring pipeline reports it; "+
+		"vpastatic is 1.15 × the p90 of those aligned means, VPA's recommender rule applied once; "+
+		"Autopilot and VPA start warm from the same run. escra-k050, escra-k075, escra-k100 are Escra with exactly static05's, static075's, static10's reservation as the app budget (escra: static15's). "+
+		"The frontier policies and static15mon and vpastatic run on the cells whose containers peak apart (offset-pair, front-worker, fanout) only.", cfg.Seed, matrix.ProfileSeedOffset, cfg.Seed))
 
 	res.CFSBurst = cfg.Burst
 	if cfg.Burst > 0 {
@@ -289,6 +298,15 @@ func run() error {
 	say("wrote %s, %s/report.md, %s/summary.json and %s/plots", path, *out, *out, *out)
 	return ctx.Err()
 }
+
+// The policies of a run. The frontier (static05, static075, static10,
+// static15 and escra-k050, escra-k075, escra-k100, escra at the same
+// totals) and the operators' baselines (static15mon, vpastatic) run on
+// every cell; the report reads the frontier on the offset cells.
+const (
+	quickPolicies = "static15,static15mon,vpastatic,static05,static075,static10,escra-k050,escra-k075,escra-k100,autopilot,escra-paper,escra,static15+batch,escra+batch"
+	fullPolicies  = "static15,static15mon,vpastatic,static05,static075,static10,escra-k050,escra-k075,escra-k100,autopilot,vpa10,vpa60,escra-paper,escra,static15+batch,escra+batch"
+)
 
 // autopilotNote is set once the sweep is known (for the report's notes).
 var autopilotNote string
@@ -412,7 +430,7 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 	app := func(c matrix.Cell, policy string) string {
 		return "b-" + c.Workload + "-" + c.Load + "-" + strings.ReplaceAll(policy, "+", "-")
 	}
-	budget := func(c matrix.Cell) float64 { return cfg.Static15Cores(profiles[c].Peaks) }
+	budget := func(c matrix.Cell, policy string) float64 { return cfg.EscraBudget(profiles[c].Peaks, policy) }
 	var apps strings.Builder
 	var names []string
 	for _, c := range cfg.Cells() {
@@ -424,8 +442,7 @@ func startEscra(ctx context.Context, cfg matrix.Config, profiles map[matrix.Cell
 			if !matrix.IsEscra(pol) {
 				continue
 			}
-			base, _ := matrix.SplitBatch(pol)
-			fmt.Fprintf(&apps, "- name: %s\n  cpu: \"%.3f\"\n  memory: \"%d\"\n  sigma: 0.1\n  allocator:\n    policy: %s\n", app(c, pol), budget(c), int64(mem), base)
+			fmt.Fprintf(&apps, "- name: %s\n  cpu: \"%.3f\"\n  memory: \"%d\"\n  sigma: 0.1\n  allocator:\n    policy: %s\n", app(c, pol), budget(c, pol), int64(mem), matrix.EscraBase(pol))
 			names = append(names, app(c, pol))
 		}
 	}
@@ -529,6 +546,7 @@ func loadProfiles(path string, cells []matrix.Cell) (map[matrix.Cell]matrix.Prof
 	}
 	m := map[matrix.Cell]matrix.Profile{}
 	for _, p := range l {
+		p.FillRules(p.Load)
 		m[matrix.Cell{Workload: p.Workload, Load: p.Load}] = p.Profile
 	}
 	for _, c := range cells {
