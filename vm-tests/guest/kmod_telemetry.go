@@ -246,28 +246,11 @@ func scenarioTelemetryDrops(*harness.Env) error {
 // move after the boundary, which marked it throttled too.
 func scenarioThrottleAlternate(*harness.Env) error {
 	const quota = 20 * time.Millisecond
-	cg, err := harness.NewCgroup("thr-alt")
+	cg, l, done, err := watchedCgroup("thr-alt", map[string]string{"cpu.max": "20000 100000"})
 	if err != nil {
 		return err
 	}
-	defer cg.Remove()
-	if err := cg.Set("cpu.max", "20000 100000"); err != nil {
-		return err
-	}
-	l, err := listen(kmod.GroupTelemetry)
-	if err != nil {
-		return err
-	}
-	defer l.close()
-	ctl, err := kmod.Dial()
-	if err != nil {
-		return err
-	}
-	defer ctl.Close()
-	if err := ctl.Watch(cg.ID); err != nil {
-		return err
-	}
-	defer func() { _ = ctl.Unwatch(cg.ID) }()
+	defer done()
 	w, err := cg.Start("burst", "25", "230")
 	if err != nil {
 		return err
@@ -343,4 +326,47 @@ func burst(args []string) int {
 			next = time.Now()
 		}
 	}
+}
+
+// watchedCgroup makes cgroup name with the given files set, watched by a
+// new socket, and a telemetry listener; done undoes all of it.
+func watchedCgroup(name string, files map[string]string) (_ *harness.Cgroup, _ *listener, done func(), err error) {
+	var undo []func()
+	done = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			done()
+		}
+	}()
+	cg, err := harness.NewCgroup(name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	undo = append(undo, cg.Remove)
+	for _, f := range []string{"cpu.max", "cpu.max.burst"} { // cpu.max first: the burst needs a quota
+		if v, ok := files[f]; ok {
+			if err := cg.Set(f, v); err != nil {
+				return nil, nil, nil, fmt.Errorf("%s: %w", f, err)
+			}
+		}
+	}
+	l, err := listen(kmod.GroupTelemetry)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	undo = append(undo, l.close)
+	ctl, err := kmod.Dial()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	undo = append(undo, func() { ctl.Close() })
+	if err := ctl.Watch(cg.ID); err != nil {
+		return nil, nil, nil, err
+	}
+	undo = append(undo, func() { _ = ctl.Unwatch(cg.ID) })
+	return cg, l, done, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/escra-dev/escra/daemon/source/kmod"
 	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
@@ -17,31 +16,11 @@ import (
 // the quota left, or the burst was not exercised and nothing is proven.
 func scenarioTelemetryBurst(*harness.Env) error {
 	const quota = 20 * time.Millisecond
-	cg, err := harness.NewCgroup("tel-burst")
+	cg, l, done, err := watchedCgroup("tel-burst", map[string]string{"cpu.max": "20000 100000", "cpu.max.burst": "80000"})
 	if err != nil {
 		return err
 	}
-	defer cg.Remove()
-	if err := cg.Set("cpu.max", "20000 100000"); err != nil {
-		return err
-	}
-	if err := cg.Set("cpu.max.burst", "80000"); err != nil {
-		return fmt.Errorf("cpu.max.burst: %w", err)
-	}
-	l, err := listen(kmod.GroupTelemetry)
-	if err != nil {
-		return err
-	}
-	defer l.close()
-	ctl, err := kmod.Dial()
-	if err != nil {
-		return err
-	}
-	defer ctl.Close()
-	if err := ctl.Watch(cg.ID); err != nil {
-		return err
-	}
-	defer func() { _ = ctl.Unwatch(cg.ID) }()
+	defer done()
 	// 30 ms of CPU every 700 ms: idle periods refill the pool up to
 	// quota + burst, and each burst spends more than one quota.
 	w, err := cg.Start("burst", "30", "700")
