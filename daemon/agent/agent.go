@@ -71,6 +71,11 @@ type Config struct {
 	// period before the watcher reports it as about to be throttled
 	// (cgroupfs.Source.ThrottleNear; 0: the default 0.95; < 0: off).
 	ThrottleNear float64
+	// ThrottleHot: only groups whose last period used this share of their
+	// quota (or were throttled) are polled between periods
+	// (cgroupfs.Source.ThrottleHot; 0: the default 0.8; < 0: every group
+	// with a quota).
+	ThrottleHot float64
 	// OnThrottleRaise, when set, sees every quota raise that answers a
 	// throttle event: the event seen to the raising write returned.
 	OnThrottleRaise func(h uint32, took time.Duration)

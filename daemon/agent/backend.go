@@ -106,6 +106,12 @@ func (a *Agent) chooseSource(cfg Config) error {
 		case cfg.ThrottleNear > 0:
 			cs.ThrottleNear = cfg.ThrottleNear
 		}
+		switch {
+		case cfg.ThrottleHot < 0:
+			cs.ThrottleHot = 0
+		case cfg.ThrottleHot > 0:
+			cs.ThrottleHot = cfg.ThrottleHot
+		}
 		a.src = cs
 		a.sampler = cs
 	}

@@ -88,6 +88,7 @@ func run(args []string, restoreOnly bool) error {
 		restoreAft  = fs.Duration("restore-after", 10*time.Second, "put back the limits Docker knows for every managed container once no controller has been reachable this long (0: never)")
 		thrPoll     = fs.Duration("throttle-poll", 10*time.Millisecond, "cgroupfs: read nr_throttled of every group with a quota this often between periods and report a rise to the controller at once (0: off, also the bpf backend's throttle events)")
 		thrNear     = fs.Float64("throttle-near", 0.95, "cgroupfs: also report a group that has used this share of its quota within the CFS period in progress, before it is throttled (0: off)")
+		thrHot      = fs.Float64("throttle-hot", 0.8, "cgroupfs: poll only groups whose last period used this share of their quota or was throttled (0: every group with a quota; an idle host then wakes every --throttle-poll)")
 		backend     = fs.String("backend", "auto", "telemetry/OOM backend: auto (kernel, else bpf, else cgroupfs), kernel (escra.ko), bpf (stock kernel with BTF) or cgroupfs")
 		hostID      = fs.String("host-id", "", "host id reported to the controller (default: hostname)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
@@ -185,6 +186,9 @@ func run(args []string, restoreOnly bool) error {
 	if *thrNear < 0 || *thrNear > 1 {
 		return fmt.Errorf("--throttle-near %v out of range: want 0 (off) or (0, 1]", *thrNear)
 	}
+	if !(*thrHot >= 0 && *thrHot <= 1) {
+		return fmt.Errorf("--throttle-hot %v out of range: want 0 (poll every group) or (0, 1]", *thrHot)
+	}
 	if !(*cfsBurst >= 0 && *cfsBurst <= 1) {
 		return fmt.Errorf("--cfs-burst %v out of range [0, 1]: the kernel refuses a burst above the quota", *cfsBurst)
 	}
@@ -270,7 +274,7 @@ func run(args []string, restoreOnly bool) error {
 		// --backend auto/kernel use escra.ko when its genetlink family exists;
 		// auto/bpf then the CO-RE program when the kernel has BTF.
 		Backend: *backend, KernelSource: kmod.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
-		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
+		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear), ThrottleHot: nearOrOff(*thrHot),
 		RestoreAfter: *restoreAft, DockerSync: syncOrOff(*dockerSync), CPUPlacement: *cpuPlace, ViewDir: *viewDir, CPUProfileDir: *cpuProfiles, ImageBudget: *imageBudget,
 		CFSBurst: *cfsBurst,
 	}

@@ -21,16 +21,22 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 	// The throttle watcher runs on this goroutine, between period samples:
 	// it reads the period state (seq) without a lock and the sink, which is
 	// not safe for concurrent use, stays single-threaded.
-	// The poll timer runs only while some group is watched: an idle
-	// escrad should not wake 500 times a second (under QEMU's emulation
-	// that alone took a quarter of a guest CPU).
+	// The poll timer runs only while some group is hot (see ThrottleHot):
+	// an idle escrad should not wake 100 times a second for nothing (at
+	// 100 idle containers that was 2.4 % of a core). Whether any is hot
+	// changes only with a period sample, so the timer is armed or
+	// stopped there.
 	var poll <-chan time.Time
 	var pt *time.Timer
 	polling := c.ThrottlePoll > 0 && c.ThrottlePoll < period
-	armPoll := func(groups int) {
+	armPoll := func(hot int) {
 		switch {
-		case !polling || groups == 0:
+		case !polling || hot == 0:
+			if pt != nil {
+				pt.Stop()
+			}
 			poll = nil
+		case poll != nil: // already running
 		case pt == nil:
 			pt = time.NewTimer(c.ThrottlePoll)
 			poll = pt.C
@@ -71,13 +77,13 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 			// for them, so its caller may close the group as soon as it
 			// returns (500 polls a second would otherwise hit that
 			// window). The events are sent after unlocking.
+			c.pollWakes.Add(1)
 			c.mu.Lock()
 			if c.dirty {
 				parents = c.regroup(byDir, parents[:0])
 				c.dirty = false
 			}
 			events = c.pollThrottle(parents, events[:0], buf)
-			groups := len(parents)
 			c.mu.Unlock()
 			for i := range events {
 				sink.CPU(&events[i])
@@ -85,7 +91,7 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 			if len(events) > 0 {
 				sink.Flush()
 			}
-			armPoll(groups)
+			pt.Reset(c.ThrottlePoll)
 			continue
 		case <-t.C:
 		}
@@ -93,14 +99,13 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 		c.lastTick.Store(now.UnixNano())
 		t.Reset(untilNext(now, period))
 		refresh()
-		if poll == nil {
-			armPoll(len(parents))
-		}
+		hot := 0
 		for _, pg := range parents {
 			if !c.NoParentShortcut && pg.idle(buf) {
 				for _, s := range pg.members {
 					s.seq++ // an idle period: a gap, as on the kernel backend
 					s.at = now
+					s.hot = false
 				}
 				continue
 			}
@@ -108,9 +113,16 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 				if c.sample(s, &st, buf, period, now) {
 					sink.CPU(&st)
 				}
+				if s.hot {
+					hot++
+				}
 			}
 		}
 		sink.Flush()
+		if c.ThrottleHot <= 0 {
+			hot = len(parents)
+		}
+		armPoll(hot)
 	}
 }
 
@@ -217,6 +229,7 @@ func (c *Source) sample(s *sampled, st *pb.CpuStat, buf []byte, period time.Dura
 		// A fully idle period is not sent: the gap in period_seq means
 		// "unused", as for the kernel backend's stopped period timer.
 		s.seq++
+		s.hot = false
 		return false
 	}
 
@@ -230,15 +243,16 @@ func (c *Source) sample(s *sampled, st *pb.CpuStat, buf []byte, period time.Dura
 		du = du * uint64(period) / uint64(win)
 	}
 	var unused int64
+	q := quota
 	if quota > 0 {
 		// Quota per sampling period (they differ when the CFS period is
 		// not the daemon's period).
-		q := quota
 		if cfsPeriod != 0 && time.Duration(cfsPeriod)*time.Microsecond != period {
 			q = quota * int64(period/time.Microsecond) / int64(cfsPeriod)
 		}
 		unused = max(q-int64(du), 0)
 	}
+	c.markHot(s, throttled, du, q)
 	*st = pb.CpuStat{
 		Handle: s.h, PeriodSeq: s.seq, QuotaUs: quota, UnusedUs: unused,
 		Throttled: throttled, NrThrottled: cs.NrThrottled, ThrottledUs: dt, UsageUs: du,
