@@ -36,7 +36,10 @@ func (r *Rescuer) OOM(ev Event) {
 			}
 			if granted {
 				r.LimitRaised(m, limit)
-				r.cfg.Metrics.Outcome.WithLabelValues("granted").Inc()
+				if why == "" {
+					why = "granted"
+				}
+				r.cfg.Metrics.Outcome.WithLabelValues(why).Inc()
 			} else {
 				r.cfg.Metrics.Outcome.WithLabelValues(why).Inc()
 				if m.G.Paths.Version == cgroups.V2 && r.cfg.StockOOM {
@@ -61,10 +64,27 @@ func (r *Rescuer) OOM(ev Event) {
 		return cur.MemoryBytes, ev.Limit > 0 && (cur.MemoryBytes == cgroups.Max || cur.MemoryBytes > ev.Limit)
 	}
 	req := &pb.OomRequest{Handle: m.H, UsageBytes: ev.Usage, LimitBytes: uint64(max(ev.Limit, 0)), PagesWanted: ev.Pages}
+	// outage answers locally when no controller can (outage.go); why is
+	// the outcome when it cannot raise either.
+	outage := func(why string) {
+		if lim, ok := raised(); ok {
+			resolve(true, lim, "")
+			return
+		}
+		if lim, ok := r.raiseToCeiling(m, ev); ok {
+			resolve(true, lim, "outage_raised")
+			return
+		}
+		resolve(false, 0, why)
+	}
 	timer = time.AfterFunc(r.cfg.Deadline, func() {
 		r.link.Cancel(reqID.Load())
 		if lim, ok := raised(); ok {
 			resolve(true, lim, "")
+			return
+		}
+		if !r.link.Connected() {
+			outage("deadline")
 			return
 		}
 		resolve(false, 0, "deadline")
@@ -72,7 +92,7 @@ func (r *Rescuer) OOM(ev Event) {
 	id, err := r.link.RequestOOM(req, func(v *pb.OomVerdict) {
 		switch {
 		case v == nil:
-			resolve(false, 0, "controller_lost")
+			outage("controller_lost")
 		case v.Granted:
 			if lim, ok := raised(); ok {
 				// The grant's SetLimits came first (the controller sends
@@ -97,7 +117,7 @@ func (r *Rescuer) OOM(ev Event) {
 		}
 	})
 	if err != nil {
-		resolve(false, 0, "controller_unreachable")
+		outage("controller_unreachable")
 		return
 	}
 	reqID.Store(id)

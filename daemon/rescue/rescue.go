@@ -26,6 +26,8 @@ type Link interface {
 	// session drops first. It returns the id to Cancel.
 	RequestOOM(req *pb.OomRequest, verdict func(*pb.OomVerdict)) (uint64, error)
 	Cancel(id uint64)
+	// Connected reports whether a controller session is up.
+	Connected() bool
 }
 
 // Limits is the limit applier's grant write (limits.Applier).
@@ -84,6 +86,11 @@ type Container struct {
 	Mem  Memory
 	// Armed: telemetry and the OOM trap are set up (the agent sets it).
 	Armed atomic.Bool
+	// Ceiling is the memory limit the user set (Docker's
+	// HostConfig.Memory, or the group's limit when escrad took it over;
+	// cgroups.Max: none). Without a controller an OOM below it is raised
+	// to it (see outage.go).
+	Ceiling int64
 
 	pending atomic.Bool // an OOM request is out
 	again   atomic.Bool // an OOM event came while one was pending

@@ -36,6 +36,14 @@ func (l *fakeLink) RequestOOM(req *pb.OomRequest, verdict func(*pb.OomVerdict)) 
 	return uint64(len(l.reqs)), nil
 }
 
+func (l *fakeLink) Connected() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.down
+}
+
+func (l *fakeLink) setDown(down bool) { l.mu.Lock(); l.down = down; l.mu.Unlock() }
+
 func (l *fakeLink) Cancel(id uint64) {
 	l.mu.Lock()
 	l.canceled = append(l.canceled, id)
@@ -68,8 +76,8 @@ func (m *fakeMem) RaiseMemory(h uint32, limit int64) (int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.raises = append(m.raises, limit)
-	if limit > m.limit {
-		m.limit = limit
+	if m.limit != cgroups.Max && (limit == cgroups.Max || limit > m.limit) {
+		m.limit = limit // as limits.Applier: up only, unlimited is highest
 	}
 	return m.limit, nil
 }
