@@ -176,6 +176,7 @@ func TestBackendChoice(t *testing.T) {
 	down := func(time.Duration, *slog.Logger) (source.Source, error) {
 		return nil, errors.New("bpf backend: not permitted")
 	}
+	param := paramFile(t, "100") // the stub kernel backend's escra.ko
 	for _, c := range []struct {
 		backend     string
 		kernel, bpf KernelSourceFunc
@@ -193,7 +194,7 @@ func TestBackendChoice(t *testing.T) {
 		{BackendKernel, down, up(pb.Backend_BACKEND_BPF), "", true},
 		{BackendCgroupfs, up(pb.Backend_BACKEND_KERNEL), up(pb.Backend_BACKEND_BPF), BackendCgroupfs, false},
 	} {
-		a, err := New(Config{Backend: c.backend, KernelSource: c.kernel, BPFSource: c.bpf,
+		a, err := New(Config{Backend: c.backend, KernelSource: c.kernel, BPFSource: c.bpf, OOMTimeoutParam: param,
 			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if c.fails {
 			if err == nil {

@@ -1,6 +1,7 @@
 package rescue
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,10 +28,11 @@ func (r *Rescuer) OOM(ev Event) {
 	m.at, m.limit, m.rescued = ev.At, ev.Limit, false
 	m.mu.Unlock()
 	var once sync.Once
+	var done atomic.Bool
 	var timer *time.Timer
-	var reqID atomic.Uint64
 	resolve := func(granted bool, limit int64, why string) {
 		once.Do(func() {
+			done.Store(true)
 			if timer != nil {
 				timer.Stop()
 			}
@@ -48,7 +50,9 @@ func (r *Rescuer) OOM(ev Event) {
 					r.log.Warn("OOM not rescued: kernel OOM killer re-enabled", "name", m.Name, "why", why)
 				}
 			}
-			if err := r.src.Resolve(ev, granted, limit); err != nil {
+			if err := r.src.Resolve(ev, granted, limit); errors.Is(err, ErrLate) && granted {
+				r.late(m, "the kernel's wait was over before the reply (escra.ko oom_timeout_ms)", limit)
+			} else if err != nil {
 				r.log.Warn("resolving OOM", "name", m.Name, "err", err)
 			}
 			m.pending.Store(false)
@@ -77,8 +81,10 @@ func (r *Rescuer) OOM(ev Event) {
 		}
 		resolve(false, 0, why)
 	}
+	// The request stays pending past the deadline (no Cancel): a verdict
+	// after it is counted as late, not dropped unseen. The session ending
+	// forgets it.
 	timer = time.AfterFunc(r.cfg.Deadline, func() {
-		r.link.Cancel(reqID.Load())
 		if lim, ok := raised(); ok {
 			resolve(true, lim, "")
 			return
@@ -89,7 +95,13 @@ func (r *Rescuer) OOM(ev Event) {
 		}
 		resolve(false, 0, "deadline")
 	})
-	id, err := r.link.RequestOOM(req, func(v *pb.OomVerdict) {
+	_, err := r.link.RequestOOM(req, func(v *pb.OomVerdict) {
+		if done.Load() {
+			if v != nil && v.Granted {
+				r.late(m, "the controller's verdict came after --oom-deadline", v.NewLimitBytes)
+			}
+			return
+		}
 		switch {
 		case v == nil:
 			outage("controller_lost")
@@ -118,9 +130,7 @@ func (r *Rescuer) OOM(ev Event) {
 	})
 	if err != nil {
 		outage("controller_unreachable")
-		return
 	}
-	reqID.Store(id)
 }
 
 // LimitRaised records the rescue moment of a pending OOM when its limit
