@@ -79,6 +79,10 @@ type Config struct {
 	// (cgroupfs.Source.ThrottleHot; 0: the default 0.8; < 0: every group
 	// with a quota).
 	ThrottleHot float64
+	// ThrottleWarm is how often an idle host checks its parents' usage
+	// for a group running into its quota (cgroupfs.Source.ThrottleWarm;
+	// 0: the default 20 ms; < 0: only period records make a group hot).
+	ThrottleWarm time.Duration
 	// OnThrottleRaise, when set, sees every quota raise that answers a
 	// throttle event: the event seen to the raising write returned.
 	OnThrottleRaise func(h uint32, took time.Duration)

@@ -89,6 +89,7 @@ func run(args []string, restoreOnly bool) error {
 		oomParam    = fs.String("oom-timeout-param", agent.OOMTimeoutParam, "kernel backend: escra.ko's oom_timeout_ms, read at start to fit --oom-deadline inside it")
 		thrPoll     = fs.Duration("throttle-poll", 10*time.Millisecond, "cgroupfs: read nr_throttled of every group with a quota this often between periods and report a rise to the controller at once (0: off, also the bpf backend's throttle events)")
 		thrNear     = fs.Float64("throttle-near", 0.95, "cgroupfs: also report a group that has used this share of its quota within the CFS period in progress, before it is throttled (0: off)")
+		thrWarm     = fs.Duration("throttle-warm", 20*time.Millisecond, "cgroupfs: while no group is near its quota, check the parents' usage this often for one running into it (0: only period records make a group watched)")
 		thrHot      = fs.Float64("throttle-hot", 0.8, "cgroupfs: poll only groups whose last period used this share of their quota or was throttled (0: every group with a quota; an idle host then wakes every --throttle-poll)")
 		backend     = fs.String("backend", "auto", "telemetry/OOM backend: auto (kernel, else bpf, else cgroupfs), kernel (escra.ko), bpf (stock kernel with BTF) or cgroupfs")
 		hostID      = fs.String("host-id", "", "host id reported to the controller (default: hostname)")
@@ -187,6 +188,9 @@ func run(args []string, restoreOnly bool) error {
 	if *thrNear < 0 || *thrNear > 1 {
 		return fmt.Errorf("--throttle-near %v out of range: want 0 (off) or (0, 1]", *thrNear)
 	}
+	if *thrWarm < 0 || *thrWarm >= *period {
+		return fmt.Errorf("--throttle-warm %v out of range: want 0 (off) or below --period %v", *thrWarm, *period)
+	}
 	if !(*thrHot >= 0 && *thrHot <= 1) {
 		return fmt.Errorf("--throttle-hot %v out of range: want 0 (poll every group) or (0, 1]", *thrHot)
 	}
@@ -282,7 +286,7 @@ func run(args []string, restoreOnly bool) error {
 		// --backend auto/kernel use escra.ko when its genetlink family exists;
 		// auto/bpf then the CO-RE program when the kernel has BTF.
 		Backend: *backend, KernelSource: kmod.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
-		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear), ThrottleHot: nearOrOff(*thrHot),
+		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear), ThrottleHot: nearOrOff(*thrHot), ThrottleWarm: warmOrOff(*thrWarm),
 		RestoreAfter: *restoreAft, DockerSync: syncOrOff(*dockerSync), CPUPlacement: *cpuPlace, ViewDir: *viewDir, CPUProfileDir: *cpuProfiles, ImageBudget: *imageBudget,
 		CFSBurst: *cfsBurst,
 	}
@@ -389,4 +393,12 @@ func nearOrOff(v float64) float64 {
 		return -1
 	}
 	return v
+}
+
+// warmOrOff maps --throttle-warm 0 (off) to the agent's "off" (< 0).
+func warmOrOff(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,4 +106,89 @@ func TestThrottlePollTimerOffWhenAllIdle(t *testing.T) {
 	if c.pollWakes.Load() == 0 {
 		t.Fatal("no throttle polls with the hot gate off")
 	}
+}
+
+// A group that jumps from idle into its quota is watched within the
+// period, before its period record says so: the idle host's poll checks
+// each parent's usage every ThrottleWarm, finds the one that moved and
+// makes its busy member hot. The idle group beside it, under its own
+// idle parent, is never read between periods.
+func TestThrottleWarmCatchesABurstFromIdle(t *testing.T) {
+	busy, idle := newFakeGroup(t), newFakeGroup(t)
+	parentOf := func(f *fakeGroup) string { return filepath.Join(filepath.Dir(f.dir), "cpuacct.usage") }
+	for _, f := range []*fakeGroup{busy, idle} {
+		if err := os.WriteFile(parentOf(f), []byte(fmt.Sprintf("%020d\n", 0)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const period = 100 * time.Millisecond
+	c := &Source{Period: period, ThrottlePoll: 2 * time.Millisecond, ThrottleWarm: 5 * time.Millisecond,
+		ThrottleHot: DefaultThrottleHot, ThrottleNear: DefaultThrottleNear,
+		Limits: func(uint32) (int64, uint32) { return 20000, 100000 }, groups: map[uint32]*sampled{},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	bs, is := &sampled{h: 1, g: busy.g}, &sampled{h: 2, g: idle.g}
+	c.groups[1], c.groups[2] = bs, is
+	c.dirty = true
+	// The burst starts 10 ms after the third period tick (the sampler's
+	// ticks are on the wall clock's multiples of the period): its next
+	// period record is 90 ms away.
+	now := time.Now()
+	burstAt := now.Truncate(period).Add(3*period + 10*time.Millisecond)
+	ctx, cancel := context.WithDeadline(context.Background(), burstAt.Add(period+50*time.Millisecond))
+	defer cancel()
+	sink := &recSink{}
+	writer := make(chan struct{})
+	go func() {
+		defer close(writer)
+		time.Sleep(time.Until(burstAt))
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		start := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			// A full core: as much CPU as wall time since the burst began.
+			u := fmt.Sprintf("%020d", time.Since(start).Nanoseconds())
+			busy.write(t, "cpuacct.usage", u)
+			w, err := os.OpenFile(parentOf(busy), os.O_WRONLY, 0)
+			if err == nil {
+				_, err = w.WriteAt([]byte(u+"\n"), 0)
+				w.Close()
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	if err := c.sampleLoop(ctx, sink); err != nil {
+		t.Fatal(err)
+	}
+	<-writer
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	var event, record time.Duration = -1, -1
+	for i, s := range sink.stats {
+		if s.Handle != 1 {
+			continue
+		}
+		at := sink.at[i].Sub(burstAt)
+		if s.MidPeriod && event < 0 {
+			event = at
+		}
+		if !s.MidPeriod && s.UsageUs > 0 && record < 0 {
+			record = at
+		}
+	}
+	if event < 0 || record >= 0 && event > record {
+		t.Fatalf("first throttle event %v after the burst, first period record %v: the burst was not watched within its period", event, record)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if is.pollReads != 0 || is.warmReads != 0 {
+		t.Errorf("idle group read %d times by the poll, %d by the warm-up check", is.pollReads, is.warmReads)
+	}
+	t.Logf("burst from idle: throttle event %v after it began (period record at %v)", event, record)
 }

@@ -29,19 +29,32 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 	var poll <-chan time.Time
 	var pt *time.Timer
 	polling := c.ThrottlePoll > 0 && c.ThrottlePoll < period
-	armPoll := func(hot int) {
+	// interval is the poll's: ThrottlePoll while a group is hot, else
+	// ThrottleWarm (0: stopped).
+	interval := func(hot int) time.Duration {
 		switch {
-		case !polling || hot == 0:
+		case !polling:
+			return 0
+		case hot > 0 || c.ThrottleHot <= 0:
+			return c.ThrottlePoll
+		case c.ThrottleWarm > 0 && c.ThrottleWarm < period:
+			return max(c.ThrottleWarm, c.ThrottlePoll)
+		}
+		return 0
+	}
+	armPoll := func(hot int) {
+		iv := interval(hot)
+		switch {
+		case iv == 0:
 			if pt != nil {
 				pt.Stop()
 			}
 			poll = nil
-		case poll != nil: // already running
 		case pt == nil:
-			pt = time.NewTimer(c.ThrottlePoll)
+			pt = time.NewTimer(iv)
 			poll = pt.C
 		default:
-			pt.Reset(c.ThrottlePoll)
+			pt.Reset(iv)
 			poll = pt.C
 		}
 	}
@@ -84,6 +97,7 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 				c.dirty = false
 			}
 			events = c.pollThrottle(parents, events[:0], buf)
+			hot := hotCount(parents)
 			c.mu.Unlock()
 			for i := range events {
 				sink.CPU(&events[i])
@@ -91,7 +105,7 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 			if len(events) > 0 {
 				sink.Flush()
 			}
-			pt.Reset(c.ThrottlePoll)
+			armPoll(hot)
 			continue
 		case <-t.C:
 		}
@@ -119,10 +133,15 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 			}
 		}
 		sink.Flush()
-		if c.ThrottleHot <= 0 {
-			hot = len(parents)
+		if len(parents) == 0 {
+			hot = 0
+			if pt != nil {
+				pt.Stop()
+			}
+			poll = nil
+		} else {
+			armPoll(hot)
 		}
-		armPoll(hot)
 	}
 }
 

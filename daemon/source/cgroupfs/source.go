@@ -58,6 +58,11 @@ type Source struct {
 	// period record (throttled, or near its quota) makes it polled: an
 	// idle host polls nothing and its poll timer stays off.
 	ThrottleHot float64
+	// ThrottleWarm: while no group is hot the poll still runs this often
+	// (0: not at all) and checks each parent's usage, so that a group
+	// jumping from idle into its quota turns hot within ThrottleWarm
+	// rather than at its next period record (see warmUp).
+	ThrottleWarm time.Duration
 
 	mu     sync.Mutex
 	groups map[uint32]*sampled
@@ -103,6 +108,7 @@ type sampled struct {
 	// ThrottleHot); only hot groups are polled.
 	hot       bool
 	pollReads int // cpu.stat reads by the watcher (tests)
+	warmReads int // usage reads by warmUp (tests)
 }
 
 // DefaultThrottlePoll is the throttle watcher's default poll interval. At
@@ -124,6 +130,10 @@ const DefaultThrottleNear = 0.95
 // peak is watched, and far above an idle group's 0 %.
 const DefaultThrottleHot = 0.8
 
+// DefaultThrottleWarm: an idle host checks its parents' usage every 20 ms
+// (one read per parent), so a burst from idle is watched within 20 ms.
+const DefaultThrottleWarm = 20 * time.Millisecond
+
 // NewSource returns a source sampling every period.
 func NewSource(period time.Duration, log *slog.Logger) (*Source, error) {
 	w, err := NewWatcher()
@@ -131,7 +141,7 @@ func NewSource(period time.Duration, log *slog.Logger) (*Source, error) {
 		return nil, err
 	}
 	return &Source{Period: period, Log: log, OOM: w, groups: map[uint32]*sampled{},
-		ThrottlePoll: DefaultThrottlePoll, ThrottleNear: DefaultThrottleNear, ThrottleHot: DefaultThrottleHot}, nil
+		ThrottlePoll: DefaultThrottlePoll, ThrottleNear: DefaultThrottleNear, ThrottleHot: DefaultThrottleHot, ThrottleWarm: DefaultThrottleWarm}, nil
 }
 
 // Backend implements Source.

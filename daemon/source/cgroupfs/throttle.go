@@ -17,6 +17,9 @@ import (
 func (c *Source) pollThrottle(parents []*parentGroup, out []pb.CpuStat, buf []byte) []pb.CpuStat {
 	now := time.Now()
 	for _, pg := range parents {
+		if c.ThrottleHot > 0 && c.ThrottleWarm > 0 {
+			c.warmUp(pg, now, buf)
+		}
 		if c.ThrottleHot > 0 && !pg.anyHot() {
 			continue
 		}
