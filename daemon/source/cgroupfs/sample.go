@@ -21,11 +21,11 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 	// The throttle watcher runs on this goroutine, between period samples:
 	// it reads the period state (seq) without a lock and the sink, which is
 	// not safe for concurrent use, stays single-threaded.
-	// The poll timer runs only while some group is hot (see ThrottleHot):
-	// an idle escrad should not wake 100 times a second for nothing (at
-	// 100 idle containers that was 2.4 % of a core). Whether any is hot
-	// changes only with a period sample, so the timer is armed or
-	// stopped there.
+	// The poll timer runs every ThrottlePoll only while some group is hot
+	// (see ThrottleHot), else every ThrottleWarm to look for a group
+	// turning hot (warmUp): an idle escrad should not read every group
+	// 100 times a second for nothing (at 100 idle containers that was
+	// 2.4 % of a core).
 	var poll <-chan time.Time
 	var pt *time.Timer
 	polling := c.ThrottlePoll > 0 && c.ThrottlePoll < period
@@ -134,7 +134,6 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 		}
 		sink.Flush()
 		if len(parents) == 0 {
-			hot = 0
 			if pt != nil {
 				pt.Stop()
 			}
