@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/escra-dev/escra/daemon/cgroups"
 )
 
 // Only a group whose last period came near its quota is polled between
@@ -47,20 +49,21 @@ func TestThrottlePollOnlyNearQuota(t *testing.T) {
 			}
 		}
 	}()
-	var atStop, wakesAtStop int64
+	var atStopA, wakesAtStopA atomic.Int64
 	go func() {
 		time.Sleep(600 * time.Millisecond)
 		running.Store(false)
 		time.Sleep(200 * time.Millisecond) // two period records of no usage
 		c.mu.Lock()
-		atStop = int64(bs.pollReads)
+		atStopA.Store(int64(bs.pollReads))
 		c.mu.Unlock()
-		wakesAtStop = c.pollWakes.Load()
+		wakesAtStopA.Store(c.pollWakes.Load())
 	}()
 	if err := c.sampleLoop(ctx, &recSink{}); err != nil {
 		t.Fatal(err)
 	}
 	<-writer
+	atStop, wakesAtStop := atStopA.Load(), wakesAtStopA.Load()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if is.pollReads != 0 {
@@ -78,21 +81,33 @@ func TestThrottlePollOnlyNearQuota(t *testing.T) {
 	}
 }
 
-// A host of idle groups with quotas never wakes for throttle polls.
+// A host of idle groups with quotas never wakes for throttle polls, the
+// warm-up check included (their parent is idle).
 func TestThrottlePollTimerOffWhenAllIdle(t *testing.T) {
-	c := &Source{Period: 20 * time.Millisecond, ThrottlePoll: time.Millisecond, ThrottleHot: DefaultThrottleHot,
+	c := &Source{Period: 20 * time.Millisecond, ThrottlePoll: time.Millisecond, ThrottleHot: DefaultThrottleHot, ThrottleWarm: 5 * time.Millisecond,
 		Limits: func(uint32) (int64, uint32) { return 20000, 100000 }, groups: map[uint32]*sampled{},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	parent := t.TempDir() // its cpuacct.usage never moves
+	if err := os.WriteFile(filepath.Join(parent, "cpuacct.usage"), []byte(fmt.Sprintf("%020d\n", 0)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for h := uint32(1); h <= 3; h++ {
-		c.groups[h] = &sampled{h: h, g: newFakeGroup(t).g}
+		c.groups[h] = &sampled{h: h, g: newFakeGroupIn(t, parent, fmt.Sprint(h)).g}
 	}
 	c.dirty = true
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
+	var settled atomic.Int64
+	go func() {
+		// After two periods every group has a baseline and the parent is
+		// known idle (the first period's polls are allowed).
+		time.Sleep(60 * time.Millisecond)
+		settled.Store(c.pollWakes.Load())
+	}()
 	if err := c.sampleLoop(ctx, &recSink{}); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.pollWakes.Load(); n != 0 {
+	if n := c.pollWakes.Load() - settled.Load(); n != 0 {
 		t.Fatalf("%d throttle polls for idle groups", n)
 	}
 	// With the hot gate off (every group with a quota), the same host
@@ -108,17 +123,56 @@ func TestThrottlePollTimerOffWhenAllIdle(t *testing.T) {
 	}
 }
 
+// newFakeGroupIn is newFakeGroup under parent (several groups may share
+// one, as containers share /docker).
+func newFakeGroupIn(t *testing.T, parent, name string) *fakeGroup {
+	t.Helper()
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeGroup{dir: dir}
+	f.write(t, "cpu.cfs_quota_us", "20000")
+	f.write(t, "memory.limit_in_bytes", "1073741824")
+	f.write(t, "cpuacct.usage", fmt.Sprintf("%020d", 0))
+	f.stat(t, 0)
+	g, err := cgroups.Open(cgroups.Paths{Version: cgroups.V1, CPU: dir, CPUAcct: dir, Memory: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(g.Close)
+	f.g = g
+	return f
+}
+
 // A group that jumps from idle into its quota is watched within the
-// period, before its period record says so: the idle host's poll checks
-// each parent's usage every ThrottleWarm, finds the one that moved and
-// makes its busy member hot. The idle group beside it, under its own
-// idle parent, is never read between periods.
+// period, before its period record says so, when its parent is awake (a
+// sibling ran a little the period before): the poll checks each awake
+// parent's usage every ThrottleWarm, finds the one that moved and makes
+// its busy member hot. A group under a parent idle the whole period is
+// never read between periods.
 func TestThrottleWarmCatchesABurstFromIdle(t *testing.T) {
-	busy, idle := newFakeGroup(t), newFakeGroup(t)
-	parentOf := func(f *fakeGroup) string { return filepath.Join(filepath.Dir(f.dir), "cpuacct.usage") }
-	for _, f := range []*fakeGroup{busy, idle} {
-		if err := os.WriteFile(parentOf(f), []byte(fmt.Sprintf("%020d\n", 0)), 0o644); err != nil {
+	shared, alone := t.TempDir(), t.TempDir()
+	busy, sibling := newFakeGroupIn(t, shared, "busy"), newFakeGroupIn(t, shared, "sibling")
+	idle := newFakeGroupIn(t, alone, "idle")
+	parentUsage := map[string]string{shared: filepath.Join(shared, "cpuacct.usage"), alone: filepath.Join(alone, "cpuacct.usage")}
+	for _, f := range parentUsage {
+		if err := os.WriteFile(f, []byte(fmt.Sprintf("%020d\n", 0)), 0o644); err != nil {
 			t.Fatal(err)
+		}
+	}
+	setUsage := func(f *fakeGroup, file string, ns int64) {
+		u := fmt.Sprintf("%020d", ns)
+		if f != nil {
+			f.write(t, "cpuacct.usage", u)
+		}
+		w, err := os.OpenFile(file, os.O_WRONLY, 0)
+		if err == nil {
+			_, err = w.WriteAt([]byte(u+"\n"), 0)
+			w.Close()
+		}
+		if err != nil {
+			t.Error(err)
 		}
 	}
 	const period = 100 * time.Millisecond
@@ -126,20 +180,24 @@ func TestThrottleWarmCatchesABurstFromIdle(t *testing.T) {
 		ThrottleHot: DefaultThrottleHot, ThrottleNear: DefaultThrottleNear,
 		Limits: func(uint32) (int64, uint32) { return 20000, 100000 }, groups: map[uint32]*sampled{},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	bs, is := &sampled{h: 1, g: busy.g}, &sampled{h: 2, g: idle.g}
-	c.groups[1], c.groups[2] = bs, is
+	bs, ss, is := &sampled{h: 1, g: busy.g}, &sampled{h: 3, g: sibling.g}, &sampled{h: 2, g: idle.g}
+	c.groups[1], c.groups[2], c.groups[3] = bs, is, ss
 	c.dirty = true
-	// The burst starts 10 ms after the third period tick (the sampler's
+	// The burst starts 10 ms after the fourth period tick (the sampler's
 	// ticks are on the wall clock's multiples of the period): its next
-	// period record is 90 ms away.
+	// period record is 90 ms away. The sibling runs 1 ms in the period
+	// before, far below its quota.
 	now := time.Now()
-	burstAt := now.Truncate(period).Add(3*period + 10*time.Millisecond)
+	burstAt := now.Truncate(period).Add(4*period + 10*time.Millisecond)
 	ctx, cancel := context.WithDeadline(context.Background(), burstAt.Add(period+50*time.Millisecond))
 	defer cancel()
 	sink := &recSink{}
 	writer := make(chan struct{})
 	go func() {
 		defer close(writer)
+		time.Sleep(time.Until(burstAt.Add(-period + 20*time.Millisecond)))
+		sibling.write(t, "cpuacct.usage", fmt.Sprintf("%020d", time.Millisecond.Nanoseconds()))
+		setUsage(nil, parentUsage[shared], time.Millisecond.Nanoseconds())
 		time.Sleep(time.Until(burstAt))
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
@@ -151,16 +209,9 @@ func TestThrottleWarmCatchesABurstFromIdle(t *testing.T) {
 			case <-tick.C:
 			}
 			// A full core: as much CPU as wall time since the burst began.
-			u := fmt.Sprintf("%020d", time.Since(start).Nanoseconds())
-			busy.write(t, "cpuacct.usage", u)
-			w, err := os.OpenFile(parentOf(busy), os.O_WRONLY, 0)
-			if err == nil {
-				_, err = w.WriteAt([]byte(u+"\n"), 0)
-				w.Close()
-			}
-			if err != nil {
-				t.Error(err)
-			}
+			d := time.Since(start).Nanoseconds()
+			busy.write(t, "cpuacct.usage", fmt.Sprintf("%020d", d))
+			setUsage(nil, parentUsage[shared], d+time.Millisecond.Nanoseconds())
 		}
 	}()
 	if err := c.sampleLoop(ctx, sink); err != nil {
@@ -188,7 +239,7 @@ func TestThrottleWarmCatchesABurstFromIdle(t *testing.T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if is.pollReads != 0 || is.warmReads != 0 {
-		t.Errorf("idle group read %d times by the poll, %d by the warm-up check", is.pollReads, is.warmReads)
+		t.Errorf("group under an idle parent read %d times by the poll, %d by the warm-up check", is.pollReads, is.warmReads)
 	}
 	t.Logf("burst from idle: throttle event %v after it began (period record at %v)", event, record)
 }

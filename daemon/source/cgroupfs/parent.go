@@ -21,6 +21,7 @@ type parentGroup struct {
 	v2      bool
 	last    uint64
 	lastAt  time.Time // when last was read (a period sample)
+	quiet   bool      // idle over the last period (no member ran)
 	primed  bool
 	members []*sampled
 	// The throttle watcher's baseline, apart from the period's (last).

@@ -26,18 +26,21 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 	// turning hot (warmUp): an idle escrad should not read every group
 	// 100 times a second for nothing (at 100 idle containers that was
 	// 2.4 % of a core).
+	var parents []*parentGroup
 	var poll <-chan time.Time
 	var pt *time.Timer
 	polling := c.ThrottlePoll > 0 && c.ThrottlePoll < period
 	// interval is the poll's: ThrottlePoll while a group is hot, else
 	// ThrottleWarm (0: stopped).
+	// ThrottleWarm (0: stopped), and only while some parent was not idle
+	// the last period: on a host where nothing ran, nothing wakes.
 	interval := func(hot int) time.Duration {
 		switch {
 		case !polling:
 			return 0
 		case hot > 0 || c.ThrottleHot <= 0:
 			return c.ThrottlePoll
-		case c.ThrottleWarm > 0 && c.ThrottleWarm < period:
+		case c.ThrottleWarm > 0 && c.ThrottleWarm < period && anyAwake(parents):
 			return max(c.ThrottleWarm, c.ThrottlePoll)
 		}
 		return 0
@@ -66,7 +69,6 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 	var st pb.CpuStat
 	var events []pb.CpuStat
 	buf := make([]byte, 512)
-	var parents []*parentGroup
 	byDir := map[string]*parentGroup{}
 	defer func() {
 		for _, pg := range byDir {
@@ -115,7 +117,8 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 		refresh()
 		hot := 0
 		for _, pg := range parents {
-			if !c.NoParentShortcut && pg.idle(buf) {
+			pg.quiet = !c.NoParentShortcut && pg.idle(buf)
+			if pg.quiet {
 				for _, s := range pg.members {
 					s.seq++ // an idle period: a gap, as on the kernel backend
 					s.at = now

@@ -15,8 +15,15 @@ import (
 // does for the period sample) and the members only when the parent used
 // at least the smallest member's share since the period sample. The
 // baselines are the period sample's (s.usageNs at s.at; pg.last at
-// pg.lastAt), so an idle host pays one read per parent per check.
+// pg.lastAt), so a host pays one read per parent per check. A parent
+// idle over the last period is not checked at all, and when every parent
+// is, the poll does not run (sampleLoop): a burst out of a fully idle
+// parent is answered by its first period record (Escra §IV-B's own
+// reaction), one out of a parent where anything ran within ThrottleWarm.
 func (c *Source) warmUp(pg *parentGroup, now time.Time, buf []byte) {
+	if pg.quiet {
+		return
+	}
 	bar := math.Inf(1) // the smallest cold member's hot rate (CPU ns per ns)
 	for _, s := range pg.members {
 		if r := c.hotRate(s); r > 0 && r < bar {
@@ -99,4 +106,14 @@ func hotCount(parents []*parentGroup) int {
 		}
 	}
 	return n
+}
+
+// anyAwake reports whether some parent was not idle over the last period.
+func anyAwake(parents []*parentGroup) bool {
+	for _, pg := range parents {
+		if !pg.quiet {
+			return true
+		}
+	}
+	return false
 }
