@@ -32,7 +32,7 @@ VMTEST_TIMEOUT=${VMTEST_TIMEOUT:-1200} VMTEST_BENCH=$out/summary.json vm-tests/r
 	echo "OOM rescue: page-touch latency of faults whose charge failed at memory.max, waited for the"
 	echo "  verdict at the end of the fault and were retried after a grant:"
 	echo "  kernel_oom_rescue_p50_us/p99_us: through escrad and the controller with the defaults a user"
-	echo "    gets (escra.ko oom_timeout_ms, escrad's 200 ms verdict deadline)"
+	echo "    gets (escra.ko oom_timeout_ms, escrad's verdict deadline fitted inside it)"
 	echo "  oom_rescue_p50_us/p99_us: the same with both raised (2 s, 1 s): latency, not kills, under TCG"
 	echo "  oom_rescue_direct_*: a handler in the guest raises memory.max by 1 MiB and grants"
 	echo "  cgroupfs_oom_rescue_p50_us/p99_us: memory.events 'high' event (start of the page touch it"

@@ -46,9 +46,9 @@ type Params struct {
 	SafeMarginBytes int64 `json:"safe_margin_bytes" yaml:"safe_margin_bytes"`
 	// LeaseFraction is the share of the unallocated CPU lent to hosts as
 	// host-local leases every period (0: no leases), by apps
-	// whose policy reacts inside a period (escra). Ours. Off by default:
-	// docs/allocator.md, "Host-local leases", says why.
-	LeaseFraction float64 `json:"lease_fraction,omitempty" yaml:"lease_fraction,omitempty"`
+	// whose policy reacts inside a period (escra). Ours; docs/allocator.md,
+	// "Host-local leases".
+	LeaseFraction float64 `json:"lease_fraction" yaml:"lease_fraction"`
 	// FairShareOnThrottle: a member throttled below its equal share Ω/λ
 	// whose raise the pool cannot cover takes the rest from members above
 	// Ω/λ (Books.Throttle; escra policy only). Ours.
@@ -88,15 +88,15 @@ func DefaultParams() Params {
 
 		FairShareOnThrottle: true,
 		ReleasePeriods:      3,
+		LeaseFraction:       0.5,
 	}
 }
 
 // UnmarshalJSON starts from DefaultParams, so a field the sender did not
 // know of gets its default rather than its zero: a whole Params from an
 // older escractl, or an app stored before fair_share_on_throttle existed,
-// would otherwise decode with that option off. Every field is marshalled
-// (LeaseFraction is omitted only at 0, its default), so a round trip is
-// exact.
+// would otherwise decode with that option off. Every field is marshalled,
+// so a round trip is exact.
 func (p *Params) UnmarshalJSON(b []byte) error {
 	type plain Params // without this method
 	d := plain(DefaultParams())

@@ -39,9 +39,12 @@ type Config struct {
 	HostID      string
 	Controller  string        // TCP address of escra-controller; A,B,… for several (one leads)
 	Period      time.Duration // telemetry period (CFS period), 100 ms
-	OOMDeadline time.Duration // verdict deadline, 200 ms
-	Heartbeat   time.Duration // heartbeat and usage snapshot interval, 1 s
-	Backend     string        // auto, kernel, cgroupfs
+	OOMDeadline time.Duration // verdict deadline; 0: 200 ms, on escra.ko its oom_timeout_ms minus OOMReplyMargin
+	// OOMTimeoutParam is escra.ko's oom_timeout_ms file (tests; "": the
+	// module's sysfs parameter).
+	OOMTimeoutParam string
+	Heartbeat       time.Duration // heartbeat and usage snapshot interval, 1 s
+	Backend         string        // auto, kernel, cgroupfs
 	// KernelSource builds the kernel backend (kmod.NewSource); with Backend
 	// auto it is tried first. Nil: no kernel backend in this binary.
 	KernelSource KernelSourceFunc
@@ -71,6 +74,15 @@ type Config struct {
 	// period before the watcher reports it as about to be throttled
 	// (cgroupfs.Source.ThrottleNear; 0: the default 0.95; < 0: off).
 	ThrottleNear float64
+	// ThrottleHot: only groups whose last period used this share of their
+	// quota (or were throttled) are polled between periods
+	// (cgroupfs.Source.ThrottleHot; 0: the default 0.8; < 0: every group
+	// with a quota).
+	ThrottleHot float64
+	// ThrottleWarm is how often an idle host checks its parents' usage
+	// for a group running into its quota (cgroupfs.Source.ThrottleWarm;
+	// 0: the default 20 ms; < 0: only period records make a group hot).
+	ThrottleWarm time.Duration
 	// OnThrottleRaise, when set, sees every quota raise that answers a
 	// throttle event: the event seen to the raising write returned.
 	OnThrottleRaise func(h uint32, took time.Duration)
@@ -186,9 +198,6 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Period <= 0 {
 		cfg.Period = 100 * time.Millisecond
 	}
-	if cfg.OOMDeadline <= 0 {
-		cfg.OOMDeadline = 200 * time.Millisecond
-	}
 	if cfg.HostID == "" {
 		cfg.HostID, _ = os.Hostname()
 	}
@@ -211,6 +220,10 @@ func New(cfg Config) (*Agent, error) {
 	if err := a.chooseSource(cfg); err != nil {
 		return nil, err
 	}
+	if cfg.OOMDeadline, err = oomDeadline(cfg.OOMDeadline, a.src.Backend() == pb.Backend_BACKEND_KERNEL, cfg.OOMTimeoutParam); err != nil {
+		return nil, err
+	}
+	a.cfg.OOMDeadline = cfg.OOMDeadline
 	if cfg.Docker != nil && cfg.DockerSync >= 0 {
 		a.rec = &limits.Reconciler{A: a.app, Docker: cfg.Docker, Log: cfg.Log, Window: cfg.DockerSync, Settled: a.settled}
 		a.app.Reconcile = a.rec
@@ -238,10 +251,14 @@ func New(cfg Config) (*Agent, error) {
 	a.link.SetPeriod(uint32(cfg.Period / time.Microsecond))
 	a.rescue = rescue.New(rescue.Config{
 		Deadline: cfg.OOMDeadline, StockOOM: a.stockOOM(), OnRescue: cfg.OnOOMRescue, Log: cfg.Log,
-		Metrics: rescue.Metrics{Rescue: a.m.oomRescue, Events: a.m.oomEvents, Outcome: a.m.oomOutcome},
+		Metrics: rescue.Metrics{Rescue: a.m.oomRescue, Events: a.m.oomEvents, Outcome: a.m.oomOutcome, LateGrants: a.m.oomLate},
 	}, a.link, a.app, a.src)
 	return a, nil
 }
+
+// OOMDeadline is the verdict deadline the agent runs with (see
+// Config.OOMDeadline).
+func (a *Agent) OOMDeadline() time.Duration { return a.cfg.OOMDeadline }
 
 // Registry holds the agent's Prometheus metrics.
 func (a *Agent) Registry() *prometheus.Registry { return a.reg }

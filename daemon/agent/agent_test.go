@@ -179,6 +179,7 @@ func TestBackendChoice(t *testing.T) {
 	down := func(time.Duration, *slog.Logger) (source.Source, error) {
 		return nil, errors.New("bpf backend: not permitted")
 	}
+	param := paramFile(t, "100") // the stub kernel backend's escra.ko
 	for _, c := range []struct {
 		backend     string
 		kernel, bpf KernelSourceFunc
@@ -196,7 +197,7 @@ func TestBackendChoice(t *testing.T) {
 		{BackendKernel, down, up(pb.Backend_BACKEND_BPF), "", true},
 		{BackendCgroupfs, up(pb.Backend_BACKEND_KERNEL), up(pb.Backend_BACKEND_BPF), BackendCgroupfs, false},
 	} {
-		a, err := New(Config{Backend: c.backend, KernelSource: c.kernel, BPFSource: c.bpf,
+		a, err := New(Config{Backend: c.backend, KernelSource: c.kernel, BPFSource: c.bpf, OOMTimeoutParam: param,
 			Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if c.fails {
 			if err == nil {
@@ -368,7 +369,8 @@ func TestContainerMetricsInBaseUnits(t *testing.T) {
 		for _, n := range regexp.MustCompile(`\b(escra_container_[a-z_]+|escrad_[a-z_]+|escra_build_info)`).FindAllString(string(b), -1) {
 			n = strings.TrimSuffix(n, "_bucket")
 			if strings.HasSuffix(n, "_") || n == "escra_container_cpu_period_usage_cores" ||
-				strings.HasPrefix(n, "escra_container_oom_") || n == "escra_container_throttle_events_total" {
+				strings.HasPrefix(n, "escra_container_oom_") || strings.HasPrefix(n, "escra_container_recommended_") ||
+				n == "escra_container_throttle_events_total" {
 				continue // the controller's per-container series
 			}
 			if !have[n] {

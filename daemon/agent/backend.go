@@ -112,6 +112,18 @@ func (a *Agent) chooseSource(cfg Config) error {
 		case cfg.ThrottleNear > 0:
 			cs.ThrottleNear = cfg.ThrottleNear
 		}
+		switch {
+		case cfg.ThrottleHot < 0:
+			cs.ThrottleHot = 0
+		case cfg.ThrottleHot > 0:
+			cs.ThrottleHot = cfg.ThrottleHot
+		}
+		switch {
+		case cfg.ThrottleWarm < 0:
+			cs.ThrottleWarm = 0
+		case cfg.ThrottleWarm > 0:
+			cs.ThrottleWarm = cfg.ThrottleWarm
+		}
 		a.src = cs
 		a.sampler = cs
 	}

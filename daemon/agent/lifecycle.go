@@ -90,7 +90,7 @@ func (a *Agent) add(c containers.Container) {
 	a.mu.Lock()
 	a.nextH++
 	m.h = a.nextH
-	m.oom = &rescue.Container{H: m.h, Name: c.Name, App: c.App, G: g, Mem: e}
+	m.oom = &rescue.Container{H: m.h, Name: c.Name, App: c.App, G: g, Mem: e, Ceiling: m.orig.MemoryBytes}
 	a.byID[c.ID], a.byH[m.h] = m, m
 	a.rescue.Add(m.oom)
 	a.mu.Unlock()

@@ -13,6 +13,7 @@ type metrics struct {
 	oomRescue    prometheus.Histogram
 	oomEvents    prometheus.Counter
 	oomOutcome   *prometheus.CounterVec
+	oomLate      prometheus.Counter
 	records      prometheus.Counter
 	thrEvents    prometheus.Counter
 	thrRaise     prometheus.Histogram
@@ -31,6 +32,7 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		oomRescue:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_oom_rescue_seconds", Help: "OOM wake-up to the write that raises the limit (and wakes the tasks).", Buckets: us}),
 		oomEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_oom_events_total", Help: "OOM events trapped."}),
 		oomOutcome:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_outcomes_total", Help: "OOM events by outcome."}, []string{"outcome"}),
+		oomLate:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_oom_late_grants_total", Help: "OOM grants that came after the episode was resolved (verdict after --oom-deadline, or escra.ko's oom_timeout_ms over before the reply)."}),
 		records:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_telemetry_records_total", Help: "Per-period CPU records produced."}),
 		thrEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_throttle_events_total", Help: "Throttle events sent (nr_throttled rose between period samples)."}),
 		thrRaise:     prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_throttle_raise_seconds", Help: "Throttle event seen to the write that raised the quota above the one throttled.", Buckets: us}),
@@ -44,7 +46,7 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		r.MustRegister(auth.ExpiryCollector(a.cfg.TLS))
 	}
 	r.MustRegister(containerCollector{a})
-	r.MustRegister(m.applyLatency, m.applyErrors, m.acksDeferred, m.oomRescue, m.oomEvents, m.oomOutcome, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
+	r.MustRegister(m.applyLatency, m.applyErrors, m.acksDeferred, m.oomRescue, m.oomEvents, m.oomOutcome, m.oomLate, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_controller_term", Help: "Highest controller leadership term seen (0: no leader election)."}, func() float64 {
 			return float64(a.link.Term())
 		}),

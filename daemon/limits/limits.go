@@ -266,7 +266,7 @@ func (a *Applier) RaiseMemory(h uint32, limit int64) (int64, error) {
 	e.mu.Lock()
 	var err error
 	cur := e.cur.MemoryBytes
-	if limit > 0 && cur != cgroups.Max && limit > cur {
+	if cur != cgroups.Max && (limit == cgroups.Max || limit > 0 && limit > cur) {
 		err = e.write(0, 0, limit, "")
 	}
 	now := e.cur.MemoryBytes

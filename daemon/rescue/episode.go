@@ -1,6 +1,7 @@
 package rescue
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,16 +28,20 @@ func (r *Rescuer) OOM(ev Event) {
 	m.at, m.limit, m.rescued = ev.At, ev.Limit, false
 	m.mu.Unlock()
 	var once sync.Once
+	var done atomic.Bool
 	var timer *time.Timer
-	var reqID atomic.Uint64
 	resolve := func(granted bool, limit int64, why string) {
 		once.Do(func() {
+			done.Store(true)
 			if timer != nil {
 				timer.Stop()
 			}
 			if granted {
 				r.LimitRaised(m, limit)
-				r.cfg.Metrics.Outcome.WithLabelValues("granted").Inc()
+				if why == "" {
+					why = "granted"
+				}
+				r.cfg.Metrics.Outcome.WithLabelValues(why).Inc()
 			} else {
 				r.cfg.Metrics.Outcome.WithLabelValues(why).Inc()
 				if m.G.Paths.Version == cgroups.V2 && r.cfg.StockOOM {
@@ -45,7 +50,9 @@ func (r *Rescuer) OOM(ev Event) {
 					r.log.Warn("OOM not rescued: kernel OOM killer re-enabled", "name", m.Name, "why", why)
 				}
 			}
-			if err := r.src.Resolve(ev, granted, limit); err != nil {
+			if err := r.src.Resolve(ev, granted, limit); errors.Is(err, ErrLate) && granted {
+				r.late(m, "the kernel's wait was over before the reply (escra.ko oom_timeout_ms)", limit)
+			} else if err != nil {
 				r.log.Warn("resolving OOM", "name", m.Name, "err", err)
 			}
 			m.pending.Store(false)
@@ -61,18 +68,43 @@ func (r *Rescuer) OOM(ev Event) {
 		return cur.MemoryBytes, ev.Limit > 0 && (cur.MemoryBytes == cgroups.Max || cur.MemoryBytes > ev.Limit)
 	}
 	req := &pb.OomRequest{Handle: m.H, UsageBytes: ev.Usage, LimitBytes: uint64(max(ev.Limit, 0)), PagesWanted: ev.Pages}
-	timer = time.AfterFunc(r.cfg.Deadline, func() {
-		r.link.Cancel(reqID.Load())
+	// outage answers locally when no controller can (outage.go); why is
+	// the outcome when it cannot raise either.
+	outage := func(why string) {
 		if lim, ok := raised(); ok {
 			resolve(true, lim, "")
 			return
 		}
+		if lim, ok := r.raiseToCeiling(m, ev); ok {
+			resolve(true, lim, "outage_raised")
+			return
+		}
+		resolve(false, 0, why)
+	}
+	// The request stays pending past the deadline (no Cancel): a verdict
+	// after it is counted as late, not dropped unseen. The session ending
+	// forgets it.
+	timer = time.AfterFunc(r.cfg.Deadline, func() {
+		if lim, ok := raised(); ok {
+			resolve(true, lim, "")
+			return
+		}
+		if !r.link.Connected() {
+			outage("deadline")
+			return
+		}
 		resolve(false, 0, "deadline")
 	})
-	id, err := r.link.RequestOOM(req, func(v *pb.OomVerdict) {
+	_, err := r.link.RequestOOM(req, func(v *pb.OomVerdict) {
+		if done.Load() {
+			if v != nil && v.Granted {
+				r.late(m, "the controller's verdict came after --oom-deadline", v.NewLimitBytes)
+			}
+			return
+		}
 		switch {
 		case v == nil:
-			resolve(false, 0, "controller_lost")
+			outage("controller_lost")
 		case v.Granted:
 			if lim, ok := raised(); ok {
 				// The grant's SetLimits came first (the controller sends
@@ -97,10 +129,8 @@ func (r *Rescuer) OOM(ev Event) {
 		}
 	})
 	if err != nil {
-		resolve(false, 0, "controller_unreachable")
-		return
+		outage("controller_unreachable")
 	}
-	reqID.Store(id)
 }
 
 // LimitRaised records the rescue moment of a pending OOM when its limit

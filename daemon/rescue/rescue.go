@@ -7,6 +7,7 @@
 package rescue
 
 import (
+	"errors"
 	"log/slog"
 	"sort"
 	"sync"
@@ -25,7 +26,8 @@ type Link interface {
 	// RequestOOM sends req; verdict gets the answer, or nil when the
 	// session drops first. It returns the id to Cancel.
 	RequestOOM(req *pb.OomRequest, verdict func(*pb.OomVerdict)) (uint64, error)
-	Cancel(id uint64)
+	// Connected reports whether a controller session is up.
+	Connected() bool
 }
 
 // Limits is the limit applier's grant write (limits.Applier).
@@ -58,6 +60,23 @@ type Metrics struct {
 	Rescue  prometheus.Histogram   // escrad_oom_rescue_seconds
 	Events  prometheus.Counter     // escrad_oom_events_total
 	Outcome *prometheus.CounterVec // escrad_oom_outcomes_total{outcome}
+	// LateGrants: grants that came after the episode was resolved (the
+	// controller's verdict after the deadline, or escra.ko's wait over
+	// before the reply); escrad_oom_late_grants_total. Nil: not counted.
+	LateGrants prometheus.Counter
+}
+
+// ErrLate is a backend's answer to a reply the kernel no longer waits for
+// (escra.ko's oom_timeout_ms passed first).
+var ErrLate = errors.New("the kernel stopped waiting for this verdict")
+
+// late counts and logs a grant that came too late to save the tasks that
+// asked (their limit may be raised, but the kernel already acted).
+func (r *Rescuer) late(m *Container, what string, limit int64) {
+	if r.cfg.Metrics.LateGrants != nil {
+		r.cfg.Metrics.LateGrants.Inc()
+	}
+	r.log.Warn("late OOM grant: "+what, "name", m.Name, "limit", limit, "deadline", r.cfg.Deadline)
 }
 
 // Config configures a Rescuer.
@@ -85,6 +104,11 @@ type Container struct {
 	Mem  Memory
 	// Armed: telemetry and the OOM trap are set up (the agent sets it).
 	Armed atomic.Bool
+	// Ceiling is the memory limit the user set (Docker's
+	// HostConfig.Memory, or the group's limit when escrad took it over;
+	// cgroups.Max: none). Without a controller an OOM below it is raised
+	// to it (see outage.go).
+	Ceiling int64
 
 	pending atomic.Bool // an OOM request is out
 	again   atomic.Bool // an OOM event came while one was pending

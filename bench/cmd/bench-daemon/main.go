@@ -54,6 +54,7 @@ var (
 	cpuWindow  = flag.Duration("cpu-window", 15*time.Second, "CPU measurement window (each of two runs)")
 	hogMiB     = flag.Int("hog-mib", 300, "memory the OOM workload allocates (1 MiB steps)")
 	oomRounds  = flag.Int("oom-rounds", 3, "OOM workload runs (samples are pooled)")
+	escradArgs = flag.String("escrad-args", "", "extra escrad flags for the CPU phase, space-separated (e.g. --throttle-hot 0 to poll every group)")
 	phases     = flag.String("phases", "apply,oom,cpu", "phases to run (a partial run still writes summary.json)")
 	logQuietly = slog.New(slog.NewTextHandler(io.Discard, nil))
 	logWarn    = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -439,6 +440,7 @@ func measureEscrad(bin string, ids []string, shortcut bool) (per100, recordsPerS
 	cmd := exec.Command(bin, "--insecure", "--controller", p2.Addr(), "--backend", "cgroupfs", "--period", "100ms",
 		"--docker-host", "unix://"+dockertest.Socket, "--host-id", "bench-cpu", "--log-level", "warn", "--apps", "bench-idle",
 		"--idle-parent-check="+strconv.FormatBool(shortcut))
+	cmd.Args = append(cmd.Args, strings.Fields(*escradArgs)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		die(nil, err)

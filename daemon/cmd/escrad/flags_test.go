@@ -60,3 +60,17 @@ func TestCheckConfig(t *testing.T) {
 		}
 	}
 }
+
+// On the kernel backend a verdict deadline longer than escra.ko's own
+// (less the reply margin) is refused in one line before anything starts.
+func TestOOMDeadlineMismatchRefused(t *testing.T) {
+	param := filepath.Join(t.TempDir(), "oom_timeout_ms")
+	if err := os.WriteFile(param, []byte("100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := run([]string{"--backend", "kernel", "--oom-deadline", "200ms", "--oom-timeout-param", param}, false)
+	if err == nil || !strings.Contains(err.Error(), "--oom-deadline 200ms") || !strings.Contains(err.Error(), "oom_timeout_ms 100") ||
+		strings.Contains(err.Error(), "\n") {
+		t.Fatalf("%v, want one line naming both deadlines", err)
+	}
+}

@@ -86,11 +86,14 @@ func run(args []string, restoreOnly bool) error {
 		noDocker    = fs.Bool("no-docker", false, "manage only the cgroups listed in the config file")
 		controller  = fs.String("controller", "127.0.0.1:7470", "controller TCP address; A,B,... for several controllers sharing an etcd store: tried in turn, following the elected leader")
 		period      = fs.Duration("period", 100*time.Millisecond, "telemetry period (CFS period)")
-		oomDeadline = fs.Duration("oom-deadline", 200*time.Millisecond, "wait this long for an OOM verdict before letting the kernel OOM killer act")
+		oomDeadline = fs.Duration("oom-deadline", 0, "wait this long for an OOM verdict (the controller round trip included) before letting the kernel OOM killer act; 0: 200ms, on the kernel backend escra.ko's oom_timeout_ms minus 10ms (a longer one than that is refused)")
 		dockerSync  = fs.Duration("docker-sync", limits.DefaultReconcileWindow, "bring Docker's view of a container's limits (docker inspect) up to the cgroup at most this often; each docker update runs runc (0: never)")
 		restoreAft  = fs.Duration("restore-after", 10*time.Second, "put back the limits Docker knows for every managed container once no controller has been reachable this long (0: never)")
+		oomParam    = fs.String("oom-timeout-param", agent.OOMTimeoutParam, "kernel backend: escra.ko's oom_timeout_ms, read at start to fit --oom-deadline inside it")
 		thrPoll     = fs.Duration("throttle-poll", 10*time.Millisecond, "cgroupfs: read nr_throttled of every group with a quota this often between periods and report a rise to the controller at once (0: off, also the bpf backend's throttle events)")
 		thrNear     = fs.Float64("throttle-near", 0.95, "cgroupfs: also report a group that has used this share of its quota within the CFS period in progress, before it is throttled (0: off)")
+		thrWarm     = fs.Duration("throttle-warm", 20*time.Millisecond, "cgroupfs: while no group is near its quota, check the parents' usage this often for one running into it (0: only period records make a group watched)")
+		thrHot      = fs.Float64("throttle-hot", 0.8, "cgroupfs: poll only groups whose last period used this share of their quota or was throttled (0: every group with a quota; an idle host then wakes every --throttle-poll)")
 		backend     = fs.String("backend", "auto", "telemetry/OOM backend: auto (kernel, else bpf, else cgroupfs), kernel (escra.ko), bpf (stock kernel with BTF) or cgroupfs")
 		hostID      = fs.String("host-id", "", "host id reported to the controller (default: hostname)")
 		logLevel    = fs.String("log-level", "info", "debug, info, warn or error")
@@ -188,14 +191,27 @@ func run(args []string, restoreOnly bool) error {
 	if *thrNear < 0 || *thrNear > 1 {
 		return fmt.Errorf("--throttle-near %v out of range: want 0 (off) or (0, 1]", *thrNear)
 	}
+	if *thrWarm < 0 || *thrWarm >= *period {
+		return fmt.Errorf("--throttle-warm %v out of range: want 0 (off) or below --period %v", *thrWarm, *period)
+	}
+	if !(*thrHot >= 0 && *thrHot <= 1) {
+		return fmt.Errorf("--throttle-hot %v out of range: want 0 (poll every group) or (0, 1]", *thrHot)
+	}
 	if !(*cfsBurst >= 0 && *cfsBurst <= 1) {
 		return fmt.Errorf("--cfs-burst %v out of range [0, 1]: the kernel refuses a burst above the quota", *cfsBurst)
 	}
 	if *restoreAft < 0 {
 		return fmt.Errorf("--restore-after %v: want 0 (never) or a positive duration", *restoreAft)
 	}
-	if *oomDeadline <= 0 || *oomDeadline > time.Minute {
-		return fmt.Errorf("--oom-deadline %v out of range (0, 1m]", *oomDeadline)
+	if *oomDeadline < 0 || *oomDeadline > time.Minute {
+		return fmt.Errorf("--oom-deadline %v out of range: want 0 (fit to the backend) or (0, 1m]", *oomDeadline)
+	}
+	// One OOM deadline with escra.ko's, checked before anything starts:
+	// --backend kernel, or auto with the module loaded.
+	if _, err := os.Stat(*oomParam); *backend == agent.BackendKernel || (*backend == agent.BackendAuto || *backend == "") && err == nil {
+		if _, err := agent.FitOOMDeadline(*oomDeadline, *oomParam); err != nil {
+			return err
+		}
 	}
 	for _, c := range strings.Split(*controller, ",") {
 		if _, _, err := net.SplitHostPort(c); err != nil {
@@ -269,11 +285,11 @@ func run(args []string, restoreOnly bool) error {
 	}
 
 	cfg := agent.Config{
-		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline,
+		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline, OOMTimeoutParam: *oomParam,
 		// --backend auto/kernel use escra.ko when its genetlink family exists;
 		// auto/bpf then the CO-RE program when the kernel has BTF.
 		Backend: *backend, KernelSource: kmod.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
-		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear),
+		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear), ThrottleHot: nearOrOff(*thrHot), ThrottleWarm: warmOrOff(*thrWarm),
 		RestoreAfter: *restoreAft, DockerSync: syncOrOff(*dockerSync), CPUPlacement: *cpuPlace, ViewDir: *viewDir, CPUProfileDir: *cpuProfiles, ImageBudget: *imageBudget,
 		CFSBurst: *cfsBurst,
 	}
@@ -330,7 +346,7 @@ func run(args []string, restoreOnly bool) error {
 		engine = cfg.Docker.DaemonHost()
 	}
 	log.Info("escrad starting", "version", version.Version, "backend", a.Backend(), "cgroup", a.CgroupVersion().String(),
-		"engine", engine, "controller", *controller, "period", *period, "throttle_poll", *thrPoll, "oom_deadline", *oomDeadline, "tls", tc != nil,
+		"engine", engine, "controller", *controller, "period", *period, "throttle_poll", *thrPoll, "oom_deadline", a.OOMDeadline(), "tls", tc != nil,
 		"oom_guard_pid", g.Pid(), "oom_state", *oomState)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -380,4 +396,12 @@ func nearOrOff(v float64) float64 {
 		return -1
 	}
 	return v
+}
+
+// warmOrOff maps --throttle-warm 0 (off) to the agent's "off" (< 0).
+func warmOrOff(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -2,6 +2,7 @@ package cgroupfs
 
 import (
 	"path/filepath"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -19,6 +20,8 @@ type parentGroup struct {
 	fd      int // cpuacct.usage (v1) or cpu.stat (v2) of dir; -1: none
 	v2      bool
 	last    uint64
+	lastAt  time.Time // when last was read (a period sample)
+	quiet   bool      // idle over the last period (no member ran)
 	primed  bool
 	members []*sampled
 	// The throttle watcher's baseline, apart from the period's (last).
@@ -79,7 +82,7 @@ func (pg *parentGroup) idle(buf []byte) bool {
 		return false
 	}
 	same := pg.primed && u == pg.last
-	pg.last, pg.primed = u, true
+	pg.last, pg.primed, pg.lastAt = u, true, time.Now()
 	if !same {
 		return false
 	}

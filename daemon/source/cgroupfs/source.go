@@ -51,12 +51,25 @@ type Source struct {
 	// moves when the period timer fires, and advanced on its grid while
 	// the group is idle (the timer keeps its phase when it restarts).
 	ThrottleNear float64
+	// ThrottleHot: only groups whose last period record used at least
+	// this fraction of their quota, or were throttled, are polled (0:
+	// every group with a quota). A group far below its quota cannot run
+	// out within the period unless its load jumps, and then its next
+	// period record (throttled, or near its quota) makes it polled: an
+	// idle host polls nothing and its poll timer stays off.
+	ThrottleHot float64
+	// ThrottleWarm: while no group is hot the poll still runs this often
+	// (0: not at all) and checks each parent's usage, so that a group
+	// jumping from idle into its quota turns hot within ThrottleWarm
+	// rather than at its next period record (see warmUp).
+	ThrottleWarm time.Duration
 
 	mu     sync.Mutex
 	groups map[uint32]*sampled
 	dirty  bool // groups changed: regroup by parent
 
-	lastTick atomic.Int64 // unix ns of the last period sample (escrad's watchdog)
+	lastTick  atomic.Int64 // unix ns of the last period sample (escrad's watchdog)
+	pollWakes atomic.Int64 // throttle polls run (tests, the idle-cost claim)
 }
 
 // LastTick is when the sample loop last ran a period (zero before the
@@ -91,6 +104,11 @@ type sampled struct {
 	pollUse   uint64    // usage at the last poll
 	cfsQuota  int64     // quota at the last poll (a write refills the runtime)
 	nearSent  bool      // an event went out for this CFS period
+	// hot: the last period record was throttled or near the quota (see
+	// ThrottleHot); only hot groups are polled.
+	hot       bool
+	pollReads int // cpu.stat reads by the watcher (tests)
+	warmReads int // usage reads by warmUp (tests)
 }
 
 // DefaultThrottlePoll is the throttle watcher's default poll interval. At
@@ -106,6 +124,16 @@ const DefaultThrottlePoll = 10 * time.Millisecond
 // (a steady peak uses 91 % of the quota), so steady load sends none.
 const DefaultThrottleNear = 0.95
 
+// DefaultThrottleHot: a group is polled between period samples while its
+// last period used 80 % of its quota or was throttled. Below the policy's
+// steady 91 % (10 % headroom over the peak), so a group running at its
+// peak is watched, and far above an idle group's 0 %.
+const DefaultThrottleHot = 0.8
+
+// DefaultThrottleWarm: an idle host checks its parents' usage every 20 ms
+// (one read per parent), so a burst from idle is watched within 20 ms.
+const DefaultThrottleWarm = 20 * time.Millisecond
+
 // NewSource returns a source sampling every period.
 func NewSource(period time.Duration, log *slog.Logger) (*Source, error) {
 	w, err := NewWatcher()
@@ -113,7 +141,7 @@ func NewSource(period time.Duration, log *slog.Logger) (*Source, error) {
 		return nil, err
 	}
 	return &Source{Period: period, Log: log, OOM: w, groups: map[uint32]*sampled{},
-		ThrottlePoll: DefaultThrottlePoll, ThrottleNear: DefaultThrottleNear}, nil
+		ThrottlePoll: DefaultThrottlePoll, ThrottleNear: DefaultThrottleNear, ThrottleHot: DefaultThrottleHot, ThrottleWarm: DefaultThrottleWarm}, nil
 }
 
 // Backend implements Source.

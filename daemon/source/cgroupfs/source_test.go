@@ -21,6 +21,7 @@ import (
 type recSink struct {
 	mu      sync.Mutex
 	stats   []*pb.CpuStat
+	at      []time.Time // when each arrived
 	flushes int
 }
 
@@ -29,6 +30,7 @@ func (r *recSink) CPU(s *pb.CpuStat) {
 	r.stats = append(r.stats, &pb.CpuStat{Handle: s.Handle, PeriodSeq: s.PeriodSeq, QuotaUs: s.QuotaUs, UnusedUs: s.UnusedUs,
 		Throttled: s.Throttled, NrThrottled: s.NrThrottled, ThrottledUs: s.ThrottledUs, UsageUs: s.UsageUs, PeriodUs: s.PeriodUs,
 		MidPeriod: s.MidPeriod})
+	r.at = append(r.at, time.Now())
 	r.mu.Unlock()
 }
 func (r *recSink) Flush()           { r.mu.Lock(); r.flushes++; r.mu.Unlock() }

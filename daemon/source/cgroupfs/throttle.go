@@ -7,8 +7,8 @@ import (
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
-// pollThrottle reads cpu.stat (and usage) of every watched group with a
-// quota and appends a throttle event for each that is about to run out of
+// pollThrottle reads cpu.stat (and usage) of every hot watched group with
+// a quota (see ThrottleHot) and appends a throttle event for each that is about to run out of
 // quota in the CFS period in progress (ThrottleNear) or whose nr_throttled
 // rose since the last poll without such an event for that CFS period; the
 // caller sends them and flushes, so they leave at once. Groups without a
@@ -17,6 +17,12 @@ import (
 func (c *Source) pollThrottle(parents []*parentGroup, out []pb.CpuStat, buf []byte) []pb.CpuStat {
 	now := time.Now()
 	for _, pg := range parents {
+		if c.ThrottleHot > 0 && c.ThrottleWarm > 0 {
+			c.warmUp(pg, now, buf)
+		}
+		if c.ThrottleHot > 0 && !pg.anyHot() {
+			continue
+		}
 		if !c.NoParentShortcut && !pg.movedSincePoll(buf) {
 			continue
 		}
@@ -25,10 +31,13 @@ func (c *Source) pollThrottle(parents []*parentGroup, out []pb.CpuStat, buf []by
 			if c.Limits != nil {
 				quota, periodUs = c.Limits(s.h)
 			}
-			if quota <= 0 {
+			if quota <= 0 || c.ThrottleHot > 0 && !s.hot {
+				// A cold group takes a fresh baseline when it turns hot:
+				// what it did unwatched is in its period records.
 				s.evPrimed = false
 				continue
 			}
+			s.pollReads++
 			b, err := s.g.Read(cgroups.CPUStatFile, buf)
 			if err != nil {
 				continue
@@ -79,4 +88,22 @@ func (c *Source) pollThrottle(parents []*parentGroup, out []pb.CpuStat, buf []by
 		}
 	}
 	return out
+}
+
+// anyHot reports whether a member is polled at all: the parent's own read
+// is skipped when none is.
+func (pg *parentGroup) anyHot() bool {
+	for _, s := range pg.members {
+		if s.hot {
+			return true
+		}
+	}
+	return false
+}
+
+// markHot records whether the period just sampled makes s polled until
+// the next: throttled, or usage (per sampling period) at least ThrottleHot
+// of the quota per sampling period.
+func (c *Source) markHot(s *sampled, throttled bool, usageUs uint64, quotaUs int64) {
+	s.hot = quotaUs > 0 && (throttled || float64(usageUs) >= c.ThrottleHot*float64(quotaUs))
 }

@@ -261,7 +261,16 @@ func (s *Source) reply(h uint32, granted bool) error {
 	s.mu.Unlock()
 	var first error
 	for _, id := range ids {
-		if err := s.ctl.ReplyOOM(id, granted); err != nil && !errors.Is(err, unix.ENOENT) && first == nil {
+		err := s.ctl.ReplyOOM(id, granted)
+		if errors.Is(err, unix.ENOENT) {
+			// The module's oom_timeout_ms passed first: it forgot the
+			// request. A denial then changes nothing; a grant is late.
+			if !granted {
+				continue
+			}
+			err = rescue.ErrLate
+		}
+		if err != nil && first == nil {
 			first = err
 		}
 	}
