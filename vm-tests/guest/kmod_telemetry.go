@@ -330,16 +330,16 @@ func burst(args []string) int {
 
 // watchedCgroup makes cgroup name with the given files set, watched by a
 // new socket, and a telemetry listener; done undoes all of it.
-func watchedCgroup(name string, files map[string]string) (_ *harness.Cgroup, _ *listener, done func(), err error) {
+func watchedCgroup(name string, files map[string]string) (_ *harness.Cgroup, _ *listener, _ func(), err error) {
 	var undo []func()
-	done = func() {
+	undoAll := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			done()
+			undoAll()
 		}
 	}()
 	cg, err := harness.NewCgroup(name)
@@ -368,5 +368,5 @@ func watchedCgroup(name string, files map[string]string) (_ *harness.Cgroup, _ *
 		return nil, nil, nil, err
 	}
 	undo = append(undo, func() { _ = ctl.Unwatch(cg.ID) })
-	return cg, l, done, nil
+	return cg, l, undoAll, nil
 }

@@ -15,15 +15,16 @@ import (
 // match cpu.stat's usage, and some period must have run with more than
 // the quota left, or the burst was not exercised and nothing is proven.
 func scenarioTelemetryBurst(*harness.Env) error {
-	const quota = 20 * time.Millisecond
-	cg, l, done, err := watchedCgroup("tel-burst", map[string]string{"cpu.max": "20000 100000", "cpu.max.burst": "80000"})
+	const quota = 40 * time.Millisecond
+	cg, l, done, err := watchedCgroup("tel-burst", map[string]string{"cpu.max": "40000 100000", "cpu.max.burst": "40000"})
 	if err != nil {
 		return err
 	}
 	defer done()
-	// 30 ms of CPU every 700 ms: idle periods refill the pool up to
-	// quota + burst, and each burst spends more than one quota.
-	w, err := cg.Start("burst", "30", "700")
+	// 25 ms of CPU every 700 ms: idle periods refill the pool up to
+	// quota + burst (the kernel allows a burst up to the quota), so a
+	// period that runs a burst ends with more than the quota left.
+	w, err := cg.Start("burst", "25", "700")
 	if err != nil {
 		return err
 	}
