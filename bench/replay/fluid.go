@@ -54,9 +54,9 @@ func (m Model) periods() int {
 
 // tally accumulates one policy's figures.
 type tally struct {
-	r                Result
-	periods, thr     int
-	quotaSum, backlg []float64
+	r            Result
+	periods, thr int
+	backlg       []float64
 }
 
 func newTally(name string, n int) *tally {
