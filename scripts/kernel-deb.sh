@@ -10,8 +10,8 @@
 #   KERNEL_DEB_CONFIG=vm (default)    the VM-test tree `make kernel` builds
 #        (tinyconfig + vm-tests/kernel.config): no drivers for real
 #        hardware, it boots QEMU only. Proves the packaging and DKMS path;
-#        make test packages 6.1 this way. The built tree is copied first, so
-#        the shared cache stays exactly what the vm-tests use.
+#        make test packages 6.1 this way, in the built tree itself (a copy
+#        rebuilds all of it); the tree then carries the -escra release.
 #   KERNEL_DEB_CONFIG=host            a kernel for a real Debian 12 host:
 #        Debian's own configuration (the .config of Debian's
 #        linux-headers-<version>-amd64, unpacked in the project's cache by
@@ -98,11 +98,18 @@ if [ "$flavour" = vm ]; then
 		start=$SECONDS
 		rm -rf "${work:?}"
 		mkdir -p "$work"
-		log "copying the built tree $src"
-		cp -a "$src" "$work/linux"
-		bindeb "$work/linux" "$(make -s -C "$work/linux" kernelversion)"
-		# The copied tree is only needed to build the packages.
-		rm -rf "${work:?}/linux"
+		# In the built tree itself, under its build lock: a copy at
+		# another path rebuilds everything (objtool's build records
+		# absolute paths, and every object depends on objtool). Here only
+		# the release string changes (-escra): the few objects that
+		# include utsrelease.h, the modules and the link. The tree keeps
+		# that release, so the vm-tests' escra.ko and bzImage still agree.
+		exec 8>"$(dirname "$src").lock"
+		flock 8
+		bindeb "$src" "$(make -s -C "$src" kernelversion)"
+		mv "$src"/../linux-*-escra*.deb "$work"/
+		rm -f "$src"/../linux-upstream_* "$src"/../linux-libc-dev_*
+		exec 8>&-
 		touch "$work/.done"
 		log "done in $((SECONDS - start))s"
 	fi
