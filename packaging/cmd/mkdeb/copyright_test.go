@@ -19,7 +19,7 @@ func TestDebsCarryCopyright(t *testing.T) {
 		t.Skip("dpkg-deb missing")
 	}
 	bin := t.TempDir()
-	for _, b := range []string{"escrad", "escra-controller", "escractl"} {
+	for _, b := range []string{"escrad", "escra-controller", "escractl", "escra-gateway"} {
 		if err := os.WriteFile(filepath.Join(bin, b), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -31,6 +31,7 @@ func TestDebsCarryCopyright(t *testing.T) {
 	wantLicenses := map[string][]string{
 		"escrad":           {"Apache-2.0", "GPL-2.0"},
 		"escra-controller": {"Apache-2.0"},
+		"escra-gateway":    {"Apache-2.0"},
 		"escra-dkms":       {"GPL-2.0"},
 	}
 	for _, d := range debs {

@@ -246,7 +246,8 @@ func build(o options) ([]string, error) {
 				file(p("docs/mu.md"), "/usr/share/doc/escra-gateway/mu.md", 0o644),
 				file(p("docs/examples/functions.json"), "/usr/share/doc/escra-gateway/examples/functions.json", 0o644),
 			},
-			scripts: gwScripts,
+			scripts:   gwScripts,
+			copyright: []copyrightStanza{{files: "*", license: licGo, comment: goModules}},
 		},
 		{
 			name: "escra-dkms", arch: "all",
