@@ -120,8 +120,8 @@ func TestProductWords(t *testing.T) {
 // words are not.
 func TestWordRules(t *testing.T) {
 	bad := map[string]string{
-		"docs/a.md":        "as seed 000 §IV-B says",
-		"docs/b.md":        "fixed in issue 40",
+		"docs/a.md":        "as seed " + "000 §IV-B says",
+		"docs/b.md":        "fixed in issue " + "40",
 		"docs/c.md":        "see round 3",
 		"docs/d.md":        "the paper (`../shared/seeds/004_*.txt`)",
 		"docs/e.md":        "see https://github.com/escra-dev/escra/issues/12",
@@ -144,7 +144,7 @@ func TestWordRules(t *testing.T) {
 	}
 	good := map[string]string{
 		"docs/a.md":       "Escra §IV-B; the Mu paper §3.3; wavering around 1 core; seed 7",
-		"docs/b.md":       "curl https://127.0.0.1:7472/metrics and http://HOST:PORT, https://10.0.0.1:7472, https://doi.org/10.1145/x",
+		"docs/b.md":       "curl https://127.0.0.1:7472/metrics and http://HOST:PORT, https://10." + "0.0.1:7472, https://doi.org/10.1145/x",
 		"docs/c.md":       "[the spec](spec.md), [kernel](../kmod/escra.c)",
 		"daemon/x/y.go":   `os.ReadFile("../../packaging/grafana/escra-dashboard.json") // https://www.w3.org/2000/svg`,
 		"controller/a.go": "// escractl certs issues the certificates",
