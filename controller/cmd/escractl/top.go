@@ -107,36 +107,11 @@ func runTop(e *env, app string, once bool, interval time.Duration, asJSON bool) 
 }
 
 func (st *topState) frame(e *env, c *adminclient.Client, app string, w io.Writer) error {
-	apps, err := c.Apps(e.ctx)
-	if err != nil {
-		return err
-	}
-	if app != "" {
-		kept := apps[:0]
-		for _, a := range apps {
-			if a.Name == app {
-				kept = append(kept, a)
-			}
-		}
-		if len(kept) == 0 {
-			return fmt.Errorf("unknown app %q", app)
-		}
-		apps = kept
-	}
-	cs, err := c.Containers(e.ctx, app)
+	apps, cs, err := topFetch(e, c, app)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
-	sort.Slice(cs, func(i, j int) bool {
-		if cs[i].App != cs[j].App {
-			return cs[i].App < cs[j].App
-		}
-		if cs[i].HostID != cs[j].HostID {
-			return cs[i].HostID < cs[j].HostID
-		}
-		return cs[i].Name < cs[j].Name
-	})
 	head := fmt.Sprintf("escractl top  %s  %s  %d apps, %d containers", c.URL(), now.Format("15:04:05"), len(apps), len(cs))
 	if e.width > 0 && len(head) > e.width {
 		head = head[:e.width]
@@ -190,4 +165,39 @@ func (st *topState) frame(e *env, c *adminclient.Client, app string, w io.Writer
 	}
 	at.write(w, e.width)
 	return nil
+}
+
+// topFetch reads one frame's apps (only app, when named) and containers,
+// sorted by app, host and name: the table and -o json show the same.
+func topFetch(e *env, c *adminclient.Client, app string) ([]adminclient.App, []adminclient.Container, error) {
+	apps, err := c.Apps(e.ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if app != "" {
+		kept := apps[:0]
+		for _, a := range apps {
+			if a.Name == app {
+				kept = append(kept, a)
+			}
+		}
+		if len(kept) == 0 {
+			return nil, nil, fmt.Errorf("unknown app %q", app)
+		}
+		apps = kept
+	}
+	cs, err := c.Containers(e.ctx, app)
+	if err != nil {
+		return nil, nil, err
+	}
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].App != cs[j].App {
+			return cs[i].App < cs[j].App
+		}
+		if cs[i].HostID != cs[j].HostID {
+			return cs[i].HostID < cs[j].HostID
+		}
+		return cs[i].Name < cs[j].Name
+	})
+	return apps, cs, nil
 }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
-	"sort"
 	"time"
 
 	"github.com/escra-dev/escra/controller/adminclient"
@@ -53,36 +51,11 @@ type topApp struct {
 // frameJSON writes one frame as a JSON object on one line (top -o json
 // without --once streams one a frame).
 func (st *topState) frameJSON(e *env, c *adminclient.Client, app string, w io.Writer) error {
-	apps, err := c.Apps(e.ctx)
-	if err != nil {
-		return err
-	}
-	if app != "" {
-		kept := apps[:0]
-		for _, a := range apps {
-			if a.Name == app {
-				kept = append(kept, a)
-			}
-		}
-		if len(kept) == 0 {
-			return fmt.Errorf("unknown app %q", app)
-		}
-		apps = kept
-	}
-	cs, err := c.Containers(e.ctx, app)
+	apps, cs, err := topFetch(e, c, app)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
-	sort.Slice(cs, func(i, j int) bool {
-		if cs[i].App != cs[j].App {
-			return cs[i].App < cs[j].App
-		}
-		if cs[i].HostID != cs[j].HostID {
-			return cs[i].HostID < cs[j].HostID
-		}
-		return cs[i].Name < cs[j].Name
-	})
 	f := topFrame{Time: now, Controller: c.URL(), Containers: []topContainer{}, Apps: []topApp{}}
 	dt := now.Sub(st.lastTime).Seconds()
 	next := make(map[string]uint64, len(cs))
