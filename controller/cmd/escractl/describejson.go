@@ -20,20 +20,7 @@ type described struct {
 }
 
 func describeJSON(e *env, c *adminclient.Client, name string, since time.Duration) error {
-	apps, err := c.Apps(e.ctx)
-	if err != nil {
-		return err
-	}
-	var a *adminclient.App
-	for i := range apps {
-		if apps[i].Name == name {
-			a = &apps[i]
-		}
-	}
-	if a == nil {
-		return fmt.Errorf("unknown app %q", name)
-	}
-	cs, err := c.Containers(e.ctx, name)
+	a, cs, err := describeFetch(e, c, name)
 	if err != nil {
 		return err
 	}
@@ -53,4 +40,20 @@ func describeJSON(e *env, c *adminclient.Client, name string, since time.Duratio
 	enc := json.NewEncoder(e.stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(d)
+}
+
+// describeFetch reads the app name and its containers: describe's text
+// and -o json show the same.
+func describeFetch(e *env, c *adminclient.Client, name string) (*adminclient.App, []adminclient.Container, error) {
+	apps, err := c.Apps(e.ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range apps {
+		if apps[i].Name == name {
+			cs, err := c.Containers(e.ctx, name)
+			return &apps[i], cs, err
+		}
+	}
+	return nil, nil, fmt.Errorf("unknown app %q", name)
 }

@@ -478,20 +478,7 @@ func describeCmd(e *env) *cobra.Command {
 }
 
 func describe(e *env, c *adminclient.Client, name string, since time.Duration) error {
-	apps, err := c.Apps(e.ctx)
-	if err != nil {
-		return err
-	}
-	var a *adminclient.App
-	for i := range apps {
-		if apps[i].Name == name {
-			a = &apps[i]
-		}
-	}
-	if a == nil {
-		return fmt.Errorf("unknown app %q", name)
-	}
-	cs, err := c.Containers(e.ctx, name)
+	a, cs, err := describeFetch(e, c, name)
 	if err != nil {
 		return err
 	}
