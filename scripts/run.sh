@@ -7,8 +7,11 @@
 # locally, deploys the demo app (3 demo-http replicas over the hosts under
 # one global budget) with escractl apply, drives an open-loop load with
 # bursts while showing `escractl top` (when a terminal is attached), prints
-# a summary and writes results/run/summary.json. Ctrl-C at any point stops
-# everything and removes what it created.
+# a summary and writes results/run/summary.json. Then a shorter second pass
+# of the same load on a static split of the same budget (the same spec in
+# recommend mode: every replica keeps its bootstrap share, Escra §IV-A
+# eq. 2), and the summary prints both side by side. Ctrl-C at any point
+# stops everything and removes what it created.
 #
 # Secure by default: mutual TLS between escrad and the controller, and the
 # admin API over HTTPS with the operator certificate admin.pem, all made by
@@ -17,7 +20,9 @@
 # runs everything plain.
 #
 # Environment: RUN_SECONDS (seconds of load; set: no top, no terminal
-# needed; default 60), RUN_HOSTS (engines, default 3).
+# needed; default 60), RUN_STATIC_SECONDS (the static pass; default the
+# same as RUN_SECONDS up to 40, two whole burst cycles; 0: no static pass),
+# RUN_HOSTS (engines, default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -32,6 +37,8 @@ done
 SECONDS_OF_LOAD=${RUN_SECONDS:-60}
 K=${RUN_HOSTS:-3}
 [[ $SECONDS_OF_LOAD =~ ^[1-9][0-9]*$ ]] || { echo "run: RUN_SECONDS must be a positive number of seconds" >&2; exit 2; }
+STATIC_SECONDS=${RUN_STATIC_SECONDS:-$((SECONDS_OF_LOAD < 40 ? SECONDS_OF_LOAD : 40))}
+[[ $STATIC_SECONDS =~ ^[0-9]+$ ]] || { echo "run: RUN_STATIC_SECONDS must be a number of seconds (0: no static pass)" >&2; exit 2; }
 [[ $K =~ ^[1-9]$ ]] || { echo "run: RUN_HOSTS must be 1-9" >&2; exit 2; }
 
 # Our own set of engines and ports, beside anything an operator runs.
@@ -101,41 +108,58 @@ done
 backend=$(bin/escractl get hosts -o json | sed -n 's/.*"backend": "\(.*\)".*/\1/p' | sort -u | tr '\n' ' ')
 say "$K hosts connected (backend: ${backend% })"
 
-# The demo app: one replica per host, each on its own loopback port.
-SPEC=$OUT/demo.yaml
-{
-	echo "# Written by scripts/run.sh: the demo app of make run."
-	echo "name: $APP"
-	echo "cpu: 1.5"
-	echo "memory: 1GiB"
-	echo "sigma: 0.1"
-	echo "containers:"
-	for i in $(seq 1 "$K"); do
-		echo "  - name: web-$i"
-		echo "    image: $IMAGE"
-		echo "    command: [/demo-http, -listen, \"127.0.0.1:$((18080 + i))\"]"
-		echo "    network: host"
-		echo "    env: {GOGC: \"50\"}"
-	done
-} >"$SPEC"
-say "deploying $SPEC: $K demo-http replicas under 1.5 cores and 1 GiB"
-bin/escractl apply -f "$SPEC" 2>&1 | tee -a "$LOG" >&2
-[ "${PIPESTATUS[0]}" = 0 ] || exit 1
-urls=() engines=()
-for i in $(seq 1 "$K"); do
-	u=http://127.0.0.1:$((18080 + i))
-	for _ in $(seq 1 50); do
-		curl -fsS -o /dev/null "$u/healthz" 2>/dev/null && break
-		sleep 0.1
-	done
-	urls+=("$u")
-	engines+=("$(scripts/hosts.sh sock "$i")")
-done
-IFS=,
-drive=(bin/rundemo drive -admin "$ESCRA_CONTROLLER" "${certs_args[@]}" -app "$APP" -urls "${urls[*]}" -engines "${engines[*]}"
-	-seconds "$SECONDS_OF_LOAD" -out "$OUT")
-unset IFS
+# spec FILE MODE: the demo app, one replica per host, each on its own
+# loopback port.
+spec() {
+	{
+		echo "# Written by scripts/run.sh: the demo app of make run."
+		echo "name: $APP"
+		echo "mode: $2"
+		echo "cpu: 1.5"
+		echo "memory: 1GiB"
+		echo "sigma: 0.1"
+		echo "containers:"
+		for i in $(seq 1 "$K"); do
+			echo "  - name: web-$i"
+			echo "    image: $IMAGE"
+			echo "    command: [/demo-http, -listen, \"127.0.0.1:$((18080 + i))\"]"
+			echo "    network: host"
+			echo "    env: {GOGC: \"50\"}"
+		done
+	} >"$1"
+}
 
+# deploy FILE: apply it and wait for the replicas to answer.
+urls=() engines=()
+deploy() {
+	bin/escractl apply -f "$1" 2>&1 | tee -a "$LOG" >&2
+	[ "${PIPESTATUS[0]}" = 0 ] || exit 1
+	urls=() engines=()
+	for i in $(seq 1 "$K"); do
+		u=http://127.0.0.1:$((18080 + i))
+		for _ in $(seq 1 50); do
+			curl -fsS -o /dev/null "$u/healthz" 2>/dev/null && break
+			sleep 0.1
+		done
+		urls+=("$u")
+		engines+=("$(scripts/hosts.sh sock "$i")")
+	done
+}
+
+# drive SECONDS DIR: the load driver's command line.
+drive=()
+drive_args() {
+	IFS=,
+	drive=(bin/rundemo drive -admin "$ESCRA_CONTROLLER" "${certs_args[@]}" -app "$APP" -urls "${urls[*]}" -engines "${engines[*]}"
+		-seconds "$1" -out "$2")
+	unset IFS
+}
+
+SPEC=$OUT/demo.yaml
+spec "$SPEC" enforce
+say "deploying $SPEC: $K demo-http replicas under 1.5 cores and 1 GiB"
+deploy "$SPEC"
+drive_args "$SECONDS_OF_LOAD" "$OUT"
 if [ -z "${RUN_SECONDS:-}" ] && [ -t 1 ]; then
 	say "driving ${SECONDS_OF_LOAD}s of load with bursts; escractl top follows (Ctrl-C stops everything)"
 	"${drive[@]}" >>"$LOG" 2>&1 &
@@ -158,6 +182,21 @@ fi
 bin/escractl get containers >>"$LOG" 2>&1 || true
 bin/escractl delete "$APP" >>"$LOG" 2>&1 || say "escractl delete $APP failed; see $LOG"
 
+if [ "$STATIC_SECONDS" -gt 0 ]; then
+	# The same spec in recommend mode: the replicas keep their bootstrap
+	# share (1.5 cores and 0.9 GiB split equally) and Escra writes no
+	# cgroup file, so this is the static split of the same budget.
+	spec "$OUT/demo-static.yaml" recommend
+	say "static split of the same budget: $OUT/demo-static.yaml (mode: recommend), ${STATIC_SECONDS}s of the same load"
+	deploy "$OUT/demo-static.yaml"
+	drive_args "$STATIC_SECONDS" "$OUT/static"
+	"${drive[@]}" 2>&1 | tee -a "$LOG" >&2
+	rc=${PIPESTATUS[0]}
+	[ "$rc" = 130 ] && exit 130
+	[ "$rc" = 0 ] || { say "load driver failed on the static split; see $LOG"; exit 1; }
+	bin/escractl delete "$APP" >>"$LOG" 2>&1 || say "escractl delete $APP failed; see $LOG"
+fi
+
 s=$OUT/summary.json
 val() { sed -n "s/.*\"$1\": \([^,]*\),\{0,1\}$/\1/p" "$s"; }
 echo
@@ -167,4 +206,9 @@ printf '  %-20s %s cores\n' "CPU slack p99" "$(val cpu_slack_p99_cores)"
 printf '  %-20s %s\n' "throttled periods" "$(val throttled_periods)"
 printf '  %-20s %s\n' "OOM grants" "$(val oom_grants)"
 printf '  %-20s %s\n' "OOM kills" "$(val oom_kills)"
+if [ "$STATIC_SECONDS" -gt 0 ]; then
+	echo
+	echo "Escra beside a static split of the same budget (throttled periods: the kernel's nr_throttled over the load):"
+	bin/rundemo compare -escra "$OUT" -static "$OUT/static"
+fi
 echo "written to $s; full log: $LOG (controller, escrad and dockerd logs: $OUT/logs/)"

@@ -5,6 +5,7 @@
 //
 //	rundemo image                      build escra-bench/demo-http into the main engine, print its tag
 //	rundemo drive -admin URL -app APP -urls U1,U2,... -seconds N -out DIR -engines S1,S2,...
+//	rundemo compare -escra DIR -static DIR   add the static split's figures to DIR/summary.json, print both
 package main
 
 import (
@@ -17,7 +18,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,8 +42,10 @@ func main() {
 		err = buildImage(ctx)
 	case "drive":
 		err = drive(ctx, os.Args[2:])
+	case "compare":
+		err = compare(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q (image, drive)", os.Args[1])
+		err = fmt.Errorf("unknown command %q (image, drive, compare)", os.Args[1])
 	}
 	if err != nil {
 		if ctx.Err() != nil { // interrupted: the caller cleans up
@@ -85,16 +87,21 @@ type Summary struct {
 	ThrottledPeriods uint64  `json:"throttled_periods"`
 	OOMGrants        uint64  `json:"oom_grants"`
 	OOMKills         int     `json:"oom_kills"`
-	Containers       int     `json:"containers"`
-	Hosts            int     `json:"hosts"`
-	LoadSeconds      float64 `json:"load_seconds"`
-	Requests         int64   `json:"requests"`
-	Successes        int64   `json:"successes"`
-	LatencyP50Ms     float64 `json:"latency_p50_ms"`
-	LatencyP99Ms     float64 `json:"latency_p99_ms"`
-	CPULimitCores    float64 `json:"cpu_limit_cores"`
-	MemoryLimitBytes int64   `json:"memory_limit_bytes"`
-	Samples          int     `json:"samples"`
+	// CgroupThrottledPeriods is the kernel's own count (cpu.stat
+	// nr_throttled) over the load, summed over the app's containers: the
+	// one throttling figure that means the same under Escra and under a
+	// static split.
+	CgroupThrottledPeriods uint64  `json:"cgroup_throttled_periods"`
+	Containers             int     `json:"containers"`
+	Hosts                  int     `json:"hosts"`
+	LoadSeconds            float64 `json:"load_seconds"`
+	Requests               int64   `json:"requests"`
+	Successes              int64   `json:"successes"`
+	LatencyP50Ms           float64 `json:"latency_p50_ms"`
+	LatencyP99Ms           float64 `json:"latency_p99_ms"`
+	CPULimitCores          float64 `json:"cpu_limit_cores"`
+	MemoryLimitBytes       int64   `json:"memory_limit_bytes"`
+	Samples                int     `json:"samples"`
 }
 
 func drive(ctx context.Context, args []string) error {
@@ -149,6 +156,11 @@ func drive(ctx context.Context, args []string) error {
 		shape.Every, shape.BurstLen = dur, dur/2
 	}
 
+	engineList := strings.Split(*engines, ",")
+	before, err := throttledByContainer(ctx, *app, engineList)
+	if err != nil {
+		return err
+	}
 	var mu sync.Mutex
 	var slack []float64
 	var last []adminclient.Container
@@ -210,11 +222,20 @@ func drive(ctx context.Context, args []string) error {
 	sum.Samples = len(slack)
 	sum.CPUSlackP50Cores = round3(quantile(slack, 0.5))
 	sum.CPUSlackP99Cores = round3(quantile(slack, 0.99))
-	kills, err := oomKills(ctx, *app, strings.Split(*engines, ","))
+	kills, err := oomKills(ctx, *app, engineList)
 	if err != nil {
 		return err
 	}
 	sum.OOMKills = kills
+	after, err := throttledByContainer(ctx, *app, engineList)
+	if err != nil {
+		return err
+	}
+	for id, n := range after {
+		if n >= before[id] {
+			sum.CgroupThrottledPeriods += n - before[id]
+		}
+	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
@@ -224,68 +245,6 @@ func drive(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("rundemo: %d requests, %d ok, p50 %.1f ms, p99 %.1f ms\n", res.Requests, res.Successes, sum.LatencyP50Ms, sum.LatencyP99Ms)
 	return nil
-}
-
-// oomKills counts the kernel OOM kills in the app's containers on every
-// engine: the memory cgroup's oom_kill counter (cgroup v1), or Docker's
-// OOMKilled flag where the counter cannot be read.
-func oomKills(ctx context.Context, app string, engines []string) (int, error) {
-	n := 0
-	for _, e := range engines {
-		if e = strings.TrimSpace(e); e == "" {
-			continue
-		}
-		cli, err := client.New(client.WithHost(e))
-		if err != nil {
-			return 0, err
-		}
-		list, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true,
-			Filters: make(client.Filters).Add("label", "escra.app="+app)})
-		if err != nil {
-			cli.Close()
-			return 0, fmt.Errorf("engine %s: %w", e, err)
-		}
-		for _, c := range list.Items {
-			j, err := cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
-			if err != nil {
-				continue
-			}
-			if k, ok := cgroupOOMKills(j.Container.State.Pid); ok {
-				n += k
-			} else if j.Container.State.OOMKilled {
-				n++
-			}
-		}
-		cli.Close()
-	}
-	return n, nil
-}
-
-func cgroupOOMKills(pid int) (int, bool) {
-	if pid <= 0 {
-		return 0, false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
-	if err != nil {
-		return 0, false
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.SplitN(l, ":", 3)
-		if len(f) != 3 || f[1] != "memory" {
-			continue
-		}
-		oc, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", f[2], "memory.oom_control"))
-		if err != nil {
-			return 0, false
-		}
-		for _, kv := range strings.Split(string(oc), "\n") {
-			if v, ok := strings.CutPrefix(kv, "oom_kill "); ok {
-				k, err := strconv.Atoi(strings.TrimSpace(v))
-				return k, err == nil
-			}
-		}
-	}
-	return 0, false
 }
 
 func quantile(sorted []float64, q float64) float64 {
