@@ -234,8 +234,11 @@ func TestGatewayScalesRealReplicasThroughController(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { g2.Run(g2ctx); close(gdone) }()
-	if st := g2.Statuses()[0]; st.Ready != served || served == 0 {
-		t.Fatalf("the restarted gateway adopted %d replicas, the crashed one served with %d (%d on the engine): %+v", st.Ready, served, before, st)
+	// What can be adopted is what still runs on the engine: a replica the
+	// crashed gateway counted may have exited since (on a loaded machine
+	// the newest one sometimes had, 2 ready and 1 running).
+	if st := g2.Statuses()[0]; st.Ready != before || before == 0 || before > served {
+		t.Fatalf("the restarted gateway adopted %d replicas, %d run on the engine (the crashed one served with %d): %+v", st.Ready, before, served, st)
 	}
 	serving.Store(g2)
 	resp, err = http.Get(front.URL + "/fn/" + app + "/cpu?ms=5")
