@@ -69,8 +69,8 @@ func run() error {
 	workloads := flag.String("workloads", "", "comma list (default: demo-http,chain,nginx,redis,memwave,offset-pair,front-worker,fanout)")
 	loads := flag.String("loads", "", "comma list of loads or workload/load (default depends on -full)")
 	policies := flag.String("policies", "", "comma list (default depends on -full)")
-	duration := flag.Duration("duration", 0, "length of each run (default 20 s quick: one Burst cycle and one memwave period; 60 s full)")
-	reps := flag.Int("reps", 0, "repetitions (default 1 quick, 3 full)")
+	duration := flag.Duration("duration", 0, "length of each run (default 18 s quick: three 6 s Burst cycles; 60 s full)")
+	reps := flag.Int("reps", 0, "repetitions (default 3)")
 	port := flag.Int("port", 18080, "first loopback port of the workloads")
 	// δ of Escra §IV-C is 50 MiB for containers of GiBs; these are tens of
 	// MiB (scaled down like the request rates), and with δ = 50 MiB reclaim
