@@ -65,10 +65,11 @@ type Config struct {
 	Escra    *Escra
 	Progress func(string)
 
-	// OffsetOnlyAlso are more policies that run on the offset cells only
-	// (the quick run's static075 and static10: frontier points there,
-	// not today's policies elsewhere).
-	OffsetOnlyAlso []string
+	// Only, for a policy it names, lists the only cells ("workload/load")
+	// that policy runs on: the quick matrix runs each policy where a key
+	// of the summary reads it (modes.go). Other policies run on every
+	// cell cellPolicies allows.
+	Only map[string][]string
 
 	batch *batchHolder // the +batch runs' container, kept by Run
 }
@@ -312,6 +313,7 @@ func (c Config) Profile(ctx context.Context) (map[Cell]Profile, error) {
 	out := map[Cell]Profile{}
 	for i, cell := range c.Cells() {
 		c.progress("profile %d/%d: %s/%s without limits", i+1, len(c.Cells()), cell.Workload, cell.Load)
+		t0 := time.Now()
 		w, _ := WorkloadByName(cell.Workload)
 		ids, err := c.start(ctx, w, cell, "profile", nil)
 		if err != nil {
@@ -355,7 +357,7 @@ func (c Config) Profile(ctx context.Context) (map[Cell]Profile, error) {
 			peaks = append(peaks, peakOf(cpu[j], mem[j], cell.Load))
 		}
 		out[cell] = Profile{Peaks: peaks, CPU: cpu, Mem: memS}
-		c.progress("profile %s/%s: peaks %s", cell.Workload, cell.Load, fmtPeaks(peaks))
+		c.progress("profile %s/%s: peaks %s; %.1f s wall (plan %.1f s)", cell.Workload, cell.Load, fmtPeaks(peaks), time.Since(t0).Seconds(), c.runSeconds(cell, "profile"))
 	}
 	return out, nil
 }
@@ -392,8 +394,10 @@ func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Ru
 					continue
 				}
 				c.progress("[%d/%d] %s/%s/%s rep %d", n, total, cell.Workload, cell.Load, p, rep+1)
+				t0 := time.Now()
 				run, err := c.runOne(ctx, cell, p, rep, profiles[cell])
 				run.Order = pos
+				run.WallS = time.Since(t0).Seconds()
 				if err != nil {
 					notes = append(notes, fmt.Sprintf("run %s/%s/%s rep %d failed: %v", cell.Workload, cell.Load, p, rep+1, err))
 					c.progress("  failed: %v", err)
@@ -402,9 +406,9 @@ func (c Config) Run(ctx context.Context, profiles map[Cell]Profile) ([]report.Ru
 					}
 					continue
 				}
-				c.progress("  p50 %.2f ms, p99.9 %.2f ms, %.1f req/s ok, %d throttled periods, %d OOM kills, %d limit changes, reserved %.2f cores, batch %.2f cores, client CPUs %.2f busy",
+				c.progress("  p50 %.2f ms, p99.9 %.2f ms, %.1f req/s ok, %d throttled periods, %d OOM kills, %d limit changes, reserved %.2f cores, batch %.2f cores, client CPUs %.2f busy; %.1f s wall (plan %.1f s)",
 					run.Client.P50Us/1000, run.Client.P999Us/1000, run.Client.ThroughputRPS, run.ThrottledPeriods, run.OOMKills, run.LimitChanges,
-					run.ReservedCores, run.BatchCores, run.ClientCPUCores)
+					run.ReservedCores, run.BatchCores, run.ClientCPUCores, run.WallS, c.runSeconds(cell, p))
 				runs = append(runs, run)
 			}
 		}
@@ -443,7 +447,10 @@ func (c Config) cellPolicies(cell Cell) []string {
 		if _, batch := SplitBatch(p); batch && w.NoClient {
 			continue
 		}
-		if (OffsetOnly(p) || contains(c.OffsetOnlyAlso, p)) && !w.Offset {
+		if OffsetOnly(p) && !w.Offset {
+			continue
+		}
+		if cells, ok := c.Only[p]; ok && !contains(cells, cell.Name()) {
 			continue
 		}
 		out = append(out, p)

@@ -44,8 +44,10 @@ func OffsetCells(r *Results) map[Cell]bool {
 	return out
 }
 
-// Frontiers builds the frontier of every offset cell that ran at least
-// two points of each curve.
+// Frontiers builds the frontier of every offset cell that ran static15
+// (the point the budget ratio is read at) and at least two points of
+// Escra's curve. The quick matrix runs only those (static15, escra-k100,
+// escra); the full one every k of both curves.
 func Frontiers(r *Results, aggs map[Key]*Agg) []Frontier {
 	off := OffsetCells(r)
 	var out []Frontier
@@ -71,7 +73,7 @@ func Frontiers(r *Results, aggs map[Key]*Agg) []Frontier {
 		for _, pts := range [][]FrontierPoint{f.Static, f.Escra} {
 			sort.Slice(pts, func(i, j int) bool { return pts[i].ReservedCores < pts[j].ReservedCores })
 		}
-		if len(f.Static) >= 2 && len(f.Escra) >= 2 {
+		if f.static15() != nil && len(f.Escra) >= 2 {
 			out = append(out, f)
 		}
 	}
@@ -88,16 +90,20 @@ func Frontiers(r *Results, aggs map[Key]*Agg) []Frontier {
 // as fast, that budget's ratio is returned (an upper bound); NaN where no
 // budget of the curve reaches it, or static15 did not run.
 func (f Frontier) BudgetRatioAtStatic15() float64 {
-	var st *FrontierPoint
-	for i := range f.Static {
-		if f.Static[i].Policy == "static15" {
-			st = &f.Static[i]
-		}
-	}
+	st := f.static15()
 	if st == nil || !(st.ReservedCores > 0) {
 		return math.NaN()
 	}
 	return InterpolateReserved(f.Escra, st.P999Us) / st.ReservedCores
+}
+
+func (f Frontier) static15() *FrontierPoint {
+	for i := range f.Static {
+		if f.Static[i].Policy == "static15" {
+			return &f.Static[i]
+		}
+	}
+	return nil
 }
 
 // InterpolateReserved is the smallest reserved cores at which the curve

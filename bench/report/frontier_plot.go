@@ -63,7 +63,7 @@ func writeFrontier(w func(string, ...any), fs []Frontier, plots map[Cell]string)
 		return
 	}
 	w("## The latency–reservation frontier (cells whose containers peak apart)\n\n")
-	w("Static at k × each container's 1 s peak (k = 0.5, 0.75, 1, 1.5) against Escra with exactly the same app budget (Escra §VI-C: the claim is a better frontier, not a win where nothing binds). ")
+	w("Static at k × each container's 1 s peak (k = 0.5, 0.75, 1, 1.5; the quick matrix runs k = 1.5 for static, 1 and 1.5 for Escra) against Escra with exactly the same app budget (Escra §VI-C: the claim is a better frontier, not a win where nothing binds). ")
 	w("p99.9 is the mean over repetitions with its 95 %% interval; the budget ratio is where Escra's curve through the upper ends of its intervals (the end worse for Escra) falls to static15's mean p99.9, linearly between points.\n\n")
 	for _, f := range fs {
 		w("### %s, %s load\n\n| k | static reserved cores | static p99.9 ms | Escra reserved cores | Escra p99.9 ms |\n|---|---|---|---|---|\n", f.Workload, f.Load)

@@ -129,3 +129,29 @@ func TestFrontierReport(t *testing.T) {
 		t.Error("a cell that peaks together got a frontier")
 	}
 }
+
+// The quick matrix's frontier: static15 alone on static's curve and
+// Escra at k = 1 and 1.5 still give the budget ratio and the plot.
+func TestFrontierOfTheQuickPoints(t *testing.T) {
+	r := frontierResults()
+	var kept []Run
+	for _, run := range r.Runs {
+		if p := run.Policy; run.Workload != "offset-pair" || p == "static15" || p == "escra-k100" || p == "escra" || p == "static15mon" {
+			kept = append(kept, run)
+		}
+	}
+	r.Runs = kept
+	// Escra's upper ends: 62.5 ms at 0.4 core, already below static15's
+	// 66.7 ms: the ratio is that of its smallest budget, 0.4/0.6.
+	s := Summary(r)
+	if got, ok := s["offset_escra_budget_ratio_at_static15_p999"].(float64); !ok || math.Abs(got-0.4/0.6) > 1e-9 {
+		t.Fatalf("offset_escra_budget_ratio_at_static15_p999 = %v, want %v", s["offset_escra_budget_ratio_at_static15_p999"], 0.4/0.6)
+	}
+	dir := t.TempDir()
+	if err := Generate(r, dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "plots", "frontier_offset_pair_burst.svg")); err != nil {
+		t.Errorf("no frontier plot with one static point: %v", err)
+	}
+}

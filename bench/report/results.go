@@ -74,6 +74,9 @@ type Run struct {
 
 	Client    load.Result `json:"client"`
 	DurationS float64     `json:"duration_s"`
+	// WallS is the run's wall-clock from creating its containers to
+	// removing them: what bench/matrix's plan estimates.
+	WallS float64 `json:"wall_s,omitempty"`
 
 	// Slack summed over the run's containers, sampled every 100 ms.
 	Slack []SlackSample `json:"slack"`

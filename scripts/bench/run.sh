@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # make bench: the comparison of Escra §VI against Static, Autopilot-style
 # and VPA-style limits on real workloads and clients (docs/benchmarks.md).
-#   make bench           quick matrix (about 28 minutes: 6 cells × 4 policies × 3 reps)
-#   make bench FULL=1    every load and policy, 60 s runs, 3 repetitions
+#   make bench           quick matrix: 9 cells, each policy where a summary key
+#                        needs it, 18 s runs × 3 reps (114 runs, about 39 minutes
+#                        by its plan on an idle 2-core machine)
+#   make bench FULL=1    every load and policy, 60 s runs, 3 repetitions (about
+#                        10.5 hours by its plan)
+# go run ./bench/cmd/bench-run -plan [-full] prints the plan per cell, no Docker;
+# every run prints "plan: N runs, estimated M min" first (docs/benchmarks.md,
+# "What the quick matrix runs and why").
 # Writes results/bench/{results.json,report.md,summary.json,plots/}.
 # Extra flags for bench-run go in BENCH_ARGS (e.g. BENCH_ARGS="-no-escra").
 set -euo pipefail

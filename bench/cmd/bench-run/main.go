@@ -2,9 +2,10 @@
 // OUT/results.json, then the report (OUT/report.md, OUT/summary.json,
 // OUT/plots/) from it.
 //
-//	bench-run [-full] [-out results/bench] [-bin bin] [-no-escra]
+//	bench-run [-full] [-plan] [-out results/bench] [-bin bin] [-no-escra]
 //
-// It builds the images, profiles every (workload, load) without limits,
+// It prints its plan (every run it will make and the estimated minutes;
+// -plan prints the table per cell and exits, without Docker), builds the images, profiles every (workload, load) without limits,
 // starts escra-controller (apps = the workloads, budgets = Σ 1.5 × peak)
 // and escrad from -bin unless -no-escra, runs every policy, and stops what
 // it started. Progress goes to stderr.
@@ -68,8 +69,8 @@ func run() error {
 	workloads := flag.String("workloads", "", "comma list (default: demo-http,chain,nginx,redis,memwave,offset-pair,front-worker,fanout)")
 	loads := flag.String("loads", "", "comma list of loads or workload/load (default depends on -full)")
 	policies := flag.String("policies", "", "comma list (default depends on -full)")
-	duration := flag.Duration("duration", 0, "length of each run (default 20 s quick: one Burst cycle and one memwave period; 60 s full)")
-	reps := flag.Int("reps", 0, "repetitions (default 1 quick, 3 full)")
+	duration := flag.Duration("duration", 0, "length of each run (default 18 s quick: three 6 s Burst cycles; 60 s full)")
+	reps := flag.Int("reps", 0, "repetitions (default 3)")
 	port := flag.Int("port", 18080, "first loopback port of the workloads")
 	// δ of Escra §IV-C is 50 MiB for containers of GiBs; these are tens of
 	// MiB (scaled down like the request rates), and with δ = 50 MiB reclaim
@@ -87,12 +88,15 @@ func run() error {
 	cfsBurst := flag.Float64("burst", 0, "run every policy's containers with a CFS burst of this share of their quota, in [0, 1] (escrad --cfs-burst for Escra, a cgroup write beside the baselines' limits; 0: none, as in the Escra paper)")
 	orderSeed := flag.Int64("order-seed", 0, "seed of the policies' order per repetition and cell (0: a new one each run, from the clock, recorded in results.json as order_seed; give it back to replay an order). The requests stay the same in every run")
 	profilesFrom := flag.String("profiles", "", "reuse the profiles (and so the budgets) of an earlier run's profiles.json instead of profiling (A/B runs at equal budgets)")
+	planOnly := flag.Bool("plan", false, "print the plan (per cell: containers, policies, runs, estimated seconds) and exit without Docker")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flag.Arg(0))
 	}
-	if err := pin(*clientCPUs); err != nil {
-		return err
+	if !*planOnly {
+		if err := pin(*clientCPUs); err != nil {
+			return err
+		}
 	}
 	// escrad is the worker's agent: its cost falls on the app's CPUs. The
 	// controller runs on Escra §V's control node, not on a worker; here
@@ -113,20 +117,14 @@ func run() error {
 		escraCPUs = "escrad " + *escradCPUs + ", controller " + *ctlCPUs
 	}
 
-	cfg := matrix.Config{Workloads: list("demo-http,chain,nginx,redis,memwave,offset-pair,front-worker,fanout"), Seed: 1, BasePort: *port,
-		Loads:    list("demo-http/burst,chain/burst,nginx/burst,wrk,redis-benchmark,wave,offset-pair/burst,periodic,shift"),
-		Policies: list(quickPolicies), Duration: 18 * time.Second, Reps: 3,
-		BurstCycle: 6 * time.Second,
-		Progress:   func(s string) { say("%s", s) }}
-	mode := "quick"
-	cfg.OffsetOnlyAlso = []string{"static075", "static10"}
+	// The matrices are bench/matrix's (modes.go): the quick one runs each
+	// policy on the cells a summary key needs it on.
+	cfg, mode := matrix.Quick(), "quick"
 	if *full {
-		mode = "full"
-		cfg.Loads = list("fixed,exp,burst,trace,wrk,redis-benchmark,wave,periodic,shift")
-		cfg.Policies = list(fullPolicies)
-		cfg.OffsetOnlyAlso = nil
-		cfg.Duration, cfg.Reps, cfg.BurstCycle = 60*time.Second, 3, 0
+		cfg, mode = matrix.Full(), "full"
 	}
+	cfg.Seed, cfg.BasePort = 1, *port
+	cfg.Progress = func(s string) { say("%s", s) }
 	if *burstCycle > 0 {
 		cfg.BurstCycle = *burstCycle
 	}
@@ -156,7 +154,8 @@ func run() error {
 		cfg.Loads = list(*loads)
 	}
 	if *policies != "" {
-		cfg.Policies = list(*policies)
+		// Policies named on the command line run on every cell they apply to.
+		cfg.Policies, cfg.Only = list(*policies), nil
 	}
 	if *noBatch {
 		cfg.Policies = slices.DeleteFunc(cfg.Policies, func(p string) bool { _, b := matrix.SplitBatch(p); return b })
@@ -170,6 +169,14 @@ func run() error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	plan := cfg.Plan(matrix.PlanOptions{Escra: cfg.WantsEscra() && !*noEscra, Profiled: *profilesFrom != ""})
+	if *planOnly {
+		fmt.Printf("%s matrix, order seed %d\n%s%s\n", mode, cfg.OrderSeed, plan.Table(), plan.Summary())
+		return nil
+	}
+	t0 := time.Now()
+	say("%s", plan.Summary())
+	defer func() { say("took %.1f min (%s)", time.Since(t0).Minutes(), plan.Summary()) }()
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
@@ -199,8 +206,8 @@ func run() error {
 		return err
 	}
 	cells := cfg.Cells()
-	say("%s run: %d runs (%d cells × %d policies × %d reps of %s, no +batch policy in a cell without a client), plus %d profiling runs",
-		mode, cfg.RunCount(), len(cells), len(cfg.Policies), cfg.Reps, cfg.Duration, len(cells))
+	say("%s run: %d runs (%d cells, %d policies placed per cell, %d reps of %s), plus %d profiling runs",
+		mode, cfg.RunCount(), len(cells), len(cfg.Policies), cfg.Reps, cfg.Duration, plan.Profiling())
 	var profiles map[matrix.Cell]matrix.Profile
 	if *profilesFrom != "" {
 		if profiles, err = loadProfiles(*profilesFrom, cells); err != nil {
@@ -246,6 +253,15 @@ func run() error {
 		"Autopilot and VPA start warm from the same run. escra-k050, escra-k075, escra-k100 are Escra with exactly static05's, static075's, static10's reservation as the app budget (escra: static15's). "+
 		"The frontier policies and static15mon and vpastatic run on the cells whose containers peak apart (offset-pair, front-worker, fanout) only.", cfg.Seed, matrix.ProfileSeedOffset, cfg.Seed))
 
+	if len(cfg.Only) > 0 {
+		var placed []string
+		for _, p := range cfg.Policies {
+			if cells, ok := cfg.Only[p]; ok {
+				placed = append(placed, p+" on "+strings.Join(cells, ", "))
+			}
+		}
+		res.Notes = append(res.Notes, "The "+mode+" matrix runs some policies on some cells only (docs/benchmarks.md, \"What the quick matrix runs and why\"): "+strings.Join(placed, "; ")+".")
+	}
 	res.CFSBurst = cfg.Burst
 	if cfg.Burst > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("Every policy's containers ran with a CFS burst of %g × their quota (cpu.cfs_burst_us): Escra's through escrad --cfs-burst, the baselines' written beside their limits.", cfg.Burst))
@@ -298,15 +314,6 @@ func run() error {
 	say("wrote %s, %s/report.md, %s/summary.json and %s/plots", path, *out, *out, *out)
 	return ctx.Err()
 }
-
-// The policies of a run. The frontier (static05, static075, static10,
-// static15 and escra-k050, escra-k075, escra-k100, escra at the same
-// totals) and the operators' baselines (static15mon, vpastatic) run on
-// every cell; the report reads the frontier on the offset cells.
-const (
-	quickPolicies = "static15,static15mon,vpastatic,static05,static075,static10,escra-k050,escra-k075,escra-k100,autopilot,escra-paper,escra,static15+batch,escra+batch"
-	fullPolicies  = "static15,static15mon,vpastatic,static05,static075,static10,escra-k050,escra-k075,escra-k100,autopilot,vpa10,vpa60,escra-paper,escra,static15+batch,escra+batch"
-)
 
 // autopilotNote is set once the sweep is known (for the report's notes).
 var autopilotNote string
