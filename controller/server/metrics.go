@@ -24,6 +24,7 @@ type metrics struct {
 	decisions       *prometheus.CounterVec
 	throttleEvents  *prometheus.CounterVec
 	leases          *prometheus.CounterVec
+	memCredit       *prometheus.CounterVec
 	badInput        *prometheus.CounterVec
 	decisionLatency prometheus.Histogram
 	verdictLatency  prometheus.Histogram
@@ -43,6 +44,8 @@ func newMetrics(s *Server) *metrics {
 		Help: "Throttle events (a container ran out of quota mid-period), by result: raised, took (members above their share cut; the raise follows their acknowledgements), nochange, stale."}, []string{"result"})
 	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_lease_events_total",
 		Help: "Host-local CPU lease messages, by event: grant, revoke (sent), use, return (received)."}, []string{"event"})
+	m.memCredit = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_mem_credit_events_total",
+		Help: "Host-local memory credit messages, by event: grant, revoke (sent), use, return (received)."}, []string{"event"})
 	m.badInput = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_bad_input_total",
 		Help: "Dropped input (telemetry and session messages), by reason."}, []string{"reason"})
 	m.decisionLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escra_decision_latency_seconds",
@@ -53,7 +56,7 @@ func newMetrics(s *Server) *metrics {
 	for _, r := range []string{app.ThrottleRaised, app.ThrottleTook, app.ThrottleNoChange, app.ThrottleStale} {
 		m.throttleEvents.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.decisions, m.throttleEvents, m.leases, m.badInput, m.decisionLatency, m.verdictLatency, m,
+	m.reg.MustRegister(m.decisions, m.throttleEvents, m.leases, m.memCredit, m.badInput, m.decisionLatency, m.verdictLatency, m,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_datagrams_total", Help: "Telemetry datagrams received."},
 			func() float64 { return float64(s.udp.C.Datagrams.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_stats_total", Help: "CPU statistics received."},
@@ -80,6 +83,9 @@ func (m *metrics) ThrottleEvent(result string) { m.throttleEvents.WithLabelValue
 
 // Lease implements app.Counters.
 func (m *metrics) Lease(event string) { m.leases.WithLabelValues(event).Inc() }
+
+// MemCredit counts a host-local memory credit event (app.creditCounter).
+func (m *metrics) MemCredit(event string) { m.memCredit.WithLabelValues(event).Inc() }
 
 // BadStat implements app.Counters.
 func (m *metrics) BadStat(reason string) { m.bad(reason, 1) }
