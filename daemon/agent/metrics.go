@@ -14,6 +14,7 @@ type metrics struct {
 	oomEvents    prometheus.Counter
 	oomOutcome   *prometheus.CounterVec
 	oomLate      prometheus.Counter
+	oomVia       *prometheus.CounterVec
 	records      prometheus.Counter
 	thrEvents    prometheus.Counter
 	thrRaise     prometheus.Histogram
@@ -33,20 +34,25 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		oomEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_oom_events_total", Help: "OOM events trapped."}),
 		oomOutcome:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_outcomes_total", Help: "OOM events by outcome."}, []string{"outcome"}),
 		oomLate:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_oom_late_grants_total", Help: "OOM grants that came after the episode was resolved (verdict after --oom-deadline, or escra.ko's oom_timeout_ms over before the reply)."}),
-		records:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_telemetry_records_total", Help: "Per-period CPU records produced."}),
-		thrEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_throttle_events_total", Help: "Throttle events sent (nr_throttled rose between period samples)."}),
-		thrRaise:     prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_throttle_raise_seconds", Help: "Throttle event seen to the write that raised the quota above the one throttled.", Buckets: us}),
-		leaseRaise:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_lease_raise_seconds", Help: "Throttle event seen to the quota raised from host-local lease credit.", Buckets: us}),
-		leaseUses:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_lease_uses_total", Help: "Throttle events answered from host-local lease credit (not forwarded)."}),
-		reclaimed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (Escra §IV-C)."}),
-		restored:     prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_limits_restored_total", Help: "Containers whose own limits were put back for want of a controller (--restore-after)."}),
+		oomVia: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_rescues_total",
+			Help: "OOM rescues by who answered: credit (host-local memory credit, no round trip), controller, outage (raised to the user's own limit)."}, []string{"via"}),
+		records:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_telemetry_records_total", Help: "Per-period CPU records produced."}),
+		thrEvents:  prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_throttle_events_total", Help: "Throttle events sent (nr_throttled rose between period samples)."}),
+		thrRaise:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_throttle_raise_seconds", Help: "Throttle event seen to the write that raised the quota above the one throttled.", Buckets: us}),
+		leaseRaise: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_lease_raise_seconds", Help: "Throttle event seen to the quota raised from host-local lease credit.", Buckets: us}),
+		leaseUses:  prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_lease_uses_total", Help: "Throttle events answered from host-local lease credit (not forwarded)."}),
+		reclaimed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (Escra §IV-C)."}),
+		restored:   prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_limits_restored_total", Help: "Containers whose own limits were put back for want of a controller (--restore-after)."}),
+	}
+	for _, v := range []string{"credit", "controller", "outage"} {
+		m.oomVia.WithLabelValues(v) // exported from the start at 0
 	}
 	registerProcessMetrics(r, "escrad")
 	if a.cfg.TLS != nil {
 		r.MustRegister(auth.ExpiryCollector(a.cfg.TLS))
 	}
 	r.MustRegister(containerCollector{a})
-	r.MustRegister(m.applyLatency, m.applyErrors, m.acksDeferred, m.oomRescue, m.oomEvents, m.oomOutcome, m.oomLate, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
+	r.MustRegister(m.applyLatency, m.applyErrors, m.acksDeferred, m.oomRescue, m.oomEvents, m.oomOutcome, m.oomLate, m.oomVia, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_controller_term", Help: "Highest controller leadership term seen (0: no leader election)."}, func() float64 {
 			return float64(a.link.Term())
 		}),
