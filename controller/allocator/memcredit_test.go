@@ -315,7 +315,7 @@ func TestMemCreditRevokedWhenThePoolIsShort(t *testing.T) {
 	a := creditBooks(t, 512*MiB)
 	k1 := Key(1<<32 | 1)
 	a.Join(Join{Key: k1, HostMaxUs: 100000}) // 256 MiB; 256 free
-	cmds := a.RebalanceMemCredit(1)         // all of it lent to host 1
+	cmds := a.RebalanceMemCredit(1)          // all of it lent to host 1
 	if a.MemCredit(1) != 256*MiB || a.MemUnallocated() != 0 {
 		t.Fatalf("credit %d free %d", a.MemCredit(1), a.MemUnallocated())
 	}

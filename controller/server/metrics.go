@@ -117,6 +117,7 @@ var (
 	dAppCPUAlloc = prometheus.NewDesc("escra_app_cpu_allocated_cores", "Σ member quotas.", []string{"app"}, nil)
 	dAppCPULease = prometheus.NewDesc("escra_app_cpu_leased_cores", "Σ host-local CPU leases outstanding (counted as allocated).", []string{"app"}, nil)
 	dAppMem      = prometheus.NewDesc("escra_app_memory_limit_bytes", "Global memory limit.", []string{"app"}, nil)
+	dAppMemCred  = prometheus.NewDesc("escra_app_memory_credit_bytes", "Σ host-local memory credit outstanding (counted as assigned).", []string{"app"}, nil)
 	dAppMemAlloc = prometheus.NewDesc("escra_app_memory_allocated_bytes", "Σ member memory limits.", []string{"app"}, nil)
 	dAppMembers  = prometheus.NewDesc("escra_app_members", "Members of the app.", []string{"app"}, nil)
 	dAppRecOnly  = prometheus.NewDesc("escra_app_recommend_mode", "1 when the app only recommends (mode: recommend), 0 when it enforces.", []string{"app"}, nil)
@@ -137,7 +138,7 @@ var (
 )
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dAppCPU, dAppCPUAlloc, dAppCPULease, dAppMem, dAppMemAlloc, dAppMembers, dAppRecOnly,
+	for _, d := range []*prometheus.Desc{dAppCPU, dAppCPUAlloc, dAppCPULease, dAppMem, dAppMemAlloc, dAppMemCred, dAppMembers, dAppRecOnly,
 		dCQuota, dCUsage, dCMem, dCMemUse, dCThr, dCThrEv, dCOOM, dCGrant, dCDeny, dCRecCPU, dCRecMem} {
 		ch <- d
 	}
@@ -152,6 +153,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(dAppCPULease, g, a.CPULeasedCores, a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMem, g, float64(a.MemoryBytes), a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMemAlloc, g, float64(a.MemoryAllocatedBytes), a.Name)
+		ch <- prometheus.MustNewConstMetric(dAppMemCred, g, float64(a.MemoryCreditBytes), a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMembers, g, float64(a.Members), a.Name)
 		rec := 0.0
 		if a.Mode == spec.ModeRecommend {
