@@ -213,9 +213,10 @@ func (a *Books) TakeMemCreditCmds() []MemCreditCmd {
 // rise: the new target is the limit the daemon wrote, kept between the
 // controller's limit + bytes and what the member counted (its limit plus
 // any cut not acknowledged, which the daemon may have raised from) +
-// bytes. A use beyond the credit (a daemon bug or a forged message) is
-// clamped to it and reported; the returned decision carries the limit
-// the controller counts so both views meet again.
+// bytes. When that is the limit the daemon wrote, no decision is
+// returned. A use beyond the credit (a daemon bug or a forged message),
+// or a limit outside those bounds, is clamped and the returned decision
+// carries the limit the controller counts, so both views meet again.
 func (a *Books) MemCreditUse(h HostID, id uint64, k Key, bytes, limit int64) (Decision, error) {
 	c := a.credits[h]
 	m := a.members[k]
@@ -238,11 +239,23 @@ func (a *Books) MemCreditUse(h HostID, id uint64, k Key, bytes, limit int64) (De
 	a.creditTotal -= bytes
 	m.OOMRequests++
 	m.OOMGrants++
-	lo := m.MemLimit + bytes
+	lo := m.MemLimit&^4095 + bytes // the daemon raised from the kernel's whole pages
 	hi := m.MemLimit + m.extraMem + bytes
 	target := min(max(limit, lo), hi)
 	if m.MaxMem > 0 {
 		target = min(target, max(m.MaxMem, m.MemLimit))
+	}
+	if target == limit {
+		// The daemon holds what is now counted: nothing to send. An echo
+		// would race the daemon's next local raise and could lower the
+		// limit under the tasks it just rescued.
+		a.memAlloc += target - m.MemLimit
+		m.MemLimit = target
+		if a.AckGated {
+			m.ackMem = target // the daemon wrote it and said so
+		}
+		a.refresh(m)
+		return Decision{}, err
 	}
 	d := a.decide(m, 0, target, ReasonMemCredit)
 	if d.Gen == 0 {

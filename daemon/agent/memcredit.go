@@ -39,21 +39,24 @@ func (a *Agent) Grant(c *rescue.Container, ev rescue.Event) (int64, bool) {
 	need := max(int64(min(ev.Pages, 1<<28))*4096, 4096)
 	var amount int64
 	_, now, err := a.app.RaiseMemoryFrom(c.H, func(cur int64) int64 {
-		if cur <= 0 || cur == cgroups.Max || (ev.Limit > 0 && cur > ev.Limit) {
+		// The kernel holds the limit in whole pages (a written limit
+		// reads back rounded down, as the trap saw it).
+		base := cur &^ 4095
+		if cur <= 0 || cur == cgroups.Max || (ev.Limit > 0 && base > ev.Limit) {
 			return 0 // unlimited, or raised since: not ours to answer
 		}
 		room := min(max(mc.step, need), mc.bytes)
 		if c.Ceiling != cgroups.Max {
-			room = min(room, c.Ceiling-cur)
+			room = min(room, c.Ceiling-base)
 		}
 		if maxB > 0 {
-			room = min(room, maxB-cur)
+			room = min(room, maxB-base)
 		}
 		if room &^= 4095; room < need {
 			return 0
 		}
 		amount = room
-		return cur + room
+		return base + room
 	})
 	if err != nil {
 		a.log.Warn("raising memory limit from credit failed", "name", c.Name, "err", err)
