@@ -53,14 +53,15 @@ func TestOOMAnsweredFromMemoryCreditControllerBooksFollow(t *testing.T) {
 	id := dockertest.Run(t, cli, dockertest.Spec{Name: dockertest.UniqueName("e2e-credit"), Image: img, Labels: appLabel(t),
 		Entrypoint: []string{"/bin/memhog"}, Cmd: []string{"-wait-usr1", "-mib", "96", "-step-mib", "8", "-pause", "50ms", "-hold", "3s"},
 		Resources: container.Resources{Memory: 512 << 20, MemorySwap: 512 << 20}})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	// Generous: on a loaded machine the engine can take seconds to start it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		m := member(s, id)
 		_, credit := a.MemCreditOf(app)
 		if a.IsManaged(id) && m != nil && m.MemoryLimitBytes == 32<<20 && credit > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not bootstrapped with credit lent within 10 s: member %+v, credit %d", m, credit)
+			t.Fatalf("not bootstrapped with credit lent within 30 s: member %+v, credit %d", m, credit)
 		}
 	}
 	if err := dockertest.StartHog(context.Background(), cli, id); err != nil {
