@@ -71,6 +71,8 @@ type App struct {
 	// hold's sequence number, so an old expiry cannot end a newer hold.
 	holds   map[string]uint64
 	holdSeq uint64
+	// Host id of each session that had members (memcredit.go).
+	sessionHosts map[allocator.HostID]string
 	// Recommend mode (mode.go) and the members' caps by name.
 	recommend bool
 	caps      func(name string) Caps

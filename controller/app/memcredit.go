@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
@@ -103,10 +104,48 @@ func (s *App) MemCreditReturn(h allocator.HostID, id uint64, bad func(reason str
 // creditHostClosed forgets host h's memory credit, held for hold: the
 // daemon may have raised limits from it that nobody has heard of.
 func (s *App) creditHostClosed(h allocator.HostID, hold time.Duration) {
+	name := s.creditHostName(h)
 	if b := s.a.MemCredit(h); b > 0 && hold > 0 {
-		id := fmt.Sprintf("mem-credit/%d", h)
+		id := fmt.Sprintf("mem-credit/%s/%d", name, h)
 		s.a.HoldShare(id, 0, b)
 		s.expireHold(id, hold)
 	}
+	delete(s.sessionHosts, h)
 	s.applyAll(s.a.MemCreditDrop(h))
+}
+
+// creditHostName is the host id of session h's members ("" when none
+// joined through this app).
+func (s *App) creditHostName(h allocator.HostID) string {
+	for _, m := range s.members {
+		if m.Key.Host() == h {
+			return m.HostID
+		}
+	}
+	return s.sessionHosts[h] // its members left just before (LeaveHeld)
+}
+
+// creditRejoined ends the credit held for mi's host once every container
+// held for that host has rejoined: their registrations report the limits
+// their cgroups hold, local raises from the credit included, and the
+// joins count those.
+func (s *App) creditRejoined(mi MemberInfo) {
+	if s.sessionHosts == nil {
+		s.sessionHosts = map[allocator.HostID]string{}
+	}
+	s.sessionHosts[mi.Key.Host()] = mi.HostID
+	prefix := mi.HostID + "/"
+	var credit []string
+	for id := range s.holds {
+		switch {
+		case strings.HasPrefix(id, prefix):
+			return // a container of the host is still away
+		case strings.HasPrefix(id, "mem-credit/"+prefix):
+			credit = append(credit, id)
+		}
+	}
+	for _, id := range credit {
+		delete(s.holds, id)
+		s.a.Unhold(id)
+	}
 }
