@@ -34,16 +34,16 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		oomEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_oom_events_total", Help: "OOM events trapped."}),
 		oomOutcome:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_outcomes_total", Help: "OOM events by outcome."}, []string{"outcome"}),
 		oomLate:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_oom_late_grants_total", Help: "OOM grants that came after the episode was resolved (verdict after --oom-deadline, or escra.ko's oom_timeout_ms over before the reply)."}),
-		oomVia: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_rescues_total",
-			Help: "OOM rescues by who answered: credit (host-local memory credit, no round trip), controller, outage (raised to the user's own limit)."}, []string{"via"}),
-		records:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_telemetry_records_total", Help: "Per-period CPU records produced."}),
-		thrEvents:  prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_throttle_events_total", Help: "Throttle events sent (nr_throttled rose between period samples)."}),
-		thrRaise:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_throttle_raise_seconds", Help: "Throttle event seen to the write that raised the quota above the one throttled.", Buckets: us}),
-		leaseRaise: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_lease_raise_seconds", Help: "Throttle event seen to the quota raised from host-local lease credit.", Buckets: us}),
-		leaseUses:  prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_lease_uses_total", Help: "Throttle events answered from host-local lease credit (not forwarded)."}),
-		reclaimed:  prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (Escra §IV-C)."}),
-		restored:   prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_limits_restored_total", Help: "Containers whose own limits were put back for want of a controller (--restore-after)."}),
+		records:      prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_telemetry_records_total", Help: "Per-period CPU records produced."}),
+		thrEvents:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_throttle_events_total", Help: "Throttle events sent (nr_throttled rose between period samples)."}),
+		thrRaise:     prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_throttle_raise_seconds", Help: "Throttle event seen to the write that raised the quota above the one throttled.", Buckets: us}),
+		leaseRaise:   prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escrad_lease_raise_seconds", Help: "Throttle event seen to the quota raised from host-local lease credit.", Buckets: us}),
+		leaseUses:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_lease_uses_total", Help: "Throttle events answered from host-local lease credit (not forwarded)."}),
+		reclaimed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (Escra §IV-C)."}),
+		restored:     prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_limits_restored_total", Help: "Containers whose own limits were put back for want of a controller (--restore-after)."}),
 	}
+	m.oomVia = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_rescues_total",
+		Help: "OOM rescues by who answered: credit (host-local memory credit, no round trip), controller, outage (raised to the user's own limit)."}, []string{"via"})
 	for _, v := range []string{"credit", "controller", "outage"} {
 		m.oomVia.WithLabelValues(v) // exported from the start at 0
 	}
