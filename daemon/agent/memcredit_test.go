@@ -55,7 +55,9 @@ func TestMemCreditAnswersOOMs(t *testing.T) {
 		return v
 	}
 	c := &rescue.Container{H: h, Name: "vm1", App: "vms", Ceiling: 1 << 30}
-	oom := func(pages uint64) (int64, bool) { return a.Grant(c, rescue.Event{Handle: h, Limit: limit(), Pages: pages}) }
+	oom := func(pages uint64) (int64, bool) {
+		return a.Grant(c, rescue.Event{Handle: h, Limit: limit(), Pages: pages})
+	}
 
 	if _, ok := oom(0); ok {
 		t.Fatal("answered without credit")
