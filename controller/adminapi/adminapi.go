@@ -232,6 +232,8 @@ type App struct {
 	// Spec is the spec the app was applied with (nil: defined without one,
 	// or auto).
 	Spec *spec.Doc `json:"spec,omitempty"`
+	// Σ host-local memory credit outstanding (counted as assigned).
+	MemoryCreditBytes int64 `json:"memory_credit_bytes,omitempty"`
 }
 
 // Host is one connected daemon (GET /v1/hosts).

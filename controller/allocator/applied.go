@@ -77,8 +77,9 @@ func (a *Books) record(m *Member, d Decision) {
 // have applied), plus leases and held shares: the bound on Σ applied.
 func (a *Books) CountedCPUUs() int64 { return a.cpuAlloc + a.cpuExtra + a.leaseTotal + a.heldCPU }
 
-// CountedMem is the same for memory limits.
-func (a *Books) CountedMem() int64 { return a.memAlloc + a.memExtra + a.heldMem }
+// CountedMem is the same for memory limits, with the host-local memory
+// credit (memcredit.go).
+func (a *Books) CountedMem() int64 { return a.memAlloc + a.memExtra + a.creditTotal + a.heldMem }
 
 // Extra is Σ (may-apply − target) over members: cuts not acknowledged yet.
 func (a *Books) Extra() (cpuUs, mem int64) { return a.cpuExtra, a.memExtra }

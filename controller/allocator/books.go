@@ -168,6 +168,12 @@ type Books struct {
 	leaseSeq     uint64
 	pendingLease []LeaseCmd
 
+	// Host-local memory credit (memcredit.go); counted as assigned.
+	credits       map[HostID]*memCredit
+	creditTotal   int64
+	creditSeq     uint64
+	pendingCredit []MemCreditCmd
+
 	// Shares held for members whose host's session died: their last
 	// limits are still in the cgroups until that host's escrad puts its
 	// own limits back (or rejoins), so they stay out of the pools.
@@ -198,7 +204,8 @@ func NewBooks(name string, b Budget, p Params, pol Policy) (*Books, error) {
 	if pol == nil {
 		pol = Escra{}
 	}
-	a := &Books{Name: name, P: p, Policy: pol, members: map[Key]*Member{}, leases: map[HostID]*lease{}, held: map[string]held{}}
+	a := &Books{Name: name, P: p, Policy: pol, members: map[Key]*Member{}, leases: map[HostID]*lease{},
+		credits: map[HostID]*memCredit{}, held: map[string]held{}}
 	a.setBudget(b)
 	return a, nil
 }
@@ -381,6 +388,9 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 		memFair = min(memFair, m.MaxMem)
 	}
 	mem := min(memFair, a.MemUnallocated())
+	if a.creditTotal > 0 && memFair > a.MemUnallocated() {
+		a.queueRevokeAllCredit() // the returns refill the pool (FillPending)
+	}
 	if a.AckGated {
 		// The cgroup holds its current limits until a decision replacing
 		// them is acknowledged: count them. A rejoining container (after
@@ -519,6 +529,9 @@ func (a *Books) SetBudget(b Budget) ([]Decision, error) {
 	a.setBudget(b)
 	if a.leaseTotal > 0 && a.cpuAlloc+a.leaseTotal > a.omegaUs {
 		a.queueRevokeAll()
+	}
+	if a.creditTotal > 0 && a.memAlloc+a.creditTotal > b.MemoryBytes {
+		a.queueRevokeAllCredit()
 	}
 	return append(a.fitCPU(), a.ensureFloor()...), nil
 }

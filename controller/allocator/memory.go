@@ -64,6 +64,11 @@ func (a *Books) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome
 	if m.MaxMem > 0 {
 		step, grant = min(step, m.MaxMem-base), min(grant, m.MaxMem-base)
 	}
+	if grant < step && a.creditTotal > 0 {
+		// Memory lent to hosts (memcredit.go) comes back for the next
+		// requests; this one takes what the pool has or reclaims.
+		a.queueRevokeAllCredit()
+	}
 	if grant < step && mayReclaim {
 		if ks := a.ReclaimCandidates(k); len(ks) > 0 {
 			return OOMOutcome{Action: OOMReclaim, Reclaim: ks, Reason: "pool empty: reclaiming"}

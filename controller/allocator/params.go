@@ -49,6 +49,12 @@ type Params struct {
 	// whose policy reacts inside a period (escra). Ours; docs/allocator.md,
 	// "Host-local leases".
 	LeaseFraction float64 `json:"lease_fraction" yaml:"lease_fraction"`
+	// MemCreditFraction is the share of the unassigned memory lent to
+	// hosts as host-local memory credit every period (0: none), by the
+	// same apps as LeaseFraction: escrad then answers an OOM from it with
+	// no round trip. Ours (Escra §IV-D-2 always asks the controller);
+	// docs/allocator.md, "Host-local memory credit".
+	MemCreditFraction float64 `json:"mem_credit_fraction" yaml:"mem_credit_fraction"`
 	// FairShareOnThrottle: a member throttled below its equal share Ω/λ
 	// whose raise the pool cannot cover takes the rest from members above
 	// Ω/λ (Books.Throttle; escra policy only). Ours.
@@ -89,6 +95,14 @@ func DefaultParams() Params {
 		FairShareOnThrottle: true,
 		ReleasePeriods:      3,
 		LeaseFraction:       0.5,
+		// Half the unassigned memory, as for CPU: the controller keeps
+		// the other half for joins, reclaim-less grants to hosts whose
+		// credit ran out and FillPending, and a credit is only a number
+		// until used (revoked at once when a join or an OOM request needs
+		// the pool). Less would leave a host of a small app without one
+		// OOM step of credit (1 GiB free, 4 hosts, 0.25: 64 MiB each);
+		// the rebalance refills what a host used every period.
+		MemCreditFraction: 0.5,
 	}
 }
 
@@ -139,6 +153,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("release periods %d: want 0..10000 (more than the window counts as the window)", p.ReleasePeriods)
 	case !(p.LeaseFraction >= 0) || p.LeaseFraction > 1:
 		return fmt.Errorf("lease fraction %v: want 0..1", p.LeaseFraction)
+	case !(p.MemCreditFraction >= 0) || p.MemCreditFraction > 1:
+		return fmt.Errorf("memory credit fraction %v: want 0..1", p.MemCreditFraction)
 	case !(p.HostMaxShare >= 0) || p.HostMaxShare > 1:
 		return fmt.Errorf("host max share %v: want 0..1 (0 or 1: no cap)", p.HostMaxShare)
 	}

@@ -71,6 +71,8 @@ type App struct {
 	// hold's sequence number, so an old expiry cannot end a newer hold.
 	holds   map[string]uint64
 	holdSeq uint64
+	// Host id of each session that had members (memcredit.go).
+	sessionHosts map[allocator.HostID]string
 	// Recommend mode (mode.go) and the members' caps by name.
 	recommend bool
 	caps      func(name string) Caps
@@ -104,7 +106,7 @@ func (s *App) run() {
 	// and a period's stats arrive spread over the period from many hosts,
 	// so "the first stat of a period" is no cleaner a moment.
 	var tick <-chan time.Time
-	if s.a.LeaseFraction() > 0 {
+	if s.a.LeaseFraction() > 0 || s.a.MemCreditFraction() > 0 {
 		t := time.NewTicker(s.a.P.Period)
 		defer t.Stop()
 		tick = t.C
@@ -128,6 +130,7 @@ func (s *App) run() {
 			} else if len(s.members) > 0 || s.a.LeasedUs() > 0 {
 				s.sendLeases(s.a.RebalanceLeases(s.a.LeaseFraction()))
 			}
+			s.rebalanceCredit() // host-local memory credit (memcredit.go)
 			s.mu.Unlock()
 		}
 	}

@@ -95,6 +95,9 @@ func (s *App) applyAll(ds []allocator.Decision) {
 	if s.a.LeaseFraction() > 0 || s.a.LeasedUs() > 0 {
 		s.sendLeases(nil) // revocations the change queued
 	}
+	if s.lendsMemory() {
+		s.sendMemCredits(nil)
+	}
 }
 
 // checkInvariants is the last check before a decision is sent: the app's
@@ -121,6 +124,8 @@ func (s *App) checkInvariants(d allocator.Decision) error {
 	if d.MemLimit > 0 {
 		if alloc, budget := s.a.MemAllocated(), s.a.Budget().MemoryBytes; alloc > budget {
 			return fmt.Errorf("sum of memory limits %d B over the budget %d B", alloc, budget)
+		} else if credit := s.a.MemCredited(); alloc+credit > budget && !s.a.MemCreditRevoking() {
+			return fmt.Errorf("sum of memory limits %d B + memory credit %d B over the budget %d B", alloc, credit, budget)
 		}
 	}
 	floor := s.a.P.CPUFloorUs

@@ -73,5 +73,6 @@ func (s *App) HostClosed(h allocator.HostID, hold time.Duration) {
 			s.expireHold(id, hold)
 		}
 		s.applyAll(s.a.LeaseDrop(h))
+		s.creditHostClosed(h, hold) // memcredit.go
 	})
 }

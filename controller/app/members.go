@@ -55,6 +55,7 @@ func (s *App) Join(mi MemberInfo) error {
 		// host's last session died) returns with this join.
 		s.a.Unhold(holdID(mi.HostID, mi.ContainerID))
 		delete(s.holds, holdID(mi.HostID, mi.ContainerID))
+		s.creditRejoined(mi) // memcredit.go
 		var ds []allocator.Decision
 		maxQ, maxM := s.capsOf(mi.Name)
 		ds, err = s.a.Join(allocator.Join{Key: mi.Key, HostMaxUs: mi.HostMaxUs, MemUsage: mi.MemUsage,

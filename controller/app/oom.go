@@ -34,6 +34,9 @@ func (s *App) oom(r oomReq, mayReclaim bool) {
 	prev := m0(s.a.Member(r.key))
 	o := s.a.OOM(r.key, int64(min(r.req.GetUsageBytes(), 1<<50)), int64(min(r.req.GetLimitBytes(), 1<<50)), want,
 		mayReclaim && s.reclaiming == 0)
+	if s.lendsMemory() {
+		s.sendMemCredits(nil) // credit revoked for the pool (allocator/memcredit.go)
+	}
 	// A reclaim in flight is waited for until its stragglers are late
 	// (reclaimGrace after the first answer): a dead host must not hold
 	// healthy hosts' verdicts until its RPC times out.

@@ -27,6 +27,7 @@ type State struct {
 	Recommend                bool // recommend mode (mode.go)
 	OmegaUs, CPUAllocatedUs  int64
 	CPULeasedUs              int64 // Σ outstanding host-local leases
+	MemCredited              int64 // Σ outstanding host-local memory credit
 	CPUHeldUs, MemHeld       int64 // Σ shares held for members of dead hosts
 	MemAllocated, MemUnalloc int64
 	Members                  []MemberState
@@ -38,7 +39,7 @@ func (s *App) Snapshot() State {
 	var st State
 	s.call(func() {
 		st = State{Name: s.Name, Auto: s.auto, Budget: s.a.Budget(), Params: s.a.P, Policy: s.a.Policy.Name(),
-			OmegaUs: s.a.OmegaUs(), CPUAllocatedUs: s.a.CPUAllocatedUs(), CPULeasedUs: s.a.LeasedUs(), MemAllocated: s.a.MemAllocated(),
+			OmegaUs: s.a.OmegaUs(), CPUAllocatedUs: s.a.CPUAllocatedUs(), CPULeasedUs: s.a.LeasedUs(), MemCredited: s.a.MemCredited(), MemAllocated: s.a.MemAllocated(),
 			MemUnalloc: s.a.MemUnallocated(), PendingOOMs: len(s.oomQueue), Reclaiming: s.reclaiming, Recommend: s.recommend}
 		st.CPUHeldUs, st.MemHeld = s.a.Held()
 		for _, m := range s.a.Members() {

@@ -24,6 +24,7 @@ type metrics struct {
 	decisions       *prometheus.CounterVec
 	throttleEvents  *prometheus.CounterVec
 	leases          *prometheus.CounterVec
+	memCredit       *prometheus.CounterVec
 	badInput        *prometheus.CounterVec
 	decisionLatency prometheus.Histogram
 	verdictLatency  prometheus.Histogram
@@ -43,6 +44,8 @@ func newMetrics(s *Server) *metrics {
 		Help: "Throttle events (a container ran out of quota mid-period), by result: raised, took (members above their share cut; the raise follows their acknowledgements), nochange, stale."}, []string{"result"})
 	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_lease_events_total",
 		Help: "Host-local CPU lease messages, by event: grant, revoke (sent), use, return (received)."}, []string{"event"})
+	m.memCredit = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_mem_credit_events_total",
+		Help: "Host-local memory credit messages, by event: grant, revoke (sent), use, return (received)."}, []string{"event"})
 	m.badInput = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escra_bad_input_total",
 		Help: "Dropped input (telemetry and session messages), by reason."}, []string{"reason"})
 	m.decisionLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escra_decision_latency_seconds",
@@ -53,7 +56,7 @@ func newMetrics(s *Server) *metrics {
 	for _, r := range []string{app.ThrottleRaised, app.ThrottleTook, app.ThrottleNoChange, app.ThrottleStale} {
 		m.throttleEvents.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.decisions, m.throttleEvents, m.leases, m.badInput, m.decisionLatency, m.verdictLatency, m,
+	m.reg.MustRegister(m.decisions, m.throttleEvents, m.leases, m.memCredit, m.badInput, m.decisionLatency, m.verdictLatency, m,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_datagrams_total", Help: "Telemetry datagrams received."},
 			func() float64 { return float64(s.udp.C.Datagrams.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_stats_total", Help: "CPU statistics received."},
@@ -80,6 +83,9 @@ func (m *metrics) ThrottleEvent(result string) { m.throttleEvents.WithLabelValue
 
 // Lease implements app.Counters.
 func (m *metrics) Lease(event string) { m.leases.WithLabelValues(event).Inc() }
+
+// MemCredit counts a host-local memory credit event (app.creditCounter).
+func (m *metrics) MemCredit(event string) { m.memCredit.WithLabelValues(event).Inc() }
 
 // BadStat implements app.Counters.
 func (m *metrics) BadStat(reason string) { m.bad(reason, 1) }
@@ -111,6 +117,7 @@ var (
 	dAppCPUAlloc = prometheus.NewDesc("escra_app_cpu_allocated_cores", "Σ member quotas.", []string{"app"}, nil)
 	dAppCPULease = prometheus.NewDesc("escra_app_cpu_leased_cores", "Σ host-local CPU leases outstanding (counted as allocated).", []string{"app"}, nil)
 	dAppMem      = prometheus.NewDesc("escra_app_memory_limit_bytes", "Global memory limit.", []string{"app"}, nil)
+	dAppMemCred  = prometheus.NewDesc("escra_app_memory_credit_bytes", "Σ host-local memory credit outstanding (counted as assigned).", []string{"app"}, nil)
 	dAppMemAlloc = prometheus.NewDesc("escra_app_memory_allocated_bytes", "Σ member memory limits.", []string{"app"}, nil)
 	dAppMembers  = prometheus.NewDesc("escra_app_members", "Members of the app.", []string{"app"}, nil)
 	dAppRecOnly  = prometheus.NewDesc("escra_app_recommend_mode", "1 when the app only recommends (mode: recommend), 0 when it enforces.", []string{"app"}, nil)
@@ -131,7 +138,7 @@ var (
 )
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{dAppCPU, dAppCPUAlloc, dAppCPULease, dAppMem, dAppMemAlloc, dAppMembers, dAppRecOnly,
+	for _, d := range []*prometheus.Desc{dAppCPU, dAppCPUAlloc, dAppCPULease, dAppMem, dAppMemAlloc, dAppMemCred, dAppMembers, dAppRecOnly,
 		dCQuota, dCUsage, dCMem, dCMemUse, dCThr, dCThrEv, dCOOM, dCGrant, dCDeny, dCRecCPU, dCRecMem} {
 		ch <- d
 	}
@@ -146,6 +153,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(dAppCPULease, g, a.CPULeasedCores, a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMem, g, float64(a.MemoryBytes), a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMemAlloc, g, float64(a.MemoryAllocatedBytes), a.Name)
+		ch <- prometheus.MustNewConstMetric(dAppMemCred, g, float64(a.MemoryCreditBytes), a.Name)
 		ch <- prometheus.MustNewConstMetric(dAppMembers, g, float64(a.Members), a.Name)
 		rec := 0.0
 		if a.Mode == spec.ModeRecommend {

@@ -37,7 +37,7 @@ func (s *Server) Snapshot() State {
 			CPULeasedCores:      float64(as.CPULeasedUs) / pUs,
 			CPUHeldCores:        float64(as.CPUHeldUs) / pUs, MemoryHeldBytes: as.MemHeld,
 			MemoryBytes: as.Budget.MemoryBytes, MemoryAllocatedBytes: as.MemAllocated,
-			MemoryUnallocatedBytes: as.MemUnalloc, Sigma: as.Budget.Sigma, Members: len(as.Members),
+			MemoryUnallocatedBytes: as.MemUnalloc, MemoryCreditBytes: as.MemCredited, Sigma: as.Budget.Sigma, Members: len(as.Members),
 			PendingOOMs: as.PendingOOMs, Params: as.Params})
 		for _, m := range as.Members {
 			st.Containers = append(st.Containers, ContainerState{App: as.Name, HostID: m.Info.HostID,

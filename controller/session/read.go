@@ -79,6 +79,18 @@ func (s *Session) readLoop(r *wire.EnvelopeReader, h Handler) error {
 			} else {
 				unexpected(s, h, env)
 			}
+		case *pb.Envelope_MemCreditUse:
+			if ch, ok := h.(MemCreditHandler); ok {
+				ch.MemCreditUse(s, b.MemCreditUse)
+			} else {
+				unexpected(s, h, env)
+			}
+		case *pb.Envelope_MemCreditReturn:
+			if ch, ok := h.(MemCreditHandler); ok {
+				ch.MemCreditReturn(s, b.MemCreditReturn)
+			} else {
+				unexpected(s, h, env)
+			}
 		case *pb.Envelope_ImageState:
 			if ih, ok := h.(ImageHandler); ok {
 				ih.ImageState(s, b.ImageState)

@@ -148,6 +148,10 @@ type Agent struct {
 	leaseMu sync.Mutex
 	credit  map[string]*leaseCredit
 	cores   int64
+	// Host-local memory credit per app (memcredit.go), under the same
+	// rule as leaseMu.
+	memMu      sync.Mutex
+	memCredits map[string]*memCredit
 
 	img *imageTracker
 }
@@ -251,7 +255,8 @@ func New(cfg Config) (*Agent, error) {
 	a.link.SetPeriod(uint32(cfg.Period / time.Microsecond))
 	a.rescue = rescue.New(rescue.Config{
 		Deadline: cfg.OOMDeadline, StockOOM: a.stockOOM(), OnRescue: cfg.OnOOMRescue, Log: cfg.Log,
-		Metrics: rescue.Metrics{Rescue: a.m.oomRescue, Events: a.m.oomEvents, Outcome: a.m.oomOutcome, LateGrants: a.m.oomLate},
+		Metrics: rescue.Metrics{Rescue: a.m.oomRescue, Events: a.m.oomEvents, Outcome: a.m.oomOutcome, LateGrants: a.m.oomLate, Via: a.m.oomVia},
+		Credit:  a,
 	}, a.link, a.app, a.src)
 	return a, nil
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	oomEvents    prometheus.Counter
 	oomOutcome   *prometheus.CounterVec
 	oomLate      prometheus.Counter
+	oomVia       *prometheus.CounterVec
 	records      prometheus.Counter
 	thrEvents    prometheus.Counter
 	thrRaise     prometheus.Histogram
@@ -41,12 +42,17 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		reclaimed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_reclaimed_bytes_total", Help: "Memory reclaimed (Escra §IV-C)."}),
 		restored:     prometheus.NewCounter(prometheus.CounterOpts{Name: "escrad_limits_restored_total", Help: "Containers whose own limits were put back for want of a controller (--restore-after)."}),
 	}
+	m.oomVia = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "escrad_oom_rescues_total",
+		Help: "OOM rescues by who answered: credit (host-local memory credit, no round trip), controller, outage (raised to the user's own limit)."}, []string{"via"})
+	for _, v := range []string{"credit", "controller", "outage"} {
+		m.oomVia.WithLabelValues(v) // exported from the start at 0
+	}
 	registerProcessMetrics(r, "escrad")
 	if a.cfg.TLS != nil {
 		r.MustRegister(auth.ExpiryCollector(a.cfg.TLS))
 	}
 	r.MustRegister(containerCollector{a})
-	r.MustRegister(m.applyLatency, m.applyErrors, m.acksDeferred, m.oomRescue, m.oomEvents, m.oomOutcome, m.oomLate, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
+	r.MustRegister(m.applyLatency, m.applyErrors, m.acksDeferred, m.oomRescue, m.oomEvents, m.oomOutcome, m.oomLate, m.oomVia, m.records, m.thrEvents, m.thrRaise, m.leaseRaise, m.leaseUses, m.reclaimed, m.restored,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_controller_term", Help: "Highest controller leadership term seen (0: no leader election)."}, func() float64 {
 			return float64(a.link.Term())
 		}),

@@ -49,6 +49,10 @@ func (c *Client) sendLocked(reqID uint64, b any) error {
 		c.out.Body = v
 	case *escrapb.Envelope_CpuLeaseReturn:
 		c.out.Body = v
+	case *escrapb.Envelope_MemCreditUse:
+		c.out.Body = v
+	case *escrapb.Envelope_MemCreditReturn:
+		c.out.Body = v
 	case *escrapb.Envelope_CpuPlacementAnswer:
 		c.out.Body = v
 	case *escrapb.Envelope_ImageState:

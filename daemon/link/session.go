@@ -171,6 +171,12 @@ func (c *Client) session(ctx context.Context, addr string) (up bool, leader stri
 					err = c.send(0, &escrapb.Envelope_CpuLeaseReturn{CpuLeaseReturn: ret})
 				}
 			}
+		case *escrapb.Envelope_MemCredit:
+			if ch, ok := c.h.(MemCreditHandler); ok {
+				if ret := ch.MemCredit(b.MemCredit); ret != nil {
+					err = c.send(0, &escrapb.Envelope_MemCreditReturn{MemCreditReturn: ret})
+				}
+			}
 		case *escrapb.Envelope_CpuPlacementQuery:
 			ans := &escrapb.CpuPlacementAnswer{Refused: "this daemon does not place CPUs"}
 			if cp, ok := c.h.(CPUPlacer); ok {
@@ -230,6 +236,9 @@ func (c *Client) drop() {
 	c.mu.Unlock()
 	if lh, ok := c.h.(LeaseHandler); ok {
 		lh.LeasesLost()
+	}
+	if ch, ok := c.h.(MemCreditHandler); ok {
+		ch.MemCreditLost()
 	}
 	if so, ok := c.h.(SessionObserver); ok {
 		so.SessionEnded()

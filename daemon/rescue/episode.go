@@ -30,6 +30,7 @@ func (r *Rescuer) OOM(ev Event) {
 	var once sync.Once
 	var done atomic.Bool
 	var timer *time.Timer
+	fromCredit := false // set before any goroutine can resolve
 	resolve := func(granted bool, limit int64, why string) {
 		once.Do(func() {
 			done.Store(true)
@@ -38,6 +39,7 @@ func (r *Rescuer) OOM(ev Event) {
 			}
 			if granted {
 				r.LimitRaised(m, limit)
+				r.countVia(fromCredit, why)
 				if why == "" {
 					why = "granted"
 				}
@@ -66,6 +68,15 @@ func (r *Rescuer) OOM(ev Event) {
 	raised := func() (int64, bool) {
 		cur, _ := m.Mem.Current()
 		return cur.MemoryBytes, ev.Limit > 0 && (cur.MemoryBytes == cgroups.Max || cur.MemoryBytes > ev.Limit)
+	}
+	if r.cfg.Credit != nil && r.link.Connected() {
+		// Host-local memory credit: answered here, the use reported to
+		// the controller through the session's writer.
+		if lim, ok := r.cfg.Credit.Grant(m, ev); ok {
+			fromCredit = true
+			resolve(true, lim, "")
+			return
+		}
 	}
 	req := &pb.OomRequest{Handle: m.H, UsageBytes: ev.Usage, LimitBytes: uint64(max(ev.Limit, 0)), PagesWanted: ev.Pages}
 	// outage answers locally when no controller can (outage.go); why is
@@ -131,6 +142,20 @@ func (r *Rescuer) OOM(ev Event) {
 	if err != nil {
 		outage("controller_unreachable")
 	}
+}
+
+func (r *Rescuer) countVia(fromCredit bool, why string) {
+	if r.cfg.Metrics.Via == nil {
+		return
+	}
+	via := "controller"
+	switch {
+	case fromCredit:
+		via = "credit"
+	case why == "outage_raised":
+		via = "outage"
+	}
+	r.cfg.Metrics.Via.WithLabelValues(via).Inc()
 }
 
 // LimitRaised records the rescue moment of a pending OOM when its limit

@@ -64,6 +64,19 @@ type Metrics struct {
 	// controller's verdict after the deadline, or escra.ko's wait over
 	// before the reply); escrad_oom_late_grants_total. Nil: not counted.
 	LateGrants prometheus.Counter
+	// Via counts rescues by who answered: credit (host-local memory
+	// credit, no round trip), controller, outage (raised to the user's
+	// own limit); escrad_oom_rescues_total{via}. Nil: not counted.
+	Via *prometheus.CounterVec
+}
+
+// Credit answers an OOM from host-local memory credit (the agent's
+// books, docs/daemon.md) before the controller is asked.
+type Credit interface {
+	// Grant raises c's limit from credit for ev, reports the use to the
+	// controller without waiting, and returns the limit in place; false:
+	// no credit covers it (the request goes to the controller).
+	Grant(c *Container, ev Event) (int64, bool)
 }
 
 // ErrLate is a backend's answer to a reply the kernel no longer waits for
@@ -93,6 +106,8 @@ type Config struct {
 	OnRescue func(issued, returned time.Duration)
 	Log      *slog.Logger
 	Metrics  Metrics
+	// Credit, when set, may answer an OOM before the controller is asked.
+	Credit Credit
 }
 
 // Container is one managed container's episode state.

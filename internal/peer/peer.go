@@ -44,6 +44,8 @@ type Peer struct {
 
 	leaseUses    []*pb.CpuLeaseUse
 	leaseReturns []*pb.CpuLeaseReturn
+	memUses      []*pb.MemCreditUse
+	memReturns   []*pb.MemCreditReturn
 
 	images       *pb.ImageState
 	imageReports int
@@ -211,6 +213,16 @@ func (p *Peer) serve(c net.Conn) {
 		case *pb.Envelope_CpuLeaseReturn:
 			p.mu.Lock()
 			p.leaseReturns = append(p.leaseReturns, b.CpuLeaseReturn)
+			p.cond.Broadcast()
+			p.mu.Unlock()
+		case *pb.Envelope_MemCreditUse:
+			p.mu.Lock()
+			p.memUses = append(p.memUses, b.MemCreditUse)
+			p.cond.Broadcast()
+			p.mu.Unlock()
+		case *pb.Envelope_MemCreditReturn:
+			p.mu.Lock()
+			p.memReturns = append(p.memReturns, b.MemCreditReturn)
 			p.cond.Broadcast()
 			p.mu.Unlock()
 		case *pb.Envelope_ImageState:

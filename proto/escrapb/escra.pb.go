@@ -1806,6 +1806,308 @@ func (x *CpuLeaseReturn) GetRemainingUs() int64 {
 	return 0
 }
 
+// MemCredit (controller → daemon) lends the host a slice of app's
+// unassigned memory (host-local memory credit), so that escrad answers an
+// OOM request itself instead of asking the controller (Escra §IV-D-2
+// always asks). With add_bytes > 0 it is a grant: it adds to the credit of
+// credit_id (a new id replaces any older credit of that app). With revoke
+// set it asks for credit_id back; the daemon answers MemCreditReturn.
+// step_bytes is the app's OOM step: a grant from credit is
+// max(step_bytes, the pages the allocation wants), as the controller's.
+// With members_set, members replaces the handles the credit may serve
+// (the app's containers on this host the controller knows) and their
+// max_memory caps; a handle not listed is asked about through the
+// controller.
+type MemCredit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	CreditId      uint64                 `protobuf:"varint,2,opt,name=credit_id,json=creditId,proto3" json:"credit_id,omitempty"`
+	AddBytes      int64                  `protobuf:"varint,3,opt,name=add_bytes,json=addBytes,proto3" json:"add_bytes,omitempty"`
+	Revoke        bool                   `protobuf:"varint,4,opt,name=revoke,proto3" json:"revoke,omitempty"`
+	StepBytes     int64                  `protobuf:"varint,5,opt,name=step_bytes,json=stepBytes,proto3" json:"step_bytes,omitempty"`
+	MembersSet    bool                   `protobuf:"varint,6,opt,name=members_set,json=membersSet,proto3" json:"members_set,omitempty"`
+	Members       []*MemCreditMember     `protobuf:"bytes,7,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemCredit) Reset() {
+	*x = MemCredit{}
+	mi := &file_escra_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemCredit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemCredit) ProtoMessage() {}
+
+func (x *MemCredit) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemCredit.ProtoReflect.Descriptor instead.
+func (*MemCredit) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *MemCredit) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *MemCredit) GetCreditId() uint64 {
+	if x != nil {
+		return x.CreditId
+	}
+	return 0
+}
+
+func (x *MemCredit) GetAddBytes() int64 {
+	if x != nil {
+		return x.AddBytes
+	}
+	return 0
+}
+
+func (x *MemCredit) GetRevoke() bool {
+	if x != nil {
+		return x.Revoke
+	}
+	return false
+}
+
+func (x *MemCredit) GetStepBytes() int64 {
+	if x != nil {
+		return x.StepBytes
+	}
+	return 0
+}
+
+func (x *MemCredit) GetMembersSet() bool {
+	if x != nil {
+		return x.MembersSet
+	}
+	return false
+}
+
+func (x *MemCredit) GetMembers() []*MemCreditMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// MemCreditMember is a container a memory credit may serve; max_bytes is
+// its max_memory (0: none).
+type MemCreditMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Handle        uint32                 `protobuf:"varint,1,opt,name=handle,proto3" json:"handle,omitempty"`
+	MaxBytes      int64                  `protobuf:"varint,2,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemCreditMember) Reset() {
+	*x = MemCreditMember{}
+	mi := &file_escra_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemCreditMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemCreditMember) ProtoMessage() {}
+
+func (x *MemCreditMember) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemCreditMember.ProtoReflect.Descriptor instead.
+func (*MemCreditMember) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *MemCreditMember) GetHandle() uint32 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+func (x *MemCreditMember) GetMaxBytes() int64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+// MemCreditUse (daemon → controller): on an OOM the daemon raised
+// handle's memory limit by amount_bytes from its credit of credit_id,
+// without waiting for the controller; limit_bytes is the limit it wrote.
+// The controller answers with a SetLimits update (reason "mem-credit")
+// carrying the limit it now counts, with a new generation.
+type MemCreditUse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	App           string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	CreditId      uint64                 `protobuf:"varint,2,opt,name=credit_id,json=creditId,proto3" json:"credit_id,omitempty"`
+	Handle        uint32                 `protobuf:"varint,3,opt,name=handle,proto3" json:"handle,omitempty"`
+	AmountBytes   int64                  `protobuf:"varint,4,opt,name=amount_bytes,json=amountBytes,proto3" json:"amount_bytes,omitempty"`
+	LimitBytes    int64                  `protobuf:"varint,5,opt,name=limit_bytes,json=limitBytes,proto3" json:"limit_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemCreditUse) Reset() {
+	*x = MemCreditUse{}
+	mi := &file_escra_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemCreditUse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemCreditUse) ProtoMessage() {}
+
+func (x *MemCreditUse) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemCreditUse.ProtoReflect.Descriptor instead.
+func (*MemCreditUse) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *MemCreditUse) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *MemCreditUse) GetCreditId() uint64 {
+	if x != nil {
+		return x.CreditId
+	}
+	return 0
+}
+
+func (x *MemCreditUse) GetHandle() uint32 {
+	if x != nil {
+		return x.Handle
+	}
+	return 0
+}
+
+func (x *MemCreditUse) GetAmountBytes() int64 {
+	if x != nil {
+		return x.AmountBytes
+	}
+	return 0
+}
+
+func (x *MemCreditUse) GetLimitBytes() int64 {
+	if x != nil {
+		return x.LimitBytes
+	}
+	return 0
+}
+
+// MemCreditReturn (daemon → controller) answers a revoke: the daemon's
+// credit is now 0; remaining_bytes is what was left of it (0 for a credit
+// it no longer holds). It follows on the session every use made before.
+type MemCreditReturn struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	App            string                 `protobuf:"bytes,1,opt,name=app,proto3" json:"app,omitempty"`
+	CreditId       uint64                 `protobuf:"varint,2,opt,name=credit_id,json=creditId,proto3" json:"credit_id,omitempty"`
+	RemainingBytes int64                  `protobuf:"varint,3,opt,name=remaining_bytes,json=remainingBytes,proto3" json:"remaining_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MemCreditReturn) Reset() {
+	*x = MemCreditReturn{}
+	mi := &file_escra_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemCreditReturn) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemCreditReturn) ProtoMessage() {}
+
+func (x *MemCreditReturn) ProtoReflect() protoreflect.Message {
+	mi := &file_escra_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemCreditReturn.ProtoReflect.Descriptor instead.
+func (*MemCreditReturn) Descriptor() ([]byte, []int) {
+	return file_escra_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *MemCreditReturn) GetApp() string {
+	if x != nil {
+		return x.App
+	}
+	return ""
+}
+
+func (x *MemCreditReturn) GetCreditId() uint64 {
+	if x != nil {
+		return x.CreditId
+	}
+	return 0
+}
+
+func (x *MemCreditReturn) GetRemainingBytes() int64 {
+	if x != nil {
+		return x.RemainingBytes
+	}
+	return 0
+}
+
 // Envelope is one framed message on the TCP channel. Requests carry a
 // request_id unique per sender and connection; the reply carries the same id.
 type Envelope struct {
@@ -1839,6 +2141,9 @@ type Envelope struct {
 	//	*Envelope_CpuLease
 	//	*Envelope_CpuLeaseUse
 	//	*Envelope_CpuLeaseReturn
+	//	*Envelope_MemCredit
+	//	*Envelope_MemCreditUse
+	//	*Envelope_MemCreditReturn
 	//	*Envelope_CpuPlacementQuery
 	//	*Envelope_CpuPlacementAnswer
 	//	*Envelope_ImageState
@@ -1849,7 +2154,7 @@ type Envelope struct {
 
 func (x *Envelope) Reset() {
 	*x = Envelope{}
-	mi := &file_escra_proto_msgTypes[24]
+	mi := &file_escra_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2166,7 @@ func (x *Envelope) String() string {
 func (*Envelope) ProtoMessage() {}
 
 func (x *Envelope) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[24]
+	mi := &file_escra_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2179,7 @@ func (x *Envelope) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Envelope.ProtoReflect.Descriptor instead.
 func (*Envelope) Descriptor() ([]byte, []int) {
-	return file_escra_proto_rawDescGZIP(), []int{24}
+	return file_escra_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Envelope) GetRequestId() uint64 {
@@ -2078,6 +2383,33 @@ func (x *Envelope) GetCpuLeaseReturn() *CpuLeaseReturn {
 	return nil
 }
 
+func (x *Envelope) GetMemCredit() *MemCredit {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_MemCredit); ok {
+			return x.MemCredit
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetMemCreditUse() *MemCreditUse {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_MemCreditUse); ok {
+			return x.MemCreditUse
+		}
+	}
+	return nil
+}
+
+func (x *Envelope) GetMemCreditReturn() *MemCreditReturn {
+	if x != nil {
+		if x, ok := x.Body.(*Envelope_MemCreditReturn); ok {
+			return x.MemCreditReturn
+		}
+	}
+	return nil
+}
+
 func (x *Envelope) GetCpuPlacementQuery() *CpuPlacementQuery {
 	if x != nil {
 		if x, ok := x.Body.(*Envelope_CpuPlacementQuery); ok {
@@ -2189,6 +2521,18 @@ type Envelope_CpuLeaseReturn struct {
 	CpuLeaseReturn *CpuLeaseReturn `protobuf:"bytes,29,opt,name=cpu_lease_return,json=cpuLeaseReturn,proto3,oneof"`
 }
 
+type Envelope_MemCredit struct {
+	MemCredit *MemCredit `protobuf:"bytes,30,opt,name=mem_credit,json=memCredit,proto3,oneof"`
+}
+
+type Envelope_MemCreditUse struct {
+	MemCreditUse *MemCreditUse `protobuf:"bytes,31,opt,name=mem_credit_use,json=memCreditUse,proto3,oneof"`
+}
+
+type Envelope_MemCreditReturn struct {
+	MemCreditReturn *MemCreditReturn `protobuf:"bytes,32,opt,name=mem_credit_return,json=memCreditReturn,proto3,oneof"`
+}
+
 type Envelope_CpuPlacementQuery struct {
 	CpuPlacementQuery *CpuPlacementQuery `protobuf:"bytes,40,opt,name=cpu_placement_query,json=cpuPlacementQuery,proto3,oneof"`
 }
@@ -2241,6 +2585,12 @@ func (*Envelope_CpuLeaseUse) isEnvelope_Body() {}
 
 func (*Envelope_CpuLeaseReturn) isEnvelope_Body() {}
 
+func (*Envelope_MemCredit) isEnvelope_Body() {}
+
+func (*Envelope_MemCreditUse) isEnvelope_Body() {}
+
+func (*Envelope_MemCreditReturn) isEnvelope_Body() {}
+
 func (*Envelope_CpuPlacementQuery) isEnvelope_Body() {}
 
 func (*Envelope_CpuPlacementAnswer) isEnvelope_Body() {}
@@ -2261,7 +2611,7 @@ type CpuPlacementQuery struct {
 
 func (x *CpuPlacementQuery) Reset() {
 	*x = CpuPlacementQuery{}
-	mi := &file_escra_proto_msgTypes[25]
+	mi := &file_escra_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2623,7 @@ func (x *CpuPlacementQuery) String() string {
 func (*CpuPlacementQuery) ProtoMessage() {}
 
 func (x *CpuPlacementQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[25]
+	mi := &file_escra_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2636,7 @@ func (x *CpuPlacementQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CpuPlacementQuery.ProtoReflect.Descriptor instead.
 func (*CpuPlacementQuery) Descriptor() ([]byte, []int) {
-	return file_escra_proto_rawDescGZIP(), []int{25}
+	return file_escra_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CpuPlacementQuery) GetMillicores() uint32 {
@@ -2322,7 +2672,7 @@ type CpuPlacementAnswer struct {
 
 func (x *CpuPlacementAnswer) Reset() {
 	*x = CpuPlacementAnswer{}
-	mi := &file_escra_proto_msgTypes[26]
+	mi := &file_escra_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2684,7 @@ func (x *CpuPlacementAnswer) String() string {
 func (*CpuPlacementAnswer) ProtoMessage() {}
 
 func (x *CpuPlacementAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[26]
+	mi := &file_escra_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2697,7 @@ func (x *CpuPlacementAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CpuPlacementAnswer.ProtoReflect.Descriptor instead.
 func (*CpuPlacementAnswer) Descriptor() ([]byte, []int) {
-	return file_escra_proto_rawDescGZIP(), []int{26}
+	return file_escra_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CpuPlacementAnswer) GetP1Cores() uint32 {
@@ -2409,7 +2759,7 @@ type ImageState struct {
 
 func (x *ImageState) Reset() {
 	*x = ImageState{}
-	mi := &file_escra_proto_msgTypes[27]
+	mi := &file_escra_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2771,7 @@ func (x *ImageState) String() string {
 func (*ImageState) ProtoMessage() {}
 
 func (x *ImageState) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[27]
+	mi := &file_escra_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2784,7 @@ func (x *ImageState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageState.ProtoReflect.Descriptor instead.
 func (*ImageState) Descriptor() ([]byte, []int) {
-	return file_escra_proto_rawDescGZIP(), []int{27}
+	return file_escra_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ImageState) GetImages() []*ImageInfo {
@@ -2473,7 +2823,7 @@ type ImageInfo struct {
 
 func (x *ImageInfo) Reset() {
 	*x = ImageInfo{}
-	mi := &file_escra_proto_msgTypes[28]
+	mi := &file_escra_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2835,7 @@ func (x *ImageInfo) String() string {
 func (*ImageInfo) ProtoMessage() {}
 
 func (x *ImageInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[28]
+	mi := &file_escra_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2848,7 @@ func (x *ImageInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageInfo.ProtoReflect.Descriptor instead.
 func (*ImageInfo) Descriptor() ([]byte, []int) {
-	return file_escra_proto_rawDescGZIP(), []int{28}
+	return file_escra_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ImageInfo) GetId() string {
@@ -2541,7 +2891,7 @@ type MemoryUsage_Sample struct {
 
 func (x *MemoryUsage_Sample) Reset() {
 	*x = MemoryUsage_Sample{}
-	mi := &file_escra_proto_msgTypes[29]
+	mi := &file_escra_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2903,7 @@ func (x *MemoryUsage_Sample) String() string {
 func (*MemoryUsage_Sample) ProtoMessage() {}
 
 func (x *MemoryUsage_Sample) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[29]
+	mi := &file_escra_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2966,7 @@ type SetLimitsAck_Applied struct {
 
 func (x *SetLimitsAck_Applied) Reset() {
 	*x = SetLimitsAck_Applied{}
-	mi := &file_escra_proto_msgTypes[30]
+	mi := &file_escra_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2978,7 @@ func (x *SetLimitsAck_Applied) String() string {
 func (*SetLimitsAck_Applied) ProtoMessage() {}
 
 func (x *SetLimitsAck_Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[30]
+	mi := &file_escra_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +3049,7 @@ type ReclaimResult_Reclaimed struct {
 
 func (x *ReclaimResult_Reclaimed) Reset() {
 	*x = ReclaimResult_Reclaimed{}
-	mi := &file_escra_proto_msgTypes[31]
+	mi := &file_escra_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +3061,7 @@ func (x *ReclaimResult_Reclaimed) String() string {
 func (*ReclaimResult_Reclaimed) ProtoMessage() {}
 
 func (x *ReclaimResult_Reclaimed) ProtoReflect() protoreflect.Message {
-	mi := &file_escra_proto_msgTypes[31]
+	mi := &file_escra_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3270,31 @@ const file_escra_proto_rawDesc = "" +
 	"\x0eCpuLeaseReturn\x12\x10\n" +
 	"\x03app\x18\x01 \x01(\tR\x03app\x12\x19\n" +
 	"\blease_id\x18\x02 \x01(\x04R\aleaseId\x12!\n" +
-	"\fremaining_us\x18\x03 \x01(\x03R\vremainingUs\"\xf7\v\n" +
+	"\fremaining_us\x18\x03 \x01(\x03R\vremainingUs\"\xe4\x01\n" +
+	"\tMemCredit\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x1b\n" +
+	"\tcredit_id\x18\x02 \x01(\x04R\bcreditId\x12\x1b\n" +
+	"\tadd_bytes\x18\x03 \x01(\x03R\baddBytes\x12\x16\n" +
+	"\x06revoke\x18\x04 \x01(\bR\x06revoke\x12\x1d\n" +
+	"\n" +
+	"step_bytes\x18\x05 \x01(\x03R\tstepBytes\x12\x1f\n" +
+	"\vmembers_set\x18\x06 \x01(\bR\n" +
+	"membersSet\x123\n" +
+	"\amembers\x18\a \x03(\v2\x19.escra.v1.MemCreditMemberR\amembers\"F\n" +
+	"\x0fMemCreditMember\x12\x16\n" +
+	"\x06handle\x18\x01 \x01(\rR\x06handle\x12\x1b\n" +
+	"\tmax_bytes\x18\x02 \x01(\x03R\bmaxBytes\"\x99\x01\n" +
+	"\fMemCreditUse\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x1b\n" +
+	"\tcredit_id\x18\x02 \x01(\x04R\bcreditId\x12\x16\n" +
+	"\x06handle\x18\x03 \x01(\rR\x06handle\x12!\n" +
+	"\famount_bytes\x18\x04 \x01(\x03R\vamountBytes\x12\x1f\n" +
+	"\vlimit_bytes\x18\x05 \x01(\x03R\n" +
+	"limitBytes\"i\n" +
+	"\x0fMemCreditReturn\x12\x10\n" +
+	"\x03app\x18\x01 \x01(\tR\x03app\x12\x1b\n" +
+	"\tcredit_id\x18\x02 \x01(\x04R\bcreditId\x12'\n" +
+	"\x0fremaining_bytes\x18\x03 \x01(\x03R\x0eremainingBytes\"\xb6\r\n" +
 	"\bEnvelope\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\x04R\trequestId\x12\x12\n" +
@@ -2950,7 +3324,11 @@ const file_escra_proto_rawDesc = "" +
 	"\x18remove_containers_result\x18\x1a \x01(\v2 .escra.v1.RemoveContainersResultH\x00R\x16removeContainersResult\x121\n" +
 	"\tcpu_lease\x18\x1b \x01(\v2\x12.escra.v1.CpuLeaseH\x00R\bcpuLease\x12;\n" +
 	"\rcpu_lease_use\x18\x1c \x01(\v2\x15.escra.v1.CpuLeaseUseH\x00R\vcpuLeaseUse\x12D\n" +
-	"\x10cpu_lease_return\x18\x1d \x01(\v2\x18.escra.v1.CpuLeaseReturnH\x00R\x0ecpuLeaseReturn\x12M\n" +
+	"\x10cpu_lease_return\x18\x1d \x01(\v2\x18.escra.v1.CpuLeaseReturnH\x00R\x0ecpuLeaseReturn\x124\n" +
+	"\n" +
+	"mem_credit\x18\x1e \x01(\v2\x13.escra.v1.MemCreditH\x00R\tmemCredit\x12>\n" +
+	"\x0emem_credit_use\x18\x1f \x01(\v2\x16.escra.v1.MemCreditUseH\x00R\fmemCreditUse\x12G\n" +
+	"\x11mem_credit_return\x18  \x01(\v2\x19.escra.v1.MemCreditReturnH\x00R\x0fmemCreditReturn\x12M\n" +
 	"\x13cpu_placement_query\x18( \x01(\v2\x1b.escra.v1.CpuPlacementQueryH\x00R\x11cpuPlacementQuery\x12P\n" +
 	"\x14cpu_placement_answer\x18) \x01(\v2\x1c.escra.v1.CpuPlacementAnswerH\x00R\x12cpuPlacementAnswer\x127\n" +
 	"\vimage_state\x18< \x01(\v2\x14.escra.v1.ImageStateH\x00R\n" +
@@ -3005,7 +3383,7 @@ func file_escra_proto_rawDescGZIP() []byte {
 }
 
 var file_escra_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_escra_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_escra_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_escra_proto_goTypes = []any{
 	(Backend)(0),                    // 0: escra.v1.Backend
 	(CgroupVersion)(0),              // 1: escra.v1.CgroupVersion
@@ -3033,55 +3411,63 @@ var file_escra_proto_goTypes = []any{
 	(*CpuLease)(nil),                // 23: escra.v1.CpuLease
 	(*CpuLeaseUse)(nil),             // 24: escra.v1.CpuLeaseUse
 	(*CpuLeaseReturn)(nil),          // 25: escra.v1.CpuLeaseReturn
-	(*Envelope)(nil),                // 26: escra.v1.Envelope
-	(*CpuPlacementQuery)(nil),       // 27: escra.v1.CpuPlacementQuery
-	(*CpuPlacementAnswer)(nil),      // 28: escra.v1.CpuPlacementAnswer
-	(*ImageState)(nil),              // 29: escra.v1.ImageState
-	(*ImageInfo)(nil),               // 30: escra.v1.ImageInfo
-	(*MemoryUsage_Sample)(nil),      // 31: escra.v1.MemoryUsage.Sample
-	(*SetLimitsAck_Applied)(nil),    // 32: escra.v1.SetLimitsAck.Applied
-	(*ReclaimResult_Reclaimed)(nil), // 33: escra.v1.ReclaimResult.Reclaimed
+	(*MemCredit)(nil),               // 26: escra.v1.MemCredit
+	(*MemCreditMember)(nil),         // 27: escra.v1.MemCreditMember
+	(*MemCreditUse)(nil),            // 28: escra.v1.MemCreditUse
+	(*MemCreditReturn)(nil),         // 29: escra.v1.MemCreditReturn
+	(*Envelope)(nil),                // 30: escra.v1.Envelope
+	(*CpuPlacementQuery)(nil),       // 31: escra.v1.CpuPlacementQuery
+	(*CpuPlacementAnswer)(nil),      // 32: escra.v1.CpuPlacementAnswer
+	(*ImageState)(nil),              // 33: escra.v1.ImageState
+	(*ImageInfo)(nil),               // 34: escra.v1.ImageInfo
+	(*MemoryUsage_Sample)(nil),      // 35: escra.v1.MemoryUsage.Sample
+	(*SetLimitsAck_Applied)(nil),    // 36: escra.v1.SetLimitsAck.Applied
+	(*ReclaimResult_Reclaimed)(nil), // 37: escra.v1.ReclaimResult.Reclaimed
 }
 var file_escra_proto_depIdxs = []int32{
 	0,  // 0: escra.v1.HostHello.backend:type_name -> escra.v1.Backend
 	1,  // 1: escra.v1.HostHello.cgroup_version:type_name -> escra.v1.CgroupVersion
 	4,  // 2: escra.v1.ContainerRegister.limits:type_name -> escra.v1.Limits
 	7,  // 3: escra.v1.TelemetryBatch.stats:type_name -> escra.v1.CpuStat
-	31, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
+	35, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
 	4,  // 5: escra.v1.LimitUpdate.limits:type_name -> escra.v1.Limits
 	12, // 6: escra.v1.SetLimits.updates:type_name -> escra.v1.LimitUpdate
-	32, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
-	33, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
+	36, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
+	37, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
 	4,  // 9: escra.v1.CreateContainer.limits:type_name -> escra.v1.Limits
-	2,  // 10: escra.v1.Envelope.hello:type_name -> escra.v1.HostHello
-	3,  // 11: escra.v1.Envelope.hello_ack:type_name -> escra.v1.HelloAck
-	5,  // 12: escra.v1.Envelope.register:type_name -> escra.v1.ContainerRegister
-	6,  // 13: escra.v1.Envelope.unregister:type_name -> escra.v1.ContainerUnregister
-	9,  // 14: escra.v1.Envelope.memory_usage:type_name -> escra.v1.MemoryUsage
-	10, // 15: escra.v1.Envelope.oom_request:type_name -> escra.v1.OomRequest
-	11, // 16: escra.v1.Envelope.oom_verdict:type_name -> escra.v1.OomVerdict
-	13, // 17: escra.v1.Envelope.set_limits:type_name -> escra.v1.SetLimits
-	14, // 18: escra.v1.Envelope.set_limits_ack:type_name -> escra.v1.SetLimitsAck
-	15, // 19: escra.v1.Envelope.reclaim:type_name -> escra.v1.ReclaimRequest
-	16, // 20: escra.v1.Envelope.reclaim_result:type_name -> escra.v1.ReclaimResult
-	17, // 21: escra.v1.Envelope.heartbeat:type_name -> escra.v1.Heartbeat
-	18, // 22: escra.v1.Envelope.error:type_name -> escra.v1.Error
-	19, // 23: escra.v1.Envelope.create_container:type_name -> escra.v1.CreateContainer
-	20, // 24: escra.v1.Envelope.create_container_result:type_name -> escra.v1.CreateContainerResult
-	21, // 25: escra.v1.Envelope.remove_containers:type_name -> escra.v1.RemoveContainers
-	22, // 26: escra.v1.Envelope.remove_containers_result:type_name -> escra.v1.RemoveContainersResult
-	23, // 27: escra.v1.Envelope.cpu_lease:type_name -> escra.v1.CpuLease
-	24, // 28: escra.v1.Envelope.cpu_lease_use:type_name -> escra.v1.CpuLeaseUse
-	25, // 29: escra.v1.Envelope.cpu_lease_return:type_name -> escra.v1.CpuLeaseReturn
-	27, // 30: escra.v1.Envelope.cpu_placement_query:type_name -> escra.v1.CpuPlacementQuery
-	28, // 31: escra.v1.Envelope.cpu_placement_answer:type_name -> escra.v1.CpuPlacementAnswer
-	29, // 32: escra.v1.Envelope.image_state:type_name -> escra.v1.ImageState
-	30, // 33: escra.v1.ImageState.images:type_name -> escra.v1.ImageInfo
-	34, // [34:34] is the sub-list for method output_type
-	34, // [34:34] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	27, // 10: escra.v1.MemCredit.members:type_name -> escra.v1.MemCreditMember
+	2,  // 11: escra.v1.Envelope.hello:type_name -> escra.v1.HostHello
+	3,  // 12: escra.v1.Envelope.hello_ack:type_name -> escra.v1.HelloAck
+	5,  // 13: escra.v1.Envelope.register:type_name -> escra.v1.ContainerRegister
+	6,  // 14: escra.v1.Envelope.unregister:type_name -> escra.v1.ContainerUnregister
+	9,  // 15: escra.v1.Envelope.memory_usage:type_name -> escra.v1.MemoryUsage
+	10, // 16: escra.v1.Envelope.oom_request:type_name -> escra.v1.OomRequest
+	11, // 17: escra.v1.Envelope.oom_verdict:type_name -> escra.v1.OomVerdict
+	13, // 18: escra.v1.Envelope.set_limits:type_name -> escra.v1.SetLimits
+	14, // 19: escra.v1.Envelope.set_limits_ack:type_name -> escra.v1.SetLimitsAck
+	15, // 20: escra.v1.Envelope.reclaim:type_name -> escra.v1.ReclaimRequest
+	16, // 21: escra.v1.Envelope.reclaim_result:type_name -> escra.v1.ReclaimResult
+	17, // 22: escra.v1.Envelope.heartbeat:type_name -> escra.v1.Heartbeat
+	18, // 23: escra.v1.Envelope.error:type_name -> escra.v1.Error
+	19, // 24: escra.v1.Envelope.create_container:type_name -> escra.v1.CreateContainer
+	20, // 25: escra.v1.Envelope.create_container_result:type_name -> escra.v1.CreateContainerResult
+	21, // 26: escra.v1.Envelope.remove_containers:type_name -> escra.v1.RemoveContainers
+	22, // 27: escra.v1.Envelope.remove_containers_result:type_name -> escra.v1.RemoveContainersResult
+	23, // 28: escra.v1.Envelope.cpu_lease:type_name -> escra.v1.CpuLease
+	24, // 29: escra.v1.Envelope.cpu_lease_use:type_name -> escra.v1.CpuLeaseUse
+	25, // 30: escra.v1.Envelope.cpu_lease_return:type_name -> escra.v1.CpuLeaseReturn
+	26, // 31: escra.v1.Envelope.mem_credit:type_name -> escra.v1.MemCredit
+	28, // 32: escra.v1.Envelope.mem_credit_use:type_name -> escra.v1.MemCreditUse
+	29, // 33: escra.v1.Envelope.mem_credit_return:type_name -> escra.v1.MemCreditReturn
+	31, // 34: escra.v1.Envelope.cpu_placement_query:type_name -> escra.v1.CpuPlacementQuery
+	32, // 35: escra.v1.Envelope.cpu_placement_answer:type_name -> escra.v1.CpuPlacementAnswer
+	33, // 36: escra.v1.Envelope.image_state:type_name -> escra.v1.ImageState
+	34, // 37: escra.v1.ImageState.images:type_name -> escra.v1.ImageInfo
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_escra_proto_init() }
@@ -3089,7 +3475,7 @@ func file_escra_proto_init() {
 	if File_escra_proto != nil {
 		return
 	}
-	file_escra_proto_msgTypes[24].OneofWrappers = []any{
+	file_escra_proto_msgTypes[28].OneofWrappers = []any{
 		(*Envelope_Hello)(nil),
 		(*Envelope_HelloAck)(nil),
 		(*Envelope_Register)(nil),
@@ -3110,6 +3496,9 @@ func file_escra_proto_init() {
 		(*Envelope_CpuLease)(nil),
 		(*Envelope_CpuLeaseUse)(nil),
 		(*Envelope_CpuLeaseReturn)(nil),
+		(*Envelope_MemCredit)(nil),
+		(*Envelope_MemCreditUse)(nil),
+		(*Envelope_MemCreditReturn)(nil),
 		(*Envelope_CpuPlacementQuery)(nil),
 		(*Envelope_CpuPlacementAnswer)(nil),
 		(*Envelope_ImageState)(nil),
@@ -3120,7 +3509,7 @@ func file_escra_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_escra_proto_rawDesc), len(file_escra_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -193,6 +193,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&minStep, "min-step", minStep, "smallest quota change worth sending")
 	fs.BoolVar(&p.FairShareOnThrottle, "fair-share-on-throttle", p.FairShareOnThrottle, "escra policy: a container throttled below its equal share of the app's CPU whose raise the pool cannot cover takes the rest from members above it (docs/allocator.md)")
 	fs.IntVar(&p.ReleasePeriods, "release-periods", p.ReleasePeriods, "escra policy: a container throttled beyond what the pool covers takes quota from siblings quiet for this many periods (0: off; docs/allocator.md)")
+	fs.Float64Var(&p.MemCreditFraction, "mem-credit-fraction", p.MemCreditFraction, "share of an app's unassigned memory lent to hosts as host-local memory credit, split by members: escrad answers an OOM from it without asking (0: off; docs/allocator.md)")
 	fs.Float64Var(&p.LeaseFraction, "lease-fraction", p.LeaseFraction, "share of an app's unallocated CPU lent to hosts as host-local leases, split by members (0: off; docs/allocator.md)")
 	shareFlag := fs.Float64("host-max-share", 1, "most of an app's CPU and memory budget the members of one host may hold together, as a fraction (1: no cap; hosts are scoped to their bound apps either way; docs/security.md)")
 	fs.DurationVar(&cfg.ReclaimEvery, "reclaim-every", cfg.ReclaimEvery, "periodic memory reclaim interval (0: off)")
