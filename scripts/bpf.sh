@@ -7,19 +7,21 @@
 # compiles, and its bpf backend says "object not built".
 #
 # The object is cached by a sha256 of its inputs: the sources in c/, the
-# libbpf headers, the clang and llvm-strip versions and the flags, under
+# libbpf headers, the clang version and the flags, under
 # /var/cache/escra/bpf/KEY.o. A repeated build copies the cached object
-# and compiles nothing (it asks clang and llvm-strip for their version).
-# The flags are bpf2go's (gen.go): TestObjectRebuilds checks that both
-# make the same bytes.
+# and compiles nothing (it asks clang for its version). The flags are
+# bpf2go's for gen.go's arguments (unstripped: no llvm-strip, so no llvm
+# to install): TestObjectRebuilds checks that both make the same bytes.
 #
 #   scripts/bpf.sh             build the object (or take it from the cache)
 #   scripts/bpf.sh --key       print the cache key, build nothing
 #   scripts/bpf.sh --bindings  regenerate cfs_bpfel.go and cfs.sum with
 #                              bpf2go (make bpf; after a type changes in c/)
+#   scripts/bpf.sh --in FILE   exit 0 when the escrad binary FILE embeds
+#                              the object (its tp_btf section names)
 #
-# Needs clang, llvm (llvm-strip) and libbpf-dev (scripts/setup.sh run).
-# Environment: BPF_CC, BPF_STRIP, ESCRA_BPF_CACHE (default: the one above,
+# Needs clang and libbpf-dev (scripts/setup.sh run installs them).
+# Environment: BPF_CC, ESCRA_BPF_CACHE (default: the one above,
 # or ~/.cache/escra/bpf where that is not writable), ESCRA_BPF_DIR (the
 # package directory; tests).
 set -euo pipefail
@@ -28,7 +30,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 pkg=$(cd "${ESCRA_BPF_DIR:-$root/daemon/source/bpf}" && pwd)
 cache=${ESCRA_BPF_CACHE:-/var/cache/escra/bpf}
 cc=${BPF_CC:-clang}
-strip=${BPF_STRIP:-llvm-strip}
 inc=/usr/include/bpf # libbpf-dev's, on clang's include path
 out=$pkg/obj/cfs_bpfel.o
 
@@ -36,7 +37,7 @@ die() { echo "bpf: $*" >&2; exit 1; }
 
 # The sources, as gen.go names them (relative to the package).
 srcs=(c/cfs.bpf.c c/cfs.h)
-# bpf2go's clang command for gen.go's line: its defaults (-O2 -mcpu=v1),
+# bpf2go's clang command for gen.go's arguments: its defaults (-O2 -mcpu=v1),
 # gen.go's -cflags and -- flags, then the ones it always adds. It runs in
 # the package directory with the source's absolute path, mapped back to
 # c/ in the debug info (so the bytes do not depend on the checkout).
@@ -59,6 +60,12 @@ bindings() {
 	mv "$dir/cut.go" "$dir/cfs_bpfel.go"
 }
 case ${1:-} in
+--in)
+	[ $# = 2 ] || die "usage: bpf.sh --in FILE"
+	# A section name of the object, which no Go source spells: present
+	# in escrad only with the object embedded.
+	exec grep -qaF 'tp_btf/hrtimer_expire_entry' "$2"
+	;;
 --bindings-to) # DIR: for TestObjectRebuilds
 	[ $# = 2 ] || die "usage: bpf.sh --bindings-to DIR"
 	dir=$(cd "$2" && pwd)
@@ -76,18 +83,16 @@ case ${1:-} in
 	;;
 esac
 
-command -v "$cc" >/dev/null || die "$cc not found: the BPF object is built from source (scripts/setup.sh run installs clang, llvm and libbpf-dev)"
-command -v "$strip" >/dev/null || die "$strip not found (llvm; scripts/setup.sh run installs it)"
+command -v "$cc" >/dev/null || die "$cc not found: the BPF object is built from source (scripts/setup.sh run installs clang and libbpf-dev)"
 [ -r "$inc/bpf_helpers.h" ] || die "libbpf headers missing in $inc (libbpf-dev; scripts/setup.sh run installs it)"
 
 # Every input of the bytes: the flags (with the package path mapped out,
-# as in the object), the tools' versions, the sources and all libbpf
+# as in the object), the compiler's version, the sources and all libbpf
 # headers (not only the ones included today).
 key=$(
 	{
 		printf '%s\n' "${flags[@]//"$pkg"/PKG}"
 		"$cc" --version
-		"$strip" --version
 		cd "$pkg" && sha256sum "${srcs[@]}"
 		cd "$inc" && sha256sum ./*.h
 	} | sha256sum | cut -c1-32
@@ -96,7 +101,7 @@ if [ "${1:-}" = --key ]; then
 	echo "$key"
 	exit 0
 fi
-[ $# = 0 ] || die "usage: bpf.sh [--key | --bindings | --bindings-to DIR]"
+[ $# = 0 ] || die "usage: bpf.sh [--key | --in FILE | --bindings | --bindings-to DIR]"
 
 # install FILE: FILE becomes the object (and its sources' sums) in obj/,
 # each by rename, so a concurrent go build sees the old or the new one.
@@ -122,7 +127,6 @@ fi
 tmp=$(mktemp "$cache/build.XXXXXX")
 trap 'rm -f "$tmp"' EXIT
 (cd "$pkg" && "$cc" "${flags[@]}" -o "$tmp") || die "clang failed on $pkg/c/cfs.bpf.c"
-"$strip" -g "$tmp" || die "$strip failed"
 chmod 0644 "$tmp"
 mv "$tmp" "$cache/$key.o"
 install_obj "$cache/$key.o"

@@ -16,7 +16,7 @@ func NeedObject(t testing.TB, built bool) {
 	if built {
 		return
 	}
-	msg := "the BPF object is not built (daemon/source/bpf/obj/cfs_bpfel.o): run scripts/bpf.sh or make build (needs clang, llvm, libbpf-dev)"
+	msg := "the BPF object is not built (daemon/source/bpf/obj/cfs_bpfel.o): run scripts/bpf.sh or make build (needs clang and libbpf-dev)"
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg + "; CI=true: a missing object fails the test instead of skipping it")
 	}
