@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bpf.sh: build the bpf backend's BPF object (docs/kernel.md, "bpf
+# bpf.sh: build the bpf backend's BPF object (docs/kernel.md, "BPF
 # backend") from daemon/source/bpf/c/ with clang, into
 # daemon/source/bpf/obj/cfs_bpfel.o (not tracked), which go:embed puts
 # into escrad. make build (so make run and make deb), make bench-bpf and
