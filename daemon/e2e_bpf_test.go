@@ -6,6 +6,8 @@ package daemon_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -33,7 +35,8 @@ var escradBuild struct {
 
 // escradBinary builds escrad once per test binary, into a directory that
 // any user may read (the unprivileged test runs it as nobody); the same
-// directory every run, so nothing piles up.
+// directory every run of this checkout, so nothing piles up, and another
+// checkout's (built with or without its BPF object) does not replace it.
 func escradBinary(t *testing.T) string {
 	t.Helper()
 	escradBuild.Lock()
@@ -41,7 +44,8 @@ func escradBinary(t *testing.T) string {
 	if escradBuild.path != "" {
 		return escradBuild.path
 	}
-	dir := filepath.Join(os.TempDir(), "escra-bpf-e2e")
+	root := sha256.Sum256([]byte(dockertest.RepoRoot()))
+	dir := filepath.Join(os.TempDir(), "escra-bpf-e2e-"+hex.EncodeToString(root[:4]))
 	err := os.MkdirAll(dir, 0o755)
 	if err == nil {
 		err = os.Chmod(dir, 0o755)
