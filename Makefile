@@ -17,8 +17,9 @@ help: ## list the targets
 setup: ## install packages and start dockerd (idempotent; root)
 	@scripts/setup.sh
 
-build: ## build escrad, escra-controller and escractl into bin/ (static)
+build: ## build escrad (with its BPF object: clang, cached), escra-controller and escractl into bin/ (static)
 	@mkdir -p $(BIN)
+	@scripts/bpf.sh
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escrad ./daemon/cmd/escrad
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escra-controller ./controller/cmd/escra-controller
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/escractl ./controller/cmd/escractl
@@ -100,10 +101,12 @@ dashboard-png: ## docs/escra-dashboard.png: the Grafana dashboard's PromQL again
 	@scripts/dashboard-png.sh
 
 .PHONY: bpf bench-bpf
-bpf: ## regenerate daemon/source/bpf's BPF object and Go bindings (clang, llvm, libbpf-dev; builds use the committed ones)
+bpf: ## regenerate daemon/source/bpf's Go bindings (bpf2go; commit them) and build its BPF object (clang, libbpf-dev)
 	$(GO) generate ./daemon/source/bpf
+	@scripts/bpf.sh
 
 bench-bpf: ## bpf vs cgroupfs telemetry on this host's kernel, 100 groups at 100 ms -> results/kernel (~1 min; root)
+	@scripts/bpf.sh
 	$(GO) run ./bench/cmd/bench-bpf -out results/kernel
 
 bench-wysiwyg: ## WYSIWYG containers: nproc/nginx/sysbench under quota vs WYSIWYG, an Escra run across whole cores, the §V simulation (5-8 min; root)

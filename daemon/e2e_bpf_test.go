@@ -6,6 +6,9 @@ package daemon_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +23,7 @@ import (
 	"github.com/escra-dev/escra/daemon/agent"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/source/bpf"
+	"github.com/escra-dev/escra/daemon/source/bpf/bpftest"
 	"github.com/escra-dev/escra/internal/dockertest"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -31,7 +35,8 @@ var escradBuild struct {
 
 // escradBinary builds escrad once per test binary, into a directory that
 // any user may read (the unprivileged test runs it as nobody); the same
-// directory every run, so nothing piles up.
+// directory every run of this checkout, so nothing piles up, and another
+// checkout's (built with or without its BPF object) does not replace it.
 func escradBinary(t *testing.T) string {
 	t.Helper()
 	escradBuild.Lock()
@@ -39,7 +44,8 @@ func escradBinary(t *testing.T) string {
 	if escradBuild.path != "" {
 		return escradBuild.path
 	}
-	dir := filepath.Join(os.TempDir(), "escra-bpf-e2e")
+	root := sha256.Sum256([]byte(dockertest.RepoRoot()))
+	dir := filepath.Join(os.TempDir(), "escra-bpf-e2e-"+hex.EncodeToString(root[:4]))
 	err := os.MkdirAll(dir, 0o755)
 	if err == nil {
 		err = os.Chmod(dir, 0o755)
@@ -87,6 +93,7 @@ func startEscrad(t *testing.T, bin, ctl, app string, args ...string) *bytes.Buff
 }
 
 func TestEscradBPFBackendDeliversTelemetryOnHostKernel(t *testing.T) {
+	bpftest.NeedObject(t, bpf.Built())
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
@@ -143,12 +150,12 @@ func TestEscradBPFBackendDeliversTelemetryOnHostKernel(t *testing.T) {
 // Without the privilege to load tracing programs, --backend bpf fails with
 // one clear line, and auto falls back to cgroupfs.
 func TestEscradBPFBackendUnprivileged(t *testing.T) {
+	bpftest.NeedObject(t, bpf.Built())
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to drop privileges")
 	}
 	bin := escradBinary(t)
-	// nobody: no CAP_BPF or CAP_PERFMON. --no-docker and an empty
-	// config: only the backend choice runs before the controller dial.
+	// nobody: no CAP_BPF or CAP_PERFMON.
 	lockDir, err := os.MkdirTemp(filepath.Dir(bin), "lock-")
 	if err == nil {
 		err = os.Chmod(lockDir, 0o777)
@@ -157,22 +164,8 @@ func TestEscradBPFBackendUnprivileged(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(lockDir) })
-	run := func(backend string) (string, error) {
-		cmd := exec.Command(bin, "--insecure", "--controller", "127.0.0.1:1", "--no-docker", "--no-oom-guard",
-			"--lock-dir", lockDir, "--oom-state", filepath.Join(lockDir, "oom-armed"), "--backend", backend)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-		done := make(chan struct{})
-		var out []byte
-		var err error
-		go func() { out, err = cmd.CombinedOutput(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(3 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		return string(out), err
-	}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	run := func(backend string) (string, error) { return runBackendChoice(bin, lockDir, backend, nobody) }
 	out, err := run("bpf")
 	if err == nil || !strings.Contains(out, "bpf backend:") {
 		t.Fatalf("--backend bpf as nobody: err %v, output %q; want a 'bpf backend:' error", err, out)
@@ -187,9 +180,67 @@ func TestEscradBPFBackendUnprivileged(t *testing.T) {
 	}
 }
 
+// runBackendChoice runs the escrad binary bin with --backend backend (as
+// cred, nil: this user) for at most 3 s and returns its output: with
+// --no-docker and an empty config only the backend choice runs before the
+// controller dial.
+func runBackendChoice(bin, lockDir, backend string, cred *syscall.Credential) (string, error) {
+	cmd := exec.Command(bin, "--insecure", "--controller", "127.0.0.1:1", "--no-docker", "--no-oom-guard",
+		"--lock-dir", lockDir, "--oom-state", filepath.Join(lockDir, "oom-armed"), "--backend", backend)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	done := make(chan struct{})
+	var out []byte
+	var err error
+	go func() { out, err = cmd.CombinedOutput(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	return string(out), err
+}
+
+// An escrad built without the BPF object (a bare go build where clang is
+// missing; make build compiles it): --backend bpf fails with one line
+// saying how to build it, and auto falls back to cgroupfs, as on a kernel
+// without BTF.
+func TestEscradBuiltWithoutBPFObject(t *testing.T) {
+	dir := t.TempDir()
+	// go build's overlay deletes the object from the build's view.
+	obj := filepath.Join(dockertest.RepoRoot(), "daemon", "source", "bpf", bpf.ObjectFile)
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {obj: ""}})
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "overlay.json"), overlay, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "escrad")
+	cmd := exec.Command("go", "build", "-trimpath", "-overlay", filepath.Join(dir, "overlay.json"), "-o", bin, "./daemon/cmd/escrad")
+	cmd.Dir = dockertest.RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build escrad without the object: %v\n%s", err, out)
+	}
+	out, err := runBackendChoice(bin, dir, "bpf", nil)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err == nil || lines[len(lines)-1] != "escrad: "+bpf.ErrNotBuilt.Error() || strings.Count(out, "bpf backend") != 1 {
+		t.Errorf("--backend bpf without the object: err %v, output %q; want one last line %q", err, out, "escrad: "+bpf.ErrNotBuilt.Error())
+	}
+	out, _ = runBackendChoice(bin, dir, "auto", nil)
+	if !strings.Contains(out, "bpf backend unavailable; using cgroupfs") || !strings.Contains(out, "object not built") ||
+		!strings.Contains(out, "backend=cgroupfs") {
+		t.Errorf("--backend auto without the object: %q; want the bpf error logged and cgroupfs chosen", out)
+	}
+}
+
 // The bpf backend traps OOMs the stock-kernel way: a memhog past its
 // limit is granted memory and finishes, with its telemetry from BPF.
 func TestBPFBackendOOMGrantedContainerFinishes(t *testing.T) {
+	bpftest.NeedObject(t, bpf.Built())
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
@@ -217,6 +268,7 @@ func TestBPFBackendOOMGrantedContainerFinishes(t *testing.T) {
 // As root on a kernel with BTF, escrad's default (auto) does not settle
 // for cgroupfs: kernel when escra.ko is loaded, else bpf.
 func TestEscradAutoPrefersBPFOverCgroupfs(t *testing.T) {
+	bpftest.NeedObject(t, bpf.Built())
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}

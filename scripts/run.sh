@@ -3,7 +3,7 @@
 #
 # Starts the controller and K=3 Docker engines with one escrad each
 # (scripts/hosts.sh; escrad picks the kernel backend when escra.ko is
-# loaded, else the stock-kernel cgroupfs one), builds the demo image
+# loaded, else bpf on a kernel with BTF, else cgroupfs), builds the demo image
 # locally, deploys the demo app (3 demo-http replicas over the hosts under
 # one global budget) with escractl apply, drives an open-loop load with
 # bursts while showing `escractl top` (when a terminal is attached), prints
@@ -85,6 +85,10 @@ trap 'exit 143' TERM
 for b in bin/escrad bin/escra-controller bin/escractl; do
 	[ -x "$b" ] || { say "$b missing: run make build"; exit 1; }
 done
+# make build compiles the bpf backend's object (clang, from setup.sh run);
+# an escrad built without it runs on cgroupfs where bpf would serve.
+scripts/bpf.sh --in bin/escrad ||
+	say "bin/escrad was built without the BPF object (make build needs clang): the daemons use cgroupfs where the bpf backend would run"
 say "building the load driver and the demo image (docker import of a static binary, no pulls)"
 go build -o bin/rundemo ./scripts/rundemo >>"$LOG" 2>&1 || { say "go build ./scripts/rundemo failed; see $LOG"; exit 1; }
 IMAGE=$(bin/rundemo image 2>>"$LOG") || { say "building the demo image failed; see $LOG"; exit 1; }

@@ -2,8 +2,8 @@
 # Set up this Debian 12 host for Escra, by need. Idempotent and quiet when
 # there is nothing to do. Run as root.
 #
-#   scripts/setup.sh run    what the main job uses (make run): the engine
-#                           and its tools
+#   scripts/setup.sh run    what the main job uses (make run): the engine,
+#                           its tools, and clang for escrad's BPF object
 #   scripts/setup.sh test   also what the builds, tests and benchmarks use
 #                           (make test, make setup): the default
 #   scripts/setup.sh --print-packages run|test   list the packages, install nothing
@@ -35,6 +35,10 @@ run_pkgs=(
 	docker.io
 	# the scripts' own tools
 	iproute2 procps psmisc curl ca-certificates
+	# escrad's BPF backend: make build compiles its object from source
+	# (scripts/bpf.sh; unstripped, so no llvm): 53 packages, 84 MB, under a
+	# minute on a fresh host, for the demo on bpf instead of cgroupfs.
+	clang libbpf-dev
 )
 test_pkgs=(
 	# kernel path: build Debian's 6.1 and 6.12 with our patches, boot them in
@@ -46,8 +50,6 @@ test_pkgs=(
 	etcd-server
 	# wire contract
 	protobuf-compiler
-	# BPF backend: only to regenerate daemon/source/bpf's committed object (make bpf)
-	clang llvm libbpf-dev
 	# benchmarks: real third-party servers and clients (bench/, scripts/bench/)
 	nginx-light redis-server redis-tools wrk
 	# packages: install the .debs into a debootstrapped root, check units

@@ -69,14 +69,22 @@ func TestSetupPullsNoKernelImage(t *testing.T) {
 	}
 }
 
-// The main job needs the engine, not the kernel sources, QEMU or etcd.
+// The main job needs the engine, and clang for the BPF object make build
+// compiles into escrad; not the kernel sources, QEMU, etcd or llvm.
 func TestSetupRunProfileIsTheEngineOnly(t *testing.T) {
 	run := setupPackages(t, "run")
+	has := map[string]bool{}
 	for _, p := range run {
-		for _, heavy := range []string{"linux-", "qemu", "clang", "etcd", "debootstrap", "llvm"} {
+		has[p] = true
+		for _, heavy := range []string{"linux-", "qemu", "etcd", "debootstrap", "llvm"} {
 			if strings.HasPrefix(p, heavy) {
 				t.Errorf("setup.sh run installs %s, which the main job does not use", p)
 			}
+		}
+	}
+	for _, p := range []string{"clang", "libbpf-dev"} {
+		if !has[p] {
+			t.Errorf("setup.sh run lacks %s: make build (make run) compiles escrad's BPF object with it", p)
 		}
 	}
 	test := map[string]bool{}

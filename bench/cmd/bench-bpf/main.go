@@ -63,6 +63,9 @@ func main() {
 }
 
 func run() error {
+	if !bpf.Built() { // make bench-bpf builds it (scripts/bpf.sh)
+		return bpf.ErrNotBuilt
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (cgroups, BPF)")
 	}

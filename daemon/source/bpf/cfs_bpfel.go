@@ -193,8 +193,3 @@ func _CfsClose(closers ...io.Closer) error {
 	}
 	return nil
 }
-
-// Do not access this directly.
-//
-//go:embed cfs_bpfel.o
-var _CfsBytes []byte

@@ -9,13 +9,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"unsafe"
+
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/escra-dev/escra/daemon/source/bpf/bpftest"
 )
 
 // decode's offsets are struct escra_rec's, as bpf2go read them from the
-// object's BTF.
+// object's BTF (TestObjectMatchesBindings checks the built object's).
 func TestRecordLayoutMatchesObject(t *testing.T) {
 	var r cfsEscraRec
 	for _, c := range []struct {
@@ -56,112 +61,144 @@ func TestDecode(t *testing.T) {
 	}
 }
 
-// The committed object was generated from the committed sources: `make
-// bpf` writes cfs.sum with it, and the hash catches a source edited
-// without regenerating. TestObjectRebuilds checks the bytes where clang
-// is installed.
-func TestObjectFresh(t *testing.T) {
-	sum, err := os.ReadFile("cfs.sum")
+// checkSums compares a sums file (sha256sum's format, paths relative to
+// the package) with the sources; stale reports each changed source.
+func checkSums(t *testing.T, file string, stale func(src string)) {
+	t.Helper()
+	sum, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(sum)), "\n")
 	if len(lines) != 2 {
-		t.Fatalf("cfs.sum: %q", sum)
+		t.Fatalf("%s: %q", file, sum)
 	}
 	for _, l := range lines {
 		f := strings.Fields(l)
 		if len(f) != 2 {
-			t.Fatalf("cfs.sum line %q", l)
+			t.Fatalf("%s line %q", file, l)
 		}
 		b, err := os.ReadFile(f[1])
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := sha256.Sum256(b)
-		if hex.EncodeToString(h[:]) != f[0] {
-			t.Errorf("%s changed since cfs_bpfel.o was generated: run make bpf and commit the result", f[1])
+		if h := sha256.Sum256(b); hex.EncodeToString(h[:]) != f[0] {
+			stale(f[1])
 		}
 	}
 }
 
-// A kernel without BTF: one clear error, before anything is loaded.
+// The tracked bindings were generated from the tracked sources: make bpf
+// writes cfs.sum with them, and the hash catches a source edited without
+// regenerating. TestObjectRebuilds checks the bytes where clang is
+// installed.
+func TestBindingsFresh(t *testing.T) {
+	checkSums(t, "cfs.sum", func(src string) {
+		t.Errorf("%s changed since cfs_bpfel.go was generated: run make bpf and commit cfs_bpfel.go and cfs.sum", src)
+	})
+}
+
+// The object this test binary embeds was built from the sources as they
+// are: scripts/bpf.sh writes obj/cfs.sum with it.
+func TestObjectFresh(t *testing.T) {
+	bpftest.NeedObject(t, Built())
+	checkSums(t, "obj/cfs.sum", func(src string) {
+		t.Errorf("obj/cfs_bpfel.o was built from an older %s: run scripts/bpf.sh (make build does)", src)
+	})
+}
+
+// The object's BTF has the layout of the Go types in cfs_bpfel.go: the
+// types the ring buffer records and the maps' values are read as.
+func TestObjectMatchesBindings(t *testing.T) {
+	bpftest.NeedObject(t, Built())
+	spec, err := loadCfs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]any{"escra_rec": cfsEscraRec{}, "escra_stats": cfsEscraStats{}, "escra_group": cfsEscraGroup{}} {
+		var st *btf.Struct
+		if err := spec.Types.TypeByName(name, &st); err != nil {
+			t.Errorf("struct %s: %v", name, err)
+			continue
+		}
+		gt := reflect.TypeOf(v)
+		var fields []reflect.StructField
+		for i := range gt.NumField() {
+			if f := gt.Field(i); f.Name != "_" {
+				fields = append(fields, f)
+			}
+		}
+		if uintptr(st.Size) != gt.Size() || len(st.Members) != len(fields) {
+			t.Errorf("struct %s: %d bytes, %d members in the object; %s: %d bytes, %d fields: run make bpf",
+				name, st.Size, len(st.Members), gt.Name(), gt.Size(), len(fields))
+			continue
+		}
+		for i, m := range st.Members {
+			if uintptr(m.Offset.Bytes()) != fields[i].Offset {
+				t.Errorf("%s.%s at %d in the object, %s.%s at %d: run make bpf",
+					name, m.Name, m.Offset.Bytes(), gt.Name(), fields[i].Name, fields[i].Offset)
+			}
+		}
+	}
+}
+
+// Built without the object: one clear error, and nothing else is tried.
+func TestNotBuilt(t *testing.T) {
+	old := _CfsBytes
+	_CfsBytes = nil
+	defer func() { _CfsBytes = old }()
+	_, err := New(nil)
+	if !errors.Is(err, ErrNotBuilt) || strings.Contains(err.Error(), "\n") ||
+		!strings.Contains(err.Error(), "make build") {
+		t.Fatalf("err %v, want ErrNotBuilt", err)
+	}
+}
+
+// A kernel without BTF: one clear error, before the object is read.
 func TestNoBTF(t *testing.T) {
-	old := btfPath
+	oldPath, oldObj := btfPath, _CfsBytes
 	btfPath = "/nonexistent/vmlinux"
-	defer func() { btfPath = old }()
+	if !Built() {
+		_CfsBytes = []byte("not read")
+	}
+	defer func() { btfPath, _CfsBytes = oldPath, oldObj }()
 	_, err := New(nil)
 	if !errors.Is(err, ErrNoBTF) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("err %v, want ErrNoBTF", err)
 	}
 }
 
-// Regenerating with gen.go's own bpf2go command reproduces the committed
-// object and bindings byte for byte (clang output is deterministic).
+// bpf2go with gen.go's arguments reproduces the tracked bindings byte for
+// byte, and its object is the one scripts/bpf.sh built: the script's
+// clang flags are bpf2go's (clang output is deterministic).
 func TestObjectRebuilds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds bpf2go")
 	}
-	for _, tool := range []string{"clang", "llvm-strip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/setup.sh installs it)", tool)
-		}
+	if _, err := exec.LookPath("clang"); err != nil {
+		t.Skip("clang not installed (scripts/setup.sh installs it)")
 	}
-	src, err := os.ReadFile("gen.go")
+	dir := t.TempDir()
+	cmd := exec.Command("bash", "../../../scripts/bpf.sh", "--bindings-to", dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/bpf.sh --bindings-to: %v\n%s", err, out)
+	}
+	a, err := os.ReadFile("cfs_bpfel.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var args []string
-	for _, l := range strings.Split(string(src), "\n") {
-		if rest, ok := strings.CutPrefix(l, "//go:generate go run github.com/cilium/ebpf/cmd/bpf2go "); ok {
-			args = splitQuoted(rest)
-		}
+	b, err := os.ReadFile(filepath.Join(dir, "cfs_bpfel.go"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if args == nil {
-		t.Fatal("gen.go has no bpf2go line")
+	if !bytes.Equal(a, b) {
+		t.Error("cfs_bpfel.go differs from a fresh bpf2go run: run make bpf and commit the result")
 	}
-	dir := t.TempDir()
-	// Flags go before the positional stem and source.
-	cmd := exec.Command("go", append([]string{"run", "github.com/cilium/ebpf/cmd/bpf2go", "-output-dir", dir}, args...)...)
-	cmd.Env = append(os.Environ(), "GOPACKAGE=bpf")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("bpf2go: %v\n%s", err, out)
+	bpftest.NeedObject(t, Built())
+	if b, err = os.ReadFile(filepath.Join(dir, "cfs_bpfel.o")); err != nil {
+		t.Fatal(err)
 	}
-	for _, f := range []string{"cfs_bpfel.o", "cfs_bpfel.go"} {
-		a, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(a, b) {
-			t.Errorf("%s differs from a fresh build: run make bpf and commit the result", f)
-		}
+	if !bytes.Equal(_CfsBytes, b) {
+		t.Error("obj/cfs_bpfel.o differs from bpf2go's object of the same sources: scripts/bpf.sh's clang flags are not bpf2go's, or the object is stale (TestObjectFresh)")
 	}
-}
-
-// splitQuoted splits a go:generate line as go generate does: on spaces,
-// with double-quoted words kept whole.
-func splitQuoted(s string) []string {
-	var out []string
-	for s = strings.TrimSpace(s); s != ""; s = strings.TrimSpace(s) {
-		if s[0] == '"' {
-			end := strings.IndexByte(s[1:], '"')
-			if end < 0 {
-				return append(out, s[1:])
-			}
-			out = append(out, s[1:end+1])
-			s = s[end+2:]
-			continue
-		}
-		end := strings.IndexByte(s, ' ')
-		if end < 0 {
-			return append(out, s)
-		}
-		out = append(out, s[:end])
-		s = s[end:]
-	}
-	return out
 }

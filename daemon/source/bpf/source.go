@@ -137,8 +137,8 @@ func nextDrain(groups []*watched, now, last int64) time.Duration {
 }
 
 // NewSource loads and attaches the program. Errors say why in one line
-// (no BTF, not privileged, probe not attachable), so --backend auto can
-// log them and fall back to cgroupfs.
+// (object not built, no BTF, not privileged, probe not attachable), so
+// --backend auto can log them and fall back to cgroupfs.
 func NewSource(period time.Duration, log *slog.Logger) (source.Source, error) {
 	s, err := New(log)
 	if err != nil {
@@ -151,6 +151,9 @@ func NewSource(period time.Duration, log *slog.Logger) (source.Source, error) {
 func New(log *slog.Logger) (*Source, error) {
 	if log == nil {
 		log = slog.Default()
+	}
+	if !Built() {
+		return nil, ErrNotBuilt
 	}
 	if _, err := os.Stat(btfPath); err != nil {
 		return nil, ErrNoBTF

@@ -13,6 +13,7 @@ import (
 
 	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
 	"github.com/escra-dev/escra/daemon/rescue"
+	"github.com/escra-dev/escra/daemon/source/bpf/bpftest"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -53,6 +54,7 @@ func (s *recSink) snapshot() []rec {
 
 func newOrSkip(t *testing.T) *Source {
 	t.Helper()
+	bpftest.NeedObject(t, Built())
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to load BPF tracing programs")
 	}
