@@ -21,7 +21,8 @@
 #
 # Environment: RUN_SECONDS (seconds of load; set: no top, no terminal
 # needed; default 60), RUN_STATIC_SECONDS (the static pass; default the
-# same as RUN_SECONDS up to 40, two whole burst cycles; 0: no static pass),
+# same as RUN_SECONDS up to 20, one whole burst cycle: the same mix of
+# calm and burst as a pass of whole cycles; 0: no static pass),
 # RUN_HOSTS (engines, default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,7 +38,7 @@ done
 SECONDS_OF_LOAD=${RUN_SECONDS:-60}
 K=${RUN_HOSTS:-3}
 [[ $SECONDS_OF_LOAD =~ ^[1-9][0-9]*$ ]] || { echo "run: RUN_SECONDS must be a positive number of seconds" >&2; exit 2; }
-STATIC_SECONDS=${RUN_STATIC_SECONDS:-$((SECONDS_OF_LOAD < 40 ? SECONDS_OF_LOAD : 40))}
+STATIC_SECONDS=${RUN_STATIC_SECONDS:-$((SECONDS_OF_LOAD < 20 ? SECONDS_OF_LOAD : 20))}
 [[ $STATIC_SECONDS =~ ^[0-9]+$ ]] || { echo "run: RUN_STATIC_SECONDS must be a number of seconds (0: no static pass)" >&2; exit 2; }
 [[ $K =~ ^[1-9]$ ]] || { echo "run: RUN_HOSTS must be 1-9" >&2; exit 2; }
 
