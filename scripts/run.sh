@@ -208,7 +208,7 @@ echo
 echo "summary ($(val load_seconds) s of load, $(val successes) of $(val requests) requests ok, p50 $(val latency_p50_ms) ms, p99 $(val latency_p99_ms) ms):"
 printf '  %-20s %s cores\n' "CPU slack p50" "$(val cpu_slack_p50_cores)"
 printf '  %-20s %s cores\n' "CPU slack p99" "$(val cpu_slack_p99_cores)"
-printf '  %-20s %s\n' "throttled periods" "$(val throttled_periods)"
+printf '  %-20s %s (since deploy, as Escra counted them)\n' "throttled periods" "$(val throttled_periods)"
 printf '  %-20s %s\n' "OOM grants" "$(val oom_grants)"
 printf '  %-20s %s\n' "OOM kills" "$(val oom_kills)"
 if [ "$STATIC_SECONDS" -gt 0 ]; then
