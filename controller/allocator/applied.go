@@ -161,17 +161,3 @@ func (a *Books) Redistribute() []Decision {
 	out = append(out, a.ensureFloor()...)
 	return append(out, a.FillPending()...)
 }
-
-// HoldShare keeps cpuUs and mem out of the pools under id until Unhold
-// (a dead host's lease, which its daemon may still have used).
-func (a *Books) HoldShare(id string, cpuUs, mem int64) {
-	if cpuUs <= 0 && mem <= 0 {
-		return
-	}
-	h := a.held[id]
-	h.cpuUs += cpuUs
-	h.mem += mem
-	a.held[id] = h
-	a.heldCPU += cpuUs
-	a.heldMem += mem
-}

@@ -9,6 +9,7 @@ import (
 // simCgroup is one container's cgroup as its daemon keeps it.
 type simCgroup struct {
 	quota, mem, usage int64
+	ownQ, ownM        int64 // its own limits (Docker's): what a silent escrad falls back to
 	gen               uint64
 	gone              bool
 }
@@ -78,7 +79,7 @@ func anyStopped(hs []*simDaemon) bool {
 // bounds it: a daemon may have applied the old or the new limit of every
 // decision it has not acknowledged, and the pools count the larger.
 func TestAppliedLimitsNeverExceedBudget(t *testing.T) {
-	var acks, refusals, rejoins, restarts, adopted, lost int
+	var acks, refusals, rejoins, restarts, adopted, lost, silent int
 	for seed := range uint64(60) {
 		r := rand.New(rand.NewPCG(seed, 12))
 		p := DefaultParams()
@@ -127,7 +128,7 @@ func TestAppliedLimitsNeverExceedBudget(t *testing.T) {
 				c.gen = 0 // escrad resets generations for a new session
 				a.Unhold(holdID(hi, handle))
 				k := Key(uint64(h.sess)<<32 | uint64(handle))
-				ds, err := a.Join(Join{Key: k, HostMaxUs: 200000, MemUsage: c.usage, CurQuotaUs: c.quota, CurMem: c.mem})
+				ds, err := a.Join(Join{Key: k, HostMaxUs: 200000, MemUsage: c.usage, CurQuotaUs: c.quota, CurMem: c.mem, OwnQuotaUs: c.ownQ, OwnMem: c.ownM})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -174,11 +175,12 @@ func TestAppliedLimitsNeverExceedBudget(t *testing.T) {
 				}
 				c := &simCgroup{quota: 1000 + r.Int64N(min(cpuPool, 200000)-999), mem: 4*MiB + r.Int64N(memPool-4*MiB+1)}
 				c.usage = r.Int64N(c.mem / 2)
+				c.ownQ, c.ownM = c.quota, c.mem
 				handle := nextHandle
 				nextHandle++
 				h.cg[handle] = c
 				k := Key(uint64(h.sess)<<32 | uint64(handle))
-				ds, err := a.Join(Join{Key: k, HostMaxUs: 200000, MemUsage: c.usage, CurQuotaUs: c.quota, CurMem: c.mem})
+				ds, err := a.Join(Join{Key: k, HostMaxUs: 200000, MemUsage: c.usage, CurQuotaUs: c.quota, CurMem: c.mem, OwnQuotaUs: c.ownQ, OwnMem: c.ownM})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -246,6 +248,31 @@ func TestAppliedLimitsNeverExceedBudget(t *testing.T) {
 					h.apply(u)
 				}
 				h.in = h.in[n:]
+			case x < 88 && h.sess == 0: // a silent escrad falls back to its own limits
+				// Once the controller's books balance (the cuts that make
+				// room for what it holds are acknowledged: escrad's
+				// --restore-after is seconds, cuts land in milliseconds),
+				// the outage path raises memory to its own limit on an OOM
+				// and the put-back writes its own limits (memory only when
+				// usage fits). The hold covers both.
+				if a.CountedCPUUs() > a.OmegaUs() || a.CountedMem() > b.MemoryBytes {
+					continue
+				}
+				for _, c := range h.cg {
+					if c.gone {
+						continue
+					}
+					if r.IntN(2) == 0 { // an OOM no controller answers
+						c.usage = c.mem
+						c.mem = max(c.mem, c.ownM)
+					} else { // --restore-after passed
+						c.quota = c.ownQ
+						if c.usage <= c.ownM {
+							c.mem = c.ownM
+						}
+					}
+					silent++
+				}
 			case x < 90 && h.sess != 0 && len(h.out) > 0: // an ack reaches the controller
 				n := 1 + r.IntN(len(h.out))
 				for _, ak := range h.out[:n] {
@@ -300,10 +327,10 @@ func TestAppliedLimitsNeverExceedBudget(t *testing.T) {
 			}
 		}
 	}
-	if acks < 5000 || rejoins < 200 || restarts < 30 || adopted < 100 {
-		t.Errorf("exercised %d acks, %d refusals, %d rejoins, %d restarts, %d adopted", acks, refusals, rejoins, restarts, adopted)
+	if acks < 5000 || rejoins < 200 || restarts < 30 || adopted < 100 || silent < 200 {
+		t.Errorf("exercised %d acks, %d refusals, %d rejoins, %d restarts, %d adopted, %d silent fall-backs", acks, refusals, rejoins, restarts, adopted, silent)
 	}
-	t.Logf("%d acks (%d lost), %d refusals, %d rejoins, %d restarts, %d adopted", acks, lost, refusals, rejoins, restarts, adopted)
+	t.Logf("%d acks (%d lost), %d refusals, %d rejoins, %d restarts, %d adopted, %d silent fall-backs", acks, lost, refusals, rejoins, restarts, adopted, silent)
 }
 
 func gatedApp(t *testing.T, cores float64, mem int64) *Books {

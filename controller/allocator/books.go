@@ -70,6 +70,10 @@ type Join struct {
 	// MaxQuotaUs and MaxMem cap what the allocator sets for this member
 	// (the spec's max_cpu and max_memory; 0: no cap).
 	MaxQuotaUs, MaxMem int64
+	// The container's own limits, what its daemon falls back to without a
+	// controller (hold.go; OwnQuotaUs in the allocator's period; -1: none,
+	// 0: unknown).
+	OwnQuotaUs, OwnMem int64
 }
 
 // Member is the allocator's view of one container.
@@ -107,6 +111,7 @@ type Member struct {
 	pend               []pendLimit
 	extraCPU, extraMem int64
 	wantQuota          int64 // bootstrap share not given yet (cuts unacknowledged)
+	ownQuota, ownMem   int64 // Join.OwnQuotaUs, OwnMem
 }
 
 // AvgThrottle is Σ th / n over the window (divided by n as in the paper,
@@ -174,9 +179,7 @@ type Books struct {
 	creditSeq     uint64
 	pendingCredit []MemCreditCmd
 
-	// Shares held for members whose host's session died: their last
-	// limits are still in the cgroups until that host's escrad puts its
-	// own limits back (or rejoins), so they stay out of the pools.
+	// Shares held for members whose host went silent (hold.go).
 	held             map[string]held
 	heldCPU, heldMem int64
 
@@ -190,8 +193,6 @@ type Books struct {
 	// limits of hosts that have not rejoined yet (applied.go).
 	HoldRaises bool
 }
-
-type held struct{ cpuUs, mem int64 }
 
 // NewBooks makes the books of an empty app; pol nil means the Escra policy.
 func NewBooks(name string, b Budget, p Params, pol Policy) (*Books, error) {
@@ -244,36 +245,6 @@ func (a *Books) targetFreeUs() int64 {
 // MemUnallocated is the global memory limit minus Σ limits, Σ held and Σ
 // unacknowledged cuts.
 func (a *Books) MemUnallocated() int64 { return max(0, a.budget.MemoryBytes-a.CountedMem()) }
-
-// LeaveHeld removes member k like Leave but keeps its quota and memory
-// limit out of the pools under id until Unhold(id): its host is out of
-// reach and may still apply them (a partition), so handing them to others
-// would put Σ applied limits over the budget.
-func (a *Books) LeaveHeld(k Key, id string) ([]Decision, error) {
-	m, ok := a.members[k]
-	if !ok {
-		return nil, ErrUnknown
-	}
-	// What its daemon may have applied, not only the target: a cut it
-	// never acknowledged is still in the cgroup.
-	a.HoldShare(id, m.QuotaUs+m.extraCPU, m.MemLimit+m.extraMem)
-	return a.Leave(k)
-}
-
-// Unhold gives a held share back to the pools; false when none is held.
-func (a *Books) Unhold(id string) bool {
-	h, ok := a.held[id]
-	if !ok {
-		return false
-	}
-	delete(a.held, id)
-	a.heldCPU -= h.cpuUs
-	a.heldMem -= h.mem
-	return true
-}
-
-// Held is Σ held CPU (µs per period) and memory.
-func (a *Books) Held() (cpuUs, mem int64) { return a.heldCPU, a.heldMem }
 
 // Len is λ, the number of members.
 func (a *Books) Len() int { return len(a.order) }
@@ -354,6 +325,7 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 	}
 	m.hostUs = m.HostMaxUs
 	m.MaxQuotaUs, m.MaxMem = max(j.MaxQuotaUs, 0), max(j.MaxMem, 0)
+	m.ownQuota, m.ownMem = j.OwnQuotaUs, j.OwnMem
 	if m.MaxQuotaUs > 0 {
 		m.HostMaxUs = min(m.HostMaxUs, m.MaxQuotaUs)
 	}

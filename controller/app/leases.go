@@ -60,15 +60,16 @@ func (s *App) LeaseReturn(h allocator.HostID, id uint64, bad func(reason string,
 	})
 }
 
-// HostClosed forgets host h's lease and session (it ended; its members
-// leave through Leave).
-// The lease stays counted for hold: the daemon may have raised quotas
-// from it that nobody has heard of (it was partitioned or stopped).
-func (s *App) HostClosed(h allocator.HostID, hold time.Duration) {
+// HostClosed forgets session h's lease and session (it ended; its
+// members leave through LeaveHeld). host is the daemon's host id.
+// The lease stays counted like a held member (allocator/hold.go): the
+// daemon may have raised quotas from it that nobody has heard of (it was
+// partitioned or stopped), until its host rejoins (HostBack) or hold passes.
+func (s *App) HostClosed(h allocator.HostID, host string, hold time.Duration) {
 	s.do(func() {
 		delete(s.hosts, h)
 		if us := s.a.LeaseUs(h); us > 0 && hold > 0 {
-			id := fmt.Sprintf("lease/%d", h)
+			id := holdID(host, fmt.Sprintf("lease/%d", h))
 			s.a.HoldShare(id, us, 0)
 			s.expireHold(id, hold)
 		}

@@ -21,6 +21,8 @@ type MemberInfo struct {
 	MemUsage    int64
 	// The limits its cgroup holds at registration (allocator.Join).
 	CurQuotaUs, CurMem int64
+	// Its own limits, what its daemon falls back to (allocator.Join).
+	OwnQuotaUs, OwnMem int64
 	// Auto-created apps grow their budget by these when the member joins.
 	ContribCores float64
 	ContribMem   int64
@@ -59,7 +61,8 @@ func (s *App) Join(mi MemberInfo) error {
 		var ds []allocator.Decision
 		maxQ, maxM := s.capsOf(mi.Name)
 		ds, err = s.a.Join(allocator.Join{Key: mi.Key, HostMaxUs: mi.HostMaxUs, MemUsage: mi.MemUsage,
-			CurQuotaUs: mi.CurQuotaUs, CurMem: mi.CurMem, MaxQuotaUs: maxQ, MaxMem: maxM})
+			CurQuotaUs: mi.CurQuotaUs, CurMem: mi.CurMem, MaxQuotaUs: maxQ, MaxMem: maxM,
+			OwnQuotaUs: mi.OwnQuotaUs, OwnMem: mi.OwnMem})
 		if err != nil {
 			return
 		}
@@ -112,9 +115,10 @@ func (s *App) leave(k allocator.Key, reason string) {
 	}
 }
 
-// LeaveHeld removes a member whose host's session died and holds its
-// share out of the pools for hold (the time its escrad may still apply the
-// limits: until it puts Docker's back), or until the container rejoins.
+// LeaveHeld removes a member whose host's session died and holds what its
+// cgroup may hold out of the pools (allocator/hold.go) until the container
+// rejoins, its host rejoins without it (HostBack), or hold passes (the
+// host is presumed lost).
 func (s *App) LeaveHeld(k allocator.Key, reason string, hold time.Duration) {
 	s.do(func() {
 		m := s.members[k]

@@ -13,9 +13,11 @@ import (
 
 // Config configures a controller.
 type Config struct {
-	// DeadHold is how long the shares of a host whose session ended stay
-	// out of the pools when its daemon did not say (HostHello
-	// restore_after_ms): escrad's default --restore-after plus a second.
+	// DeadHold is how long what the containers of a host whose session
+	// ended may hold stays out of the pools when neither they nor their
+	// host rejoin (allocator/hold.go): then the host is presumed lost (a
+	// host back after that re-enters with its own limits, counted from its
+	// registration on). escra-controller --host-lost-after; default 10 min.
 	DeadHold time.Duration
 
 	TCPAddr   string // daemon sessions
@@ -134,7 +136,7 @@ func DefaultConfig() Config {
 		SessionMsgBurst:        5000,
 		TelemetryRatePerSource: 20000,
 		EventHistory:           events.DefaultHistory,
-		DeadHold:               11 * time.Second,
+		DeadHold:               10 * time.Minute,
 		RejoinGrace:            3 * time.Second,
 	}
 }

@@ -65,11 +65,24 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 	if m := lim.GetMemoryLimitBytes(); m > 0 && m <= 1<<50 {
 		curM = m
 	}
+	// Its own limits, held while its host is silent (allocator/hold.go):
+	// -1 (none) stays -1, a quota is put in the allocator's period, unset
+	// (an older daemon) is 0, unknown.
+	var ownQ, ownM int64
+	if o := r.GetOwn(); o != nil {
+		ownQ, ownM = -1, -1
+		if q, p := o.GetCpuQuotaUs(), o.GetCpuPeriodUs(); q > 0 && p > 0 {
+			ownQ = q * s.cfg.Params.PeriodUs() / int64(p)
+		}
+		if m := o.GetMemoryLimitBytes(); m > 0 && m <= 1<<50 {
+			ownM = m
+		}
+	}
 	k := key(ss.ID, r.GetHandle())
 	mi := app.MemberInfo{Key: k, Host: ss, HostID: h.hello.GetHostId(), Handle: r.GetHandle(),
 		ContainerID: r.GetContainerId(), Name: r.GetName(), HostMaxUs: h.maxUs,
 		MemUsage: int64(min(r.GetMemoryUsageBytes(), 1<<50)), ContribCores: cores, ContribMem: mem,
-		CurQuotaUs: curQ, CurMem: curM}
+		CurQuotaUs: curQ, CurMem: curM, OwnQuotaUs: ownQ, OwnMem: ownM}
 	var a *app.App
 	for try := 0; ; try++ {
 		var err error

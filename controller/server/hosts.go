@@ -107,6 +107,11 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 		s.hosts.Delete(ss.ID)
 		return nil, s.notLeader()
 	}
+	// Its containers register now; holds of ones that do not (removed
+	// while it was silent) end after the grace (app.HostBack).
+	for _, a := range s.appList() {
+		a.HostBack(h.GetHostId(), s.hostBackGrace())
+	}
 	s.log.Info("daemon connected", "host", h.GetHostId(), "session", ss.ID, "cores", h.GetCores(),
 		"backend", h.GetBackend().String(), "peer", ss.Peer)
 	taddr := s.UDPAddr()
@@ -114,6 +119,16 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 		taddr = s.cfg.TelemetryAdvertise
 	}
 	return &pb.HelloAck{SessionId: ss.ID, PeriodUs: uint32(s.cfg.Params.PeriodUs()), TelemetryAddr: taddr, Term: s.term.Load()}, nil
+}
+
+// hostBackGrace is how long a host that has a session again has to
+// register its containers before the holds of the ones it does not end:
+// RejoinGrace, 3 s when that is off.
+func (s *Server) hostBackGrace() time.Duration {
+	if g := s.cfg.RejoinGrace; g > 0 {
+		return g
+	}
+	return 3 * time.Second
 }
 
 // Closed removes the host and its containers.
@@ -127,14 +142,12 @@ func (s *Server) Closed(ss *session.Session) {
 	refs := h.cont
 	h.cont = map[uint32]*ref{}
 	h.mu.Unlock()
-	// The daemon may still apply its last limits (a partition, or an
-	// escrad that died): its shares stay out of the pools until it puts
-	// Docker's back or its containers rejoin. Otherwise a partitioned host
-	// and its siblings would exceed the budget together.
+	// The host is silent: what its containers' cgroups may hold (its
+	// last limits, an OOM raised to a container's own limit, the own
+	// limits put back after --restore-after) stays out of the pools until
+	// they rejoin (allocator/hold.go). Otherwise a partitioned host and
+	// its siblings would exceed the budget together.
 	hold := s.cfg.DeadHold
-	if ms := h.hello.GetRestoreAfterMs(); ms > 0 {
-		hold = time.Duration(ms)*time.Millisecond + time.Second
-	}
 	for _, r := range refs {
 		s.releaseID(ss.ID, r.id)
 		r.app.LeaveHeld(r.key, "daemon session closed", hold)
@@ -144,7 +157,7 @@ func (s *Server) Closed(ss *session.Session) {
 	}
 	// The daemon dropped its lease credit with the session (host-local leases).
 	for _, a := range s.appList() {
-		a.HostClosed(allocator.HostID(ss.ID), hold)
+		a.HostClosed(allocator.HostID(ss.ID), h.hello.GetHostId(), hold)
 	}
 	s.log.Info("daemon disconnected", "host", h.hello.GetHostId(), "session", ss.ID, "containers", len(refs))
 }

@@ -92,3 +92,29 @@ func TestDeadHostShareReleasedAfterHold(t *testing.T) {
 			a.CPUUnallocatedCores >= 2-float64(c[0].CPUQuotaUs)/100000-1e-9
 	})
 }
+
+// A host back with a session that does not register a held container (it
+// was removed while the host was silent) ends that hold once it had the
+// grace to: escrad registers everything it manages on connect.
+func TestHostBackWithoutContainerEndsItsHold(t *testing.T) {
+	s := start(t, func(c *Config) { c.DeadHold = time.Hour; c.RejoinGrace = 200 * time.Millisecond })
+	if err := s.DefineApp(AppSpec{Name: "web", CPUCores: 2, MemoryBytes: 1 << 30, Sigma: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	gone := dial(t, s, "h1", 4)
+	live := dial(t, s, "h2", 4)
+	gone.Register(1, "web", -1, 0, 10*mib)
+	live.Register(1, "web", -1, 0, 10*mib)
+	eventually(t, "two members", func() bool { return s.Snapshot().Apps[0].Members == 2 })
+	gone.Close()
+	eventually(t, "the silent member held", func() bool { return s.Snapshot().Apps[0].CPUHeldCores > 0 })
+	time.Sleep(400 * time.Millisecond)
+	if a := s.Snapshot().Apps[0]; a.CPUHeldCores == 0 {
+		t.Fatal("hold ended with the host still silent")
+	}
+	dial(t, s, "h1", 4) // registers nothing
+	eventually(t, "the hold of the container h1 no longer has ended", func() bool {
+		a := s.Snapshot().Apps[0]
+		return a.CPUHeldCores == 0 && a.MemoryHeldBytes == 0
+	})
+}

@@ -132,6 +132,9 @@ func (a *Agent) registration(m *managed) *pb.ContainerRegister {
 		Handle: m.h, ContainerId: m.c.ID, Name: m.c.Name, App: m.c.App, CgroupId: m.cgID,
 		CgroupPath: m.g.Paths.Key(), MemoryUsageBytes: uint64(max(usage, 0)),
 		Limits: &pb.Limits{CpuQuotaUs: cur.CPUQuotaUs, CpuPeriodUs: cur.CPUPeriodUs, MemoryLimitBytes: cur.MemoryBytes, CpusetCpus: cur.CpusetCpus},
+		// What restoreLoop puts back and the outage path raises memory up
+		// to: the controller holds at least this while the host is silent.
+		Own: &pb.Limits{CpuQuotaUs: m.orig.CPUQuotaUs, CpuPeriodUs: m.orig.CPUPeriodUs, MemoryLimitBytes: m.orig.MemoryBytes},
 	}
 }
 

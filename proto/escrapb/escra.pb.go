@@ -153,9 +153,10 @@ type HostHello struct {
 	TelemetrySource string `protobuf:"bytes,8,opt,name=telemetry_source,json=telemetrySource,proto3" json:"telemetry_source,omitempty"`
 	// The daemon's --restore-after in milliseconds (0: not told, or never):
 	// how long after losing its controller it keeps the limits it was given
-	// before it puts Docker's back. A controller that loses the session
-	// holds the host's shares out of the pools that long (plus a second),
-	// so a partitioned host and its siblings never exceed a budget together.
+	// before it puts its containers' own (ContainerRegister.own) back.
+	// Informational: a controller that loses the session holds the host's
+	// shares at the most they may be (docs/allocator.md, "The partition
+	// hold") until its containers rejoin, whatever this says.
 	RestoreAfterMs uint32 `protobuf:"varint,120,opt,name=restore_after_ms,json=restoreAfterMs,proto3" json:"restore_after_ms,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -422,8 +423,15 @@ type ContainerRegister struct {
 	CgroupPath       string                 `protobuf:"bytes,6,opt,name=cgroup_path,json=cgroupPath,proto3" json:"cgroup_path,omitempty"`
 	Limits           *Limits                `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
 	MemoryUsageBytes uint64                 `protobuf:"varint,8,opt,name=memory_usage_bytes,json=memoryUsageBytes,proto3" json:"memory_usage_bytes,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The container's own limits (Docker's, or what a configured cgroup
+	// held when escrad took it over; cpu_quota_us and memory_limit_bytes
+	// -1: none): what escrad puts back once no controller was reachable for
+	// its --restore-after, and the memory limit it raises an OOM no
+	// controller answers up to. Unset: an older daemon, own limits unknown.
+	// A controller that loses the session holds at least these.
+	Own           *Limits `protobuf:"bytes,9,opt,name=own,proto3" json:"own,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ContainerRegister) Reset() {
@@ -510,6 +518,13 @@ func (x *ContainerRegister) GetMemoryUsageBytes() uint64 {
 		return x.MemoryUsageBytes
 	}
 	return 0
+}
+
+func (x *ContainerRegister) GetOwn() *Limits {
+	if x != nil {
+		return x.Own
+	}
+	return nil
 }
 
 type ContainerUnregister struct {
@@ -3140,7 +3155,7 @@ const file_escra_proto_rawDesc = "" +
 	"\rcpu_period_us\x18\x02 \x01(\rR\vcpuPeriodUs\x12,\n" +
 	"\x12memory_limit_bytes\x18\x03 \x01(\x03R\x10memoryLimitBytes\x12\x1f\n" +
 	"\vcpuset_cpus\x18\x04 \x01(\tR\n" +
-	"cpusetCpus\"\x8a\x02\n" +
+	"cpusetCpus\"\xae\x02\n" +
 	"\x11ContainerRegister\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\rR\x06handle\x12!\n" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x12\x12\n" +
@@ -3150,7 +3165,8 @@ const file_escra_proto_rawDesc = "" +
 	"\vcgroup_path\x18\x06 \x01(\tR\n" +
 	"cgroupPath\x12(\n" +
 	"\x06limits\x18\a \x01(\v2\x10.escra.v1.LimitsR\x06limits\x12,\n" +
-	"\x12memory_usage_bytes\x18\b \x01(\x04R\x10memoryUsageBytes\"h\n" +
+	"\x12memory_usage_bytes\x18\b \x01(\x04R\x10memoryUsageBytes\x12\"\n" +
+	"\x03own\x18\t \x01(\v2\x10.escra.v1.LimitsR\x03own\"h\n" +
 	"\x13ContainerUnregister\x12\x16\n" +
 	"\x06handle\x18\x01 \x01(\rR\x06handle\x12!\n" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x12\x16\n" +
@@ -3428,46 +3444,47 @@ var file_escra_proto_depIdxs = []int32{
 	0,  // 0: escra.v1.HostHello.backend:type_name -> escra.v1.Backend
 	1,  // 1: escra.v1.HostHello.cgroup_version:type_name -> escra.v1.CgroupVersion
 	4,  // 2: escra.v1.ContainerRegister.limits:type_name -> escra.v1.Limits
-	7,  // 3: escra.v1.TelemetryBatch.stats:type_name -> escra.v1.CpuStat
-	35, // 4: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
-	4,  // 5: escra.v1.LimitUpdate.limits:type_name -> escra.v1.Limits
-	12, // 6: escra.v1.SetLimits.updates:type_name -> escra.v1.LimitUpdate
-	36, // 7: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
-	37, // 8: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
-	4,  // 9: escra.v1.CreateContainer.limits:type_name -> escra.v1.Limits
-	27, // 10: escra.v1.MemCredit.members:type_name -> escra.v1.MemCreditMember
-	2,  // 11: escra.v1.Envelope.hello:type_name -> escra.v1.HostHello
-	3,  // 12: escra.v1.Envelope.hello_ack:type_name -> escra.v1.HelloAck
-	5,  // 13: escra.v1.Envelope.register:type_name -> escra.v1.ContainerRegister
-	6,  // 14: escra.v1.Envelope.unregister:type_name -> escra.v1.ContainerUnregister
-	9,  // 15: escra.v1.Envelope.memory_usage:type_name -> escra.v1.MemoryUsage
-	10, // 16: escra.v1.Envelope.oom_request:type_name -> escra.v1.OomRequest
-	11, // 17: escra.v1.Envelope.oom_verdict:type_name -> escra.v1.OomVerdict
-	13, // 18: escra.v1.Envelope.set_limits:type_name -> escra.v1.SetLimits
-	14, // 19: escra.v1.Envelope.set_limits_ack:type_name -> escra.v1.SetLimitsAck
-	15, // 20: escra.v1.Envelope.reclaim:type_name -> escra.v1.ReclaimRequest
-	16, // 21: escra.v1.Envelope.reclaim_result:type_name -> escra.v1.ReclaimResult
-	17, // 22: escra.v1.Envelope.heartbeat:type_name -> escra.v1.Heartbeat
-	18, // 23: escra.v1.Envelope.error:type_name -> escra.v1.Error
-	19, // 24: escra.v1.Envelope.create_container:type_name -> escra.v1.CreateContainer
-	20, // 25: escra.v1.Envelope.create_container_result:type_name -> escra.v1.CreateContainerResult
-	21, // 26: escra.v1.Envelope.remove_containers:type_name -> escra.v1.RemoveContainers
-	22, // 27: escra.v1.Envelope.remove_containers_result:type_name -> escra.v1.RemoveContainersResult
-	23, // 28: escra.v1.Envelope.cpu_lease:type_name -> escra.v1.CpuLease
-	24, // 29: escra.v1.Envelope.cpu_lease_use:type_name -> escra.v1.CpuLeaseUse
-	25, // 30: escra.v1.Envelope.cpu_lease_return:type_name -> escra.v1.CpuLeaseReturn
-	26, // 31: escra.v1.Envelope.mem_credit:type_name -> escra.v1.MemCredit
-	28, // 32: escra.v1.Envelope.mem_credit_use:type_name -> escra.v1.MemCreditUse
-	29, // 33: escra.v1.Envelope.mem_credit_return:type_name -> escra.v1.MemCreditReturn
-	31, // 34: escra.v1.Envelope.cpu_placement_query:type_name -> escra.v1.CpuPlacementQuery
-	32, // 35: escra.v1.Envelope.cpu_placement_answer:type_name -> escra.v1.CpuPlacementAnswer
-	33, // 36: escra.v1.Envelope.image_state:type_name -> escra.v1.ImageState
-	34, // 37: escra.v1.ImageState.images:type_name -> escra.v1.ImageInfo
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	4,  // 3: escra.v1.ContainerRegister.own:type_name -> escra.v1.Limits
+	7,  // 4: escra.v1.TelemetryBatch.stats:type_name -> escra.v1.CpuStat
+	35, // 5: escra.v1.MemoryUsage.samples:type_name -> escra.v1.MemoryUsage.Sample
+	4,  // 6: escra.v1.LimitUpdate.limits:type_name -> escra.v1.Limits
+	12, // 7: escra.v1.SetLimits.updates:type_name -> escra.v1.LimitUpdate
+	36, // 8: escra.v1.SetLimitsAck.applied:type_name -> escra.v1.SetLimitsAck.Applied
+	37, // 9: escra.v1.ReclaimResult.reclaimed:type_name -> escra.v1.ReclaimResult.Reclaimed
+	4,  // 10: escra.v1.CreateContainer.limits:type_name -> escra.v1.Limits
+	27, // 11: escra.v1.MemCredit.members:type_name -> escra.v1.MemCreditMember
+	2,  // 12: escra.v1.Envelope.hello:type_name -> escra.v1.HostHello
+	3,  // 13: escra.v1.Envelope.hello_ack:type_name -> escra.v1.HelloAck
+	5,  // 14: escra.v1.Envelope.register:type_name -> escra.v1.ContainerRegister
+	6,  // 15: escra.v1.Envelope.unregister:type_name -> escra.v1.ContainerUnregister
+	9,  // 16: escra.v1.Envelope.memory_usage:type_name -> escra.v1.MemoryUsage
+	10, // 17: escra.v1.Envelope.oom_request:type_name -> escra.v1.OomRequest
+	11, // 18: escra.v1.Envelope.oom_verdict:type_name -> escra.v1.OomVerdict
+	13, // 19: escra.v1.Envelope.set_limits:type_name -> escra.v1.SetLimits
+	14, // 20: escra.v1.Envelope.set_limits_ack:type_name -> escra.v1.SetLimitsAck
+	15, // 21: escra.v1.Envelope.reclaim:type_name -> escra.v1.ReclaimRequest
+	16, // 22: escra.v1.Envelope.reclaim_result:type_name -> escra.v1.ReclaimResult
+	17, // 23: escra.v1.Envelope.heartbeat:type_name -> escra.v1.Heartbeat
+	18, // 24: escra.v1.Envelope.error:type_name -> escra.v1.Error
+	19, // 25: escra.v1.Envelope.create_container:type_name -> escra.v1.CreateContainer
+	20, // 26: escra.v1.Envelope.create_container_result:type_name -> escra.v1.CreateContainerResult
+	21, // 27: escra.v1.Envelope.remove_containers:type_name -> escra.v1.RemoveContainers
+	22, // 28: escra.v1.Envelope.remove_containers_result:type_name -> escra.v1.RemoveContainersResult
+	23, // 29: escra.v1.Envelope.cpu_lease:type_name -> escra.v1.CpuLease
+	24, // 30: escra.v1.Envelope.cpu_lease_use:type_name -> escra.v1.CpuLeaseUse
+	25, // 31: escra.v1.Envelope.cpu_lease_return:type_name -> escra.v1.CpuLeaseReturn
+	26, // 32: escra.v1.Envelope.mem_credit:type_name -> escra.v1.MemCredit
+	28, // 33: escra.v1.Envelope.mem_credit_use:type_name -> escra.v1.MemCreditUse
+	29, // 34: escra.v1.Envelope.mem_credit_return:type_name -> escra.v1.MemCreditReturn
+	31, // 35: escra.v1.Envelope.cpu_placement_query:type_name -> escra.v1.CpuPlacementQuery
+	32, // 36: escra.v1.Envelope.cpu_placement_answer:type_name -> escra.v1.CpuPlacementAnswer
+	33, // 37: escra.v1.Envelope.image_state:type_name -> escra.v1.ImageState
+	34, // 38: escra.v1.ImageState.images:type_name -> escra.v1.ImageInfo
+	39, // [39:39] is the sub-list for method output_type
+	39, // [39:39] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_escra_proto_init() }

@@ -116,7 +116,9 @@ func newBudgetSampler(groups []string, cpuCores float64, memBytes int64) *budget
 func (b *budgetSampler) watch(i int) func(string) {
 	return func(l string) {
 		switch {
-		case strings.Contains(l, "limits put back to what Docker knows"):
+		// Only a put-back that wrote everything: one refused (memory
+		// below usage) leaves the controller's limit in the group.
+		case strings.Contains(l, "limits put back to what Docker knows") && strings.Contains(l, "failed=0"):
 			b.restored[i].Store(true)
 		case strings.Contains(l, "controller session back"):
 			b.restored[i].Store(false)

@@ -197,6 +197,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.Float64Var(&p.LeaseFraction, "lease-fraction", p.LeaseFraction, "share of an app's unallocated CPU lent to hosts as host-local leases, split by members (0: off; docs/allocator.md)")
 	shareFlag := fs.Float64("host-max-share", 1, "most of an app's CPU and memory budget the members of one host may hold together, as a fraction (1: no cap; hosts are scoped to their bound apps either way; docs/security.md)")
 	fs.DurationVar(&cfg.ReclaimEvery, "reclaim-every", cfg.ReclaimEvery, "periodic memory reclaim interval (0: off)")
+	fs.DurationVar(&cfg.DeadHold, "host-lost-after", cfg.DeadHold, "how long what a silent host's containers may hold stays out of their apps' pools when they do not rejoin; then the host is presumed lost (docs/allocator.md, the partition hold)")
 	fs.Var(bytesFlag{&p.SafeMarginBytes}, "safe-margin", "δ: reclaim sets limit = usage + δ")
 	fs.Var(bytesFlag{&p.OOMStepBytes}, "oom-step", "memory granted per OOM request")
 	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
@@ -267,6 +268,9 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if cfg.ReclaimEvery < 0 {
 		return fail("--reclaim-every must be >= 0")
+	}
+	if cfg.DeadHold <= 0 {
+		return fail("--host-lost-after must be > 0")
 	}
 	if cfg.RPCTimeout <= 0 {
 		return fail("--rpc-timeout must be > 0")

@@ -46,10 +46,17 @@ func bootRoot(t *testing.T) *bootedRoot {
 	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", tag).Run() })
 	// systemd needs CAP_SYS_ADMIN for its mounts and the units' sandboxes,
 	// and a writable cgroup tree (it stays inside the container's groups).
+	// / is made shared first, as on a host: systemd does that itself when
+	// the kernel starts it, but leaves a container manager's propagation
+	// alone, and Docker's is private. A unit's credentials are mounted in
+	// a child namespace of PID 1 and moved to /run/credentials/UNIT; with
+	// private propagation the move never reaches PID 1, the unit finds the
+	// empty root-only directory and cannot open $CREDENTIALS_DIRECTORY
+	// (DynamicUser or not: systemd 252 in Debian 12).
 	out, err = exec.Command("docker", "run", "-d", "--name", name, "--network", "none",
 		"--cap-add", "SYS_ADMIN", "--security-opt", "seccomp=unconfined",
 		"--tmpfs", "/run", "--tmpfs", "/run/lock", "-v", "/sys/fs/cgroup:/sys/fs/cgroup",
-		"-e", "container=docker", tag, "/lib/systemd/systemd").CombinedOutput()
+		"-e", "container=docker", tag, "/bin/sh", "-c", "mount --make-rshared / && exec /lib/systemd/systemd").CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run systemd: %v\n%s", err, out)
 	}
@@ -166,11 +173,10 @@ func upgradeUnderSystemd(t *testing.T, oldDebs, newDebs []string, oldVer, newVer
 		out, _ := b.try("journalctl --no-pager -u escra-controller")
 		return strings.Contains(out, "escra-controller: TLS: CA: open /etc/escra/ca.pem")
 	})
-	// Not proven here: the start with the certificates escractl certs
-	// writes (key 0600 root) through LoadCredential=. In this systemd in a
-	// Docker container the dynamic user cannot open
-	// $CREDENTIALS_DIRECTORY (permission denied), so the controller falls
-	// back to /etc/escra and is refused the key.
+	// The start with the certificates escractl certs writes (keys 0600
+	// root, docs/operator.md step 3): the unit's dynamic user gets them
+	// through LoadCredential=, and the admin API answers with TLS.
+	controllerWithTLS(b, oldVer)
 	// The admin's edit of two conffiles: plain TCP on loopback.
 	b.sh(`sed -i 's/^ESCRAD_ARGS=.*/ESCRAD_ARGS="--insecure --docker-host unix:\/\/\/run\/no-engine.sock"/' /etc/escra/escrad.env
 sed -i 's/^ESCRA_CONTROLLER_ARGS=.*/ESCRA_CONTROLLER_ARGS="--insecure"/' /etc/escra/escra-controller.env
@@ -233,4 +239,32 @@ systemctl restart escrad`)
 	if out, _ := b.try("ls -d /etc/escra /usr/bin/escrad /lib/systemd/system/escrad.service /etc/systemd/system/escrad.service /etc/systemd/system/multi-user.target.wants/escrad.service /etc/systemd/system/multi-user.target.wants/escra-controller.service /var/lib/systemd/deb-systemd-helper-enabled/escrad.service.dsh-also 2>/dev/null || true"); strings.TrimSpace(out) != "" {
 		t.Errorf("left after purge:\n%s", out)
 	}
+}
+
+// controllerWithTLS writes the certificates as docs/operator.md step 3
+// does, restarts escra-controller and checks that it runs as its dynamic
+// user (not root), with the key readable only by root in /etc/escra, and
+// that its admin API answers escractl over mutual TLS on 127.0.0.1:7472.
+// The certificates are removed afterwards (the test goes on --insecure).
+func controllerWithTLS(b *bootedRoot, ver string) {
+	b.t.Helper()
+	b.sh(`escractl certs --dir /etc/escra --hosts "$(hostname)"
+[ "$(stat -c '%a %U' /etc/escra/controller-key.pem)" = "600 root" ]
+systemctl reset-failed escra-controller || true
+systemctl restart escra-controller`)
+	pid := b.runningVersion("escra-controller.service", ver, 0)
+	if u := strings.TrimSpace(b.sh(fmt.Sprintf("stat -c %%U /proc/%d", pid))); u == "root" || u == "" {
+		b.t.Errorf("escra-controller runs as %q, want its dynamic user", u)
+	}
+	var out string
+	b.waitFor("escractl version over TLS from the controller unit's admin port", 20*time.Second, func() bool {
+		var err error
+		out, err = b.try("escractl --controller https://127.0.0.1:7472 --certs /etc/escra version")
+		return err == nil && strings.Contains(out, ver)
+	})
+	if log := b.sh(fmt.Sprintf("journalctl --no-pager -o cat _PID=%d", pid)); !strings.Contains(log, "tls=true") {
+		b.t.Errorf("the controller's ready line does not say tls=true:\n%s", log)
+	}
+	b.t.Logf("escra-controller with TLS under systemd: pid %d; escractl version: %s", pid, strings.TrimSpace(out))
+	b.sh("rm -f /etc/escra/*.pem")
 }
