@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,6 +64,8 @@ func variants() []variant {
 		all(false, true, false, false),
 		all(false, false, true, false),
 		all(false, false, false, true),
+		all(false, false, true, true),
+		all(true, false, false, true),
 		all(false, true, true, true),
 		all(true, false, true, true),
 		all(true, true, false, true),
@@ -210,7 +213,7 @@ func violPct(p95 []float64, slo float64) float64 {
 // last 12, violations over all 36, the descent included) and the bench's
 // daily curve (14 intervals, workload ranges; violations over all of
 // them, the ramps included). It only logs: PEMA_MODEL=1 runs it (a few
-// minutes on two busy cores); PEMA_MODEL_ONLY=name runs one variant (and the paper's);
+// minutes on two busy cores); PEMA_MODEL_ONLY=a,b runs those variants (and the paper's);
 // PEMA_MODEL_QUICK=1 two quiet seeds at the bench's SLO rule only;
 // PEMA_MODEL_RHDB=file writes the RHDb of variant PEMA_MODEL_RHDB_VARIANT
 // (pema+3: the fit alone, which walks to the cliff) on the quiet seed 0
@@ -268,7 +271,7 @@ func TestModelGuarded(t *testing.T) {
 				rd := driveRule(mk(bgm, seed+300), x0, curve, daily, secs)
 				ruleDailyViol, ruleDailyCPU = append(ruleDailyViol, violPct(rd.p95, slo)), append(ruleDailyCPU, mean(rd.cpu))
 				for _, v := range variants() {
-					if only != "" && v.name != only && v.name != "pema (paper)" {
+					if only != "" && !slices.Contains(strings.Split(only, ","), v.name) && v.name != "pema (paper)" {
 						continue
 					}
 					m := drivePEMA(mk(bgm, seed+400), v, slo, x0, fixed, nil, windows, secs, seed)

@@ -108,15 +108,24 @@ func FitRHDb(es []Entry, n int, cap float64) (Fit, bool) {
 		theta = prior
 		theta[0] = ymin
 	}
-	// kᵢ ≥ 0: a service whose cut made latency fall is noise; it keeps
-	// the prior's slope, and c absorbs the difference.
-	f.C = theta[0]
+	// kᵢ ≥ 0: a service whose fitted slope came out negative (cut
+	// together with others, its share of the latency is not identified)
+	// keeps the prior's slope; c is then refitted to the level.
 	for i := range n {
 		f.K[i] = theta[i+1]
 		if !(f.K[i] >= 0) {
 			f.K[i] = prior[i+1]
 		}
 	}
+	var c float64
+	for _, e := range use {
+		r := math.Min(e.R, cap)
+		for i := range n {
+			r -= f.K[i] * f.phi(i, e.X[i])
+		}
+		c += r / float64(len(use))
+	}
+	f.C = c
 	return f, true
 }
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	bp "github.com/escra-dev/escra/bench/pema"
 	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/pemaloop"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/pemaapp"
@@ -176,8 +178,10 @@ func (e *env) pemaRun(name, policy string, rate func(time.Duration) float64, ste
 		return nil, fmt.Errorf("app %s has no pema loop", app)
 	}
 	// The loop's first tick (re)starts PEMA from the members' quotas;
-	// measuring starts with the loop's next interval.
-	for len(loop.Records()) == 0 || loop.Records()[len(loop.Records())-1].Skipped != "started" {
+	// measuring starts then (a record after it, such as pema-guarded's
+	// rollback a second later, must not hide it).
+	started := func(r pemaloop.Record) bool { return r.Skipped == "started" }
+	for !slices.ContainsFunc(loop.Records(), started) {
 		time.Sleep(50 * time.Millisecond)
 		if e.ctx.Err() != nil {
 			return nil, e.ctx.Err()
