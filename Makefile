@@ -126,7 +126,7 @@ bench-depsched: ## dependency-aware scheduling: simulation, scheduling time, rea
 	$(GO) run ./bench/cmd/bench-depsched -out results/depsched -parts $${PARTS:-sim,sched,real}
 
 .PHONY: bench-pema
-bench-pema: ## PEMA vs RULE, OPTM and Escra on a six-service app (~25 min; root; writes results/pema and docs/pema/*.svg)
+bench-pema: ## PEMA and pema-guarded vs RULE, OPTM and Escra on a six-service app (~2 h: 3 repetitions at two SLOs; PEMA_FLAGS="-reps 1 -slo2 0" ~30 min; root; writes results/pema and docs/pema/*.svg)
 	@scripts/setup.sh
 	$(GO) build -o $(BIN)/bench-pema ./bench/cmd/bench-pema
 	$(BIN)/bench-pema -out results/pema -docs docs/pema $(PEMA_FLAGS)

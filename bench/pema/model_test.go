@@ -25,6 +25,8 @@ type simApp struct {
 	bg    float64 // mean share of the CPU the machine's other jobs take
 	rng   *rand.Rand
 	child [][]int
+	// bursts: simRun's background also bursts (model_guard_test.go).
+	bursts bool
 }
 
 func newSimApp(rps, msCPU, overhead, bg float64, seed uint64) *simApp {

@@ -124,8 +124,8 @@ func (s AppSpec) Validate() error {
 			return fmt.Errorf("app %s: maxima: container %q: want a name, cpu_cores ≥ 0 and memory_bytes 0 or ≥ 4 MiB", s.Name, m.Container)
 		}
 	}
-	if s.Policy == allocator.PolicyPEMA && s.SLO == nil {
-		return fmt.Errorf("app %s: policy pema needs an slo (p95, listen, upstream)", s.Name)
+	if (s.Policy == allocator.PolicyPEMA || s.Policy == allocator.PolicyPEMAGuarded) && s.SLO == nil {
+		return fmt.Errorf("app %s: policy %s needs an slo (p95, listen, upstream)", s.Name, s.Policy)
 	}
 	if s.SLO != nil {
 		if err := s.SLO.Validate(); err != nil {

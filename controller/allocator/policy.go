@@ -58,12 +58,16 @@ const (
 	PolicyEscra      = "escra"
 	PolicyEscraPaper = "escra-paper"
 	PolicyPEMA       = "pema"
+	// PolicyPEMAGuarded is pema with Escra's in-period rule left on and the
+	// PEMA layer guarded (controller/pema, docs/pema.md "PEMA guarded").
+	PolicyPEMAGuarded = "pema-guarded"
 )
 
 var policies = map[string]func() Policy{
-	PolicyEscra:      func() Policy { return Escra{} },
-	PolicyEscraPaper: func() Policy { return EscraPaper{} },
-	PolicyPEMA:       func() Policy { return NewTargets() },
+	PolicyEscra:       func() Policy { return Escra{} },
+	PolicyEscraPaper:  func() Policy { return EscraPaper{} },
+	PolicyPEMA:        func() Policy { return NewTargets() },
+	PolicyPEMAGuarded: func() Policy { return NewGuardedTargets() },
 }
 
 // PolicyNames lists the known policies, sorted.

@@ -40,6 +40,9 @@ type Config struct {
 	// lines; false (our reading) filters against the previous step's
 	// thresholds. docs/pema.md: with UpdateFirst the filter excludes nothing.
 	UpdateFirst bool
+	// Guard: the pema-guarded policy's additions (guard.go); nil: PEMA as
+	// the paper.
+	Guard *GuardConfig
 }
 
 // DefaultConfig returns the paper's parameters for an SLO in seconds.
@@ -70,6 +73,9 @@ func (c Config) Validate() error {
 	case !(c.Budget >= 0):
 		return errors.New("pema: budget: want >= 0")
 	}
+	if c.Guard != nil {
+		return c.Guard.Validate()
+	}
 	return nil
 }
 
@@ -80,6 +86,9 @@ type Obs struct {
 	RPS float64   // request rate λ
 	U   []float64 // per service: CPU used / CPU allocated over the interval
 	H   []float64 // per service: CPU throttling (fraction of periods throttled)
+	// Raised: per service, the share of periods in which Escra's rule
+	// raised the quota above PEMA's (pema-guarded; nil: none).
+	Raised []float64
 }
 
 // Kind says what a step did.
@@ -121,6 +130,7 @@ type Instance struct {
 	rs    []float64 // recent r, newest last, at most K
 	t     int
 	stall int // consecutive steps without a cut
+	g     *guardState
 }
 
 // NewInstance starts PEMA from the ample allocation x0 (§3.1: "we start
@@ -142,6 +152,9 @@ func NewInstance(cfg Config, x0 []float64, db RHDb, seed uint64) (*Instance, err
 	}
 	in := &Instance{cfg: cfg, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), db: db,
 		x: fitBudget(clone(x0), cfg.MinCPU, cfg.Budget), x0: clone(x0), uth: fill(len(x0), cfg.U0), hth: fill(len(x0), cfg.H0)}
+	if cfg.Guard != nil {
+		in.g = newGuardState(len(x0))
+	}
 	return in, nil
 }
 
@@ -244,9 +257,13 @@ func (in *Instance) StepTarget(o Obs, R float64) (Step, error) {
 	}
 	u, h := sane(o.U), sane(o.H)
 	violate := o.P95 > in.cfg.SLO
-	// Line 3: the allocation that produced r^{t−1}, with the thresholds.
-	if err := in.db.Append(Entry{T: in.t, X: clone(in.x), R: o.P95, RPS: o.RPS, Uth: clone(in.uth),
-		Hth: clone(in.hth), Violate: violate}); err != nil {
+	// Line 3: the allocation that produced r^{t−1}, with the thresholds
+	// (and, guarded, the utilisation the fit needs).
+	e := Entry{T: in.t, X: clone(in.x), R: o.P95, RPS: o.RPS, Uth: clone(in.uth), Hth: clone(in.hth), Violate: violate}
+	if in.g != nil {
+		e.U = clone(u)
+	}
+	if err := in.db.Append(e); err != nil {
 		return Step{}, fmt.Errorf("pema: rhdb: %w", err)
 	}
 	in.rs = append(in.rs, o.P95)
@@ -260,14 +277,18 @@ func (in *Instance) StepTarget(o Obs, R float64) (Step, error) {
 	st.S = ScoreS(Rb, mean(in.rs), in.cfg.Alpha)
 	// Line 4: roll back on the instantaneous r (§3.5), to the entry with
 	// the least total CPU that did not violate.
+	if violate && in.g != nil {
+		in.stall++
+		in.guardRollback(o.P95)
+		st.Kind, st.X = KindRollback, clone(in.x)
+		return st, nil
+	}
+	if in.g != nil {
+		in.g.cutIdx, in.g.cutFrom = nil, nil
+	}
 	if violate {
 		in.stall++
-		if e, ok := in.minEntry(); ok {
-			in.x = fitBudget(clone(e.X), in.cfg.MinCPU, in.cfg.Budget)
-		} else {
-			// Nothing in the history is safe: back to the ample start.
-			in.x = fitBudget(clone(in.x0), in.cfg.MinCPU, in.cfg.Budget)
-		}
+		in.lineFour() // nothing in the history safe: back to the ample start
 		st.Kind, st.X = KindRollback, clone(in.x)
 		return st, nil
 	}
@@ -280,6 +301,13 @@ func (in *Instance) StepTarget(o Obs, R float64) (Step, error) {
 	fu, fh := oldU, oldH
 	if in.cfg.UpdateFirst {
 		fu, fh = in.uth, in.hth
+	}
+	if in.g != nil {
+		if st.Cut = in.undoRaised(o.Raised); len(st.Cut) > 0 {
+			in.stall++
+			st.Kind, st.X = KindUndo, clone(in.x)
+			return st, nil
+		}
 	}
 	// Line 6: exploration (Eq 8, with r̄: our reading).
 	st.PE = PExplore(in.cfg.A, in.cfg.B, st.S)
@@ -301,6 +329,15 @@ func (in *Instance) StepTarget(o Obs, R float64) (Step, error) {
 			cand = append(cand, i)
 		}
 	}
+	if in.g != nil && in.cfg.Guard.Fit {
+		// Mechanism 3 in place of lines 9–10.
+		if st.N > 0 && st.Delta > 0 {
+			from := clone(in.x)
+			st.Cut = in.fitCuts(cand, st.N, st.Delta, R)
+			in.noteCut(st.Cut, from)
+		}
+		return in.finish(st), nil
+	}
 	// Line 9: Eq 5.
 	p := InclusionP(u, fu, cand)
 	var star []int
@@ -318,13 +355,25 @@ func (in *Instance) StepTarget(o Obs, R float64) (Step, error) {
 	if st.N == 0 || st.Delta <= 0 {
 		star = nil
 	}
+	from := clone(in.x)
 	for _, i := range star {
 		nx := math.Max(in.cfg.MinCPU, in.x[i]*(1-st.Delta))
+		if in.g != nil {
+			nx = in.guardNext(i, in.x[i], st.Delta)
+		}
 		if nx < in.x[i] {
 			in.x[i] = nx
 			st.Cut = append(st.Cut, i)
 		}
 	}
+	if in.g != nil {
+		in.noteCut(st.Cut, from)
+	}
+	return in.finish(st), nil
+}
+
+// finish sets the step's kind from its cuts.
+func (in *Instance) finish(st Step) Step {
 	if len(st.Cut) == 0 {
 		in.stall++
 		st.Kind = KindHold
@@ -333,7 +382,12 @@ func (in *Instance) StepTarget(o Obs, R float64) (Step, error) {
 		st.Kind = KindCut
 	}
 	st.X = clone(in.x)
-	return st, nil
+	return st
+}
+
+// noteCut remembers the cut in force for the guard's blame.
+func (in *Instance) noteCut(cut []int, from []float64) {
+	in.g.cutIdx, in.g.cutFrom = slices.Clone(cut), from
 }
 
 // minEntry is the non-violating entry with the least Σx (the latest among

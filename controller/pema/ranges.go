@@ -215,6 +215,7 @@ func (mg *Manager) maybeSplit(r *Range) error {
 		return err
 	}
 	child.uth, child.hth, child.rs = clone(r.Inst.uth), clone(r.Inst.hth), clone(r.Inst.rs)
+	child.g = r.Inst.g.clone()
 	child.t = r.Inst.t
 	mid := (r.Lo + r.Hi) / 2
 	mg.ranges = append(mg.ranges, &Range{ID: id, Lo: r.Lo, Hi: mid, Parent: r.ID, Inst: child})
@@ -239,4 +240,23 @@ func Slope(x, y []float64) float64 {
 		return 0
 	}
 	return sxy / sxx
+}
+
+// Violation passes a violation seen inside an interval (pema-guarded) to
+// the range of the load now: another range's allocation if the load has
+// left the acting one (§3.4's switch, at once), else the acting range's
+// rollback.
+func (mg *Manager) Violation(p95, rps float64) (Step, error) {
+	cur := mg.ranges[mg.active]
+	if !mg.learnt {
+		return Step{Kind: KindLearn, X: cur.Inst.X(), Range: cur.ID, Violate: true}, nil
+	}
+	if j := mg.find(rps); j != mg.active {
+		mg.active = j
+		r := mg.ranges[j]
+		return Step{Kind: KindSwitch, X: r.Inst.X(), Range: r.ID, Violate: true}, nil
+	}
+	st, err := cur.Inst.Violation(p95, rps)
+	st.Range = cur.ID
+	return st, err
 }

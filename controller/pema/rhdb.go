@@ -16,6 +16,8 @@ type Entry struct {
 	Uth     []float64 `json:"uth"`
 	Hth     []float64 `json:"hth"`
 	Violate bool      `json:"violate"`
+	// U: the utilisation observed (pema-guarded only: its fit needs it).
+	U []float64 `json:"u,omitempty"`
 }
 
 // RHDb is the resource-allocation history database (§3.3).

@@ -4,7 +4,9 @@
 // utilisation and throttling from the per-period telemetry the
 // allocator already receives (allocator.Targets), takes one PEMA step
 // and sets the members' target quotas, which the allocator sends to
-// escrad within a period.
+// escrad within a period. As "pema-guarded" (PEMA.Guard set) it also
+// watches a sliding p95 of the same proxy (guard.go) and rolls back
+// inside the interval.
 package pemaloop
 
 import (
@@ -26,6 +28,12 @@ import (
 const (
 	DefaultInterval    = 20 * time.Second
 	DefaultMinRequests = 2000
+	// pema-guarded: the sliding p95 is over the last 2 s (PEMA §6 asks for
+	// "higher resolution performance monitoring (e.g., within 10
+	// seconds)"), checked every 250 ms, with at least 40 requests in it.
+	DefaultFastWindow = 2 * time.Second
+	DefaultFastEvery  = 250 * time.Millisecond
+	DefaultFastMin    = 40
 )
 
 // Config is one app's PEMA loop.
@@ -40,6 +48,10 @@ type Config struct {
 	Seed        uint64
 	Listen      string // the proxy's address
 	Upstream    string // the app's entry service
+	// FastWindow, FastEvery, FastMin: pema-guarded's sliding p95 (0: the
+	// defaults when PEMA.Guard is set; unused otherwise).
+	FastWindow, FastEvery time.Duration
+	FastMin               int
 }
 
 // Validate checks what the loop needs beyond pema.Config.
@@ -78,6 +90,11 @@ type Record struct {
 	U         map[string]float64 `json:"u,omitempty"`
 	H         map[string]float64 `json:"h,omitempty"`
 	SLOSecond float64            `json:"slo_s"`
+	// Raised: the share of periods Escra's rule raised each member
+	// (pema-guarded). Fast: a rollback inside the interval, on the
+	// sliding p95 (P95, Requests and RPS are that window's).
+	Raised map[string]float64 `json:"raised,omitempty"`
+	Fast   bool               `json:"fast,omitempty"`
 }
 
 // DB makes range id's RHDb (nil: in memory).
@@ -98,6 +115,8 @@ type Loop struct {
 	keys  []allocator.Key
 	recs  []Record
 	slo   float64
+	begin time.Time // the interval's start
+	perUs float64   // the app's CFS period, µs
 
 	stop chan struct{}
 	done chan struct{}
@@ -115,7 +134,15 @@ func Start(cfg Config, a App, tg *allocator.Targets, newDB DB, log *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
-	l := &Loop{cfg: cfg, app: a, tg: tg, proxy: p, newDB: newDB, log: log.With("app", cfg.App, "policy", "pema"),
+	policy := "pema"
+	if cfg.PEMA.Guard != nil {
+		policy = "pema-guarded"
+		cfg.FastWindow = cmp.Or(cfg.FastWindow, DefaultFastWindow)
+		cfg.FastEvery = cmp.Or(cfg.FastEvery, DefaultFastEvery)
+		cfg.FastMin = cmp.Or(cfg.FastMin, DefaultFastMin)
+		p.KeepRecent(cfg.FastWindow)
+	}
+	l := &Loop{cfg: cfg, app: a, tg: tg, proxy: p, newDB: newDB, log: log.With("app", cfg.App, "policy", policy),
 		slo: cfg.PEMA.SLO, stop: make(chan struct{}), done: make(chan struct{})}
 	l.log.Info("pema loop started", "proxy", p.Addr(), "upstream", cfg.Upstream, "interval", cfg.Interval, "slo", cfg.PEMA.SLO)
 	go l.run()
@@ -164,12 +191,25 @@ func (l *Loop) run() {
 	t := time.NewTicker(l.cfg.Interval)
 	defer t.Stop()
 	l.proxy.Take() // the first window starts now
+	l.mu.Lock()
+	l.begin = time.Now()
+	l.mu.Unlock()
+	var fast <-chan time.Time
+	if l.cfg.PEMA.Guard != nil {
+		ft := time.NewTicker(l.cfg.FastEvery)
+		defer ft.Stop()
+		fast = ft.C
+	}
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-t.C:
 			l.Tick()
+		case <-fast:
+			if l.Check() {
+				t.Reset(l.cfg.Interval) // a rollback inside the interval starts a new one
+			}
 		}
 	}
 }
@@ -181,6 +221,7 @@ func (l *Loop) Tick() {
 	use := l.tg.Take()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.begin = time.Now()
 	rec := Record{Time: time.Now(), P95: w.P95.Seconds(), RPS: w.RPS, Requests: w.N, Errors: w.Errors, SLOSecond: l.slo}
 	defer func() {
 		if len(l.recs) < 100000 {
@@ -200,6 +241,7 @@ func (l *Loop) Tick() {
 	names := make([]string, len(ms))
 	keys := make([]allocator.Key, len(ms))
 	periodUs := float64(st.Params.PeriodUs())
+	l.perUs = periodUs
 	x0 := make([]float64, len(ms))
 	for i, m := range ms {
 		names[i], keys[i] = m.Info.Name, m.Info.Key
@@ -256,6 +298,16 @@ func (l *Loop) Tick() {
 	rec.U, rec.H = map[string]float64{}, map[string]float64{}
 	for i, n := range names {
 		rec.U[n], rec.H[n] = o.U[i], o.H[i]
+	}
+	if l.cfg.PEMA.Guard != nil {
+		o.Raised = make([]float64, len(keys))
+		rec.Raised = map[string]float64{}
+		for i, k := range keys {
+			if u := use[k]; u.Periods > 0 {
+				o.Raised[i] = float64(u.Raised) / float64(u.Periods)
+			}
+			rec.Raised[names[i]] = o.Raised[i]
+		}
 	}
 	rec.P95 = o.P95
 	s, err := l.mg.Step(o)
@@ -314,9 +366,23 @@ func Replay(c pema.Config, rc pema.RangeConfig, seed uint64, recs []Record) ([]p
 		if err := mg.SetSLO(r.SLOSecond); err != nil {
 			return nil, err
 		}
+		if r.Fast {
+			s, err := mg.Violation(r.P95, r.RPS)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, s)
+			continue
+		}
 		o := pema.Obs{P95: r.P95, RPS: r.RPS, U: make([]float64, len(names)), H: make([]float64, len(names))}
 		for i, n := range names {
 			o.U[i], o.H[i] = r.U[n], r.H[n]
+		}
+		if r.Raised != nil {
+			o.Raised = make([]float64, len(names))
+			for i, n := range names {
+				o.Raised[i] = r.Raised[n]
+			}
 		}
 		s, err := mg.Step(o)
 		if err != nil {

@@ -25,6 +25,15 @@ type Proxy struct {
 	lat   []time.Duration
 	errs  int
 	since time.Time
+	// recent: the last requests with their completion times, for a
+	// sliding p95 (pema-guarded); kept for keep, 0: not kept.
+	keep   time.Duration
+	recent []timed
+}
+
+type timed struct {
+	at time.Time
+	d  time.Duration
 }
 
 // Window is what the proxy saw since the last Take.
@@ -92,6 +101,19 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) record(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.keep > 0 {
+		now := time.Now()
+		i := 0
+		for i < len(p.recent) && now.Sub(p.recent[i].at) > p.keep {
+			i++
+		}
+		if i > 0 && i > len(p.recent)/2 {
+			p.recent = append(p.recent[:0], p.recent[i:]...)
+		} else if len(p.recent) >= maxSamples {
+			p.recent = p.recent[1:]
+		}
+		p.recent = append(p.recent, timed{at: now, d: d})
+	}
 	if len(p.lat) >= maxSamples {
 		p.lat = p.lat[:copy(p.lat, everyOther(p.lat))]
 	}
@@ -118,6 +140,33 @@ func (p *Proxy) Take() Window {
 	}
 	w.P95 = Percentile(lat, 0.95)
 	return w
+}
+
+// KeepRecent makes the proxy keep the requests of the last d, for Recent.
+func (p *Proxy) KeepRecent(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.keep = d
+}
+
+// Recent is the p95 of the requests completed since since (and within
+// the kept span), and how many there were: a sliding p95 (pema-guarded).
+func (p *Proxy) Recent(since time.Time) (time.Duration, int) {
+	p.mu.Lock()
+	since = maxTime(since, time.Now().Add(-p.keep))
+	var lat []time.Duration
+	for j := len(p.recent) - 1; j >= 0 && !p.recent[j].at.Before(since); j-- {
+		lat = append(lat, p.recent[j].d)
+	}
+	p.mu.Unlock()
+	return Percentile(lat, 0.95), len(lat)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // Percentile is the nearest-rank q-quantile (0 for no samples).

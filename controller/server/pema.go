@@ -20,11 +20,15 @@ type pemaRef struct {
 // into the controller's bbolt store when there is one.
 func (s *Server) startPEMA(a *app.App, tg *allocator.Targets, spec AppSpec) error {
 	if spec.SLO == nil {
-		return fmt.Errorf("app %s: policy pema needs an slo", spec.Name)
+		return fmt.Errorf("app %s: policy %s needs an slo", spec.Name, tg.Name())
 	}
 	c, rc, err := spec.SLO.PEMA()
 	if err != nil {
 		return fmt.Errorf("app %s: %w", spec.Name, err)
+	}
+	if tg.Guarded() {
+		g := pema.DefaultGuard()
+		c.Guard = &g
 	}
 	cfg := pemaloop.Config{App: spec.Name, Interval: spec.SLO.Interval, MinRequests: spec.SLO.MinRequests,
 		PEMA: c, Ranges: rc, Seed: spec.SLO.Seed, Listen: spec.SLO.Listen, Upstream: spec.SLO.Upstream}

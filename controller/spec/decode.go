@@ -180,8 +180,8 @@ func (d *decoder) app(n *yaml.Node) *App {
 			}
 		},
 	})
-	if app.Allocator.Policy == allocator.PolicyPEMA && app.SLO == nil && d.ok() {
-		d.errAt(top["allocator"], "slo", "is required by policy pema (p95, listen, upstream)")
+	if (app.Allocator.Policy == allocator.PolicyPEMA || app.Allocator.Policy == allocator.PolicyPEMAGuarded) && app.SLO == nil && d.ok() {
+		d.errAt(top["allocator"], "slo", "is required by policy "+app.Allocator.Policy+" (p95, listen, upstream)")
 	}
 	d.validate(app, top)
 	return app

@@ -32,6 +32,16 @@ func TestSLO(t *testing.T) {
 		len(a.SLO.Ranges) != 3 || a.SLO.RangeWidth != 50 || a.Allocator.Policy != "pema" {
 		t.Fatalf("%+v", a.SLO)
 	}
+	// pema-guarded takes the same section, and needs it as much.
+	g, err := Parse("s.yaml", []byte(strings.Replace(pemaSpec, "policy: pema", "policy: pema-guarded", 1)))
+	if err != nil || g.Allocator.Policy != "pema-guarded" || g.SLO == nil {
+		t.Fatalf("pema-guarded: %v, %+v", err, g)
+	}
+	i, j := strings.Index(pemaSpec, "slo:"), strings.Index(pemaSpec, "containers:")
+	noSLO := strings.Replace(pemaSpec[:i]+pemaSpec[j:], "policy: pema", "policy: pema-guarded", 1)
+	if _, err := Parse("s.yaml", []byte(noSLO)); err == nil || !strings.Contains(err.Error(), "is required by policy pema-guarded") {
+		t.Fatalf("pema-guarded without an slo: err %v", err)
+	}
 	for _, c := range []struct{ from, to, want string }{
 		{"slo:\n  p95: 50ms\n", "", "slo: is required by policy pema"},
 		{"p95: 50ms", "p95: -1s", "slo p95"},

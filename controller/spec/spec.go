@@ -73,7 +73,7 @@ type App struct {
 
 // Allocator holds the resource allocator's parameters (Escra §IV-C/D).
 type Allocator struct {
-	Policy             string        // "escra" (default), "escra-paper" or "pema" (docs/spec.md)
+	Policy             string        // "escra" (default), "escra-paper", "pema" or "pema-guarded" (docs/spec.md)
 	Kappa              float64       // κ: scale-down rate
 	Gamma              float64       // γ: unused share of the quota above which the quota shrinks
 	Upsilon            float64       // Υ: scale-up rate

@@ -44,6 +44,8 @@ type Phase struct {
 	Records []pemaloop.Record `json:"pema,omitempty"`
 	Trials  int               `json:"optm_trials,omitempty"`
 	Died    []string          `json:"died,omitempty"` // services whose container had stopped by the end
+	Rep     int               `json:"rep,omitempty"`  // repetition, 1-based (0: a run before repetitions)
+	Set     string            `json:"set,omitempty"`  // "slo2": at -slo2
 }
 
 // removeOurs force-removes the containers this process started (by name

@@ -62,6 +62,10 @@ type opts struct {
 	curveBursts  string
 	curveDur     time.Duration
 	burst        float64
+	reps         int
+	slo2         time.Duration
+	pemag        bool
+	throttlePoll time.Duration
 }
 
 func (o opts) want(phase string) bool {
@@ -97,7 +101,7 @@ func main() {
 	flag.BoolVar(&o.skipDaily, "skip-daily", false, "skip the daily-curve runs")
 	flag.StringVar(&o.recordTrace, "trace", "", "also write the PEMA loop's records (its telemetry) here")
 	flag.BoolVar(&o.escraEnabled, "escra", true, "run the Escra policy too")
-	flag.StringVar(&o.only, "only", "", "run only these phases (comma list of optm, pema, rule, escra, daily; needs -slo), or \"curve\" alone: the app's p95 at fixed allocations (curve.json; not part of make bench-pema)")
+	flag.StringVar(&o.only, "only", "", "run only these phases (comma list of optm, pema, pemag, rule, escra, daily; needs -slo), or \"curve\" alone: the app's p95 at fixed allocations (curve.json; not part of make bench-pema)")
 	flag.StringVar(&o.curveFactors, "curve", "2,1.5,1.3,1.2,1.1,1.05,1", "-only curve: allocations as factors of each service's usage at the ample start")
 	flag.StringVar(&o.curvePeriods, "curve-periods", "100000,20000", "-only curve: CFS periods in µs, each factor run under each")
 	flag.StringVar(&o.curveBursts, "curve-burst", "0", "-only curve: CFS burst as fractions of the quota (cpu.cfs_burst_us), each factor and period run under each")
@@ -105,8 +109,20 @@ func main() {
 	flag.IntVar(&o.hashesPerMs, "hashes-per-ms", 0, "SHA-256 rounds per ms of this machine's CPU time (0: measured once by this process)")
 	flag.Float64Var(&o.msCPU, "ms-cpu", 0.15, "CPU time, in ms, that one ms of -ms costs in every container (demo-http -hashes-per-ms = hashes-per-ms × this; 0.15 at 200 rps keeps the app near 0.3 core of usage, light enough for the shared app CPU at the daily curve's 1.3× peak)")
 	flag.Float64Var(&o.burst, "burst", 0, "CFS burst of every policy's containers as a share of the quota, in [0, 1] (escrad --cfs-burst for PEMA and Escra; written beside Docker's quota for RULE and OPTM); 0: none, as PEMA")
+	flag.IntVar(&o.reps, "reps", 3, "repetitions of the pema and pema-guarded runs (fixed load and daily curve); their keys pool the repetitions' intervals")
+	flag.DurationVar(&o.slo2, "slo2", 250*time.Millisecond, "a second SLO at which OPTM, pema and pema-guarded run again (250 ms: PEMA's SockShop SLO); keys with the suffix _slo250ms; 0: none")
+	flag.BoolVar(&o.pemag, "pemag", true, "run the pema-guarded policy too")
+	flag.DurationVar(&o.throttlePoll, "throttle-poll", 2*time.Millisecond, "escrad's throttle watcher poll (its default; 0: no throttle events, so neither Escra nor pema-guarded raises inside a period)")
+	qk := flag.Bool("quick", false, "a smoke of every phase and key in ~3 minutes (1 repetition, 2 s intervals, few steps, no Escra); not a measurement")
 	resum := flag.Bool("summarize-only", false, "recompute summary.json and the plots from -out's phases.json")
 	flag.Parse()
+	if *qk {
+		quick(&o)
+	}
+	if o.reps < 1 {
+		fmt.Fprintln(os.Stderr, "bench-pema: -reps", o.reps, "< 1")
+		os.Exit(2)
+	}
 	if *resum {
 		if err := resummarize(o); err != nil {
 			fmt.Fprintln(os.Stderr, "bench-pema:", err)
@@ -195,14 +211,17 @@ func run(o opts) error {
 		return err
 	}
 	defer srv.Close()
-	apps := []string{"pema-bench-pema", "pema-bench-escra", "pema-bench-pema-daily", "pema-bench-escra-daily"}
+	var apps []string
+	for _, s := range plan(o) {
+		apps = append(apps, appName(s.name))
+	}
 	dcli, err := containers.NewDockerClient("unix:///var/run/docker.sock")
 	if err != nil {
 		return err
 	}
 	ag, err := agent.New(agent.Config{HostID: "pema-bench", Controller: srv.TCPAddr(), Period: 100 * time.Millisecond,
 		OOMDeadline: 200 * time.Millisecond, Heartbeat: time.Second, Backend: agent.BackendCgroupfs, Docker: dcli,
-		Apps: apps, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), CFSBurst: o.burst})
+		Apps: apps, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), CFSBurst: o.burst, ThrottlePoll: o.throttlePoll})
 	if err != nil {
 		return err
 	}
@@ -285,42 +304,45 @@ func run(o opts) error {
 		writeJSON(filepath.Join(o.out, "phases.json"), phases)
 		return nil
 	}
-	if o.want("optm") {
-		if err := add(e.optm()); err != nil {
-			return err
+	sloMain := e.slo
+	span := time.Duration(o.dailySteps) * o.interval
+	rate := daily(o.rps, span)
+	ranges := []float64{0, o.rps * 0.9, o.rps * 1.8, o.rps * 3}
+	for _, s := range plan(o) {
+		e.slo = sloMain
+		if s.set == "slo2" {
+			e.slo = o.slo2
 		}
-	}
-	if o.want("pema") {
-		if err := add(e.pemaRun("pema", "pema-bench-pema", fixedRate(o.rps), o.pemaSteps, o.sloSteps, nil)); err != nil {
-			return err
-		}
-	}
-	if o.want("rule") {
-		if err := add(e.rule("rule", fixedRate(o.rps), o.ruleSteps)); err != nil {
-			return err
-		}
-	}
-	if o.escraEnabled && o.want("escra") {
-		if err := add(e.escra("escra", "pema-bench-escra", fixedRate(o.rps), o.ruleSteps)); err != nil {
-			return err
-		}
-	}
-	if !o.skipDaily && o.want("daily") {
-		span := time.Duration(o.dailySteps) * o.interval
-		rate := daily(o.rps, span)
-		ranges := []float64{0, o.rps * 0.9, o.rps * 1.8, o.rps * 3}
-		if err := add(e.pemaRun("pema-daily", "pema-bench-pema-daily", rate, o.dailySteps, 0, ranges)); err != nil {
-			return err
-		}
-		if err := add(e.rule("rule-daily", rate, o.dailySteps)); err != nil {
-			return err
-		}
-		if o.escraEnabled {
-			if err := add(e.escra("escra-daily", "pema-bench-escra-daily", rate, o.dailySteps)); err != nil {
-				return err
+		var p *Phase
+		var err error
+		switch {
+		case s.policy == "optm":
+			p, err = e.optm(s.name)
+		case s.policy == "rule" && !s.daily:
+			p, err = e.rule(s.name, fixedRate(o.rps), o.ruleSteps)
+		case s.policy == "rule":
+			p, err = e.rule(s.name, rate, o.dailySteps)
+		case s.policy == "escra" && !s.daily:
+			p, err = e.escra(s.name, fixedRate(o.rps), o.ruleSteps)
+		case s.policy == "escra":
+			p, err = e.escra(s.name, rate, o.dailySteps)
+		case s.daily:
+			p, err = e.pemaRun(s.name, s.policy, rate, o.dailySteps, 0, ranges)
+		default:
+			sloSteps := 0
+			if s.policy == "pema" && s.rep == 1 && s.set == "" {
+				sloSteps = o.sloSteps // Fig 20 once
 			}
+			p, err = e.pemaRun(s.name, s.policy, fixedRate(o.rps), o.pemaSteps, sloSteps, nil)
+		}
+		if p != nil {
+			p.Rep, p.Set = s.rep, s.set
+		}
+		if err := add(p, err); err != nil {
+			return err
 		}
 	}
+	e.slo = sloMain
 	sum := summarize(e, phases)
 	sum["bench_minutes"] = time.Since(begin).Minutes()
 	if l := loads(); len(l) > 0 {

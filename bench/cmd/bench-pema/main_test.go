@@ -69,3 +69,44 @@ func TestCurveFlags(t *testing.T) {
 		}
 	}
 }
+
+// pema and pema-guarded are judged over their repetitions: CPU the mean
+// of each fixed-load run's last third, violations pooled over every
+// fixed-load and daily interval; at -slo2 with their own OPTM, RULE's
+// CPU shared. Hand-computed: pemag reps' last thirds 0.4, 0.5, 0.6 →
+// 0.5; RULE 0.5 → 0 %; OPTM 0.4 → 1.25; 1 violation in 3×3 fixed + 2
+// daily intervals → 1/11. At 250 ms: 0.3 vs RULE 0.5 → −40 %, OPTM 0.2
+// → 1.5, no violation.
+func TestPooledKeys(t *testing.T) {
+	e := &env{o: opts{rps: 60, interval: 10 * time.Second, slo2: 250 * time.Millisecond}, svcs: pemaapp.SixServices(), slo: 100 * time.Millisecond}
+	ph := func(name, policy, load, set string, cpu, p95 []float64, slo float64) *Phase {
+		s := make([]float64, len(p95))
+		for i := range s {
+			s[i] = slo
+		}
+		return &Phase{Name: name, Policy: policy, Load: load, Set: set, CPU: cpu, Usage: cpu, P95ms: p95, SLOms: s}
+	}
+	ps := []*Phase{
+		{Name: "optm", Policy: "optm", Final: []float64{0.2, 0.2}},
+		{Name: "optm-slo2", Policy: "optm", Final: []float64{0.1, 0.1}, Set: "slo2"},
+		ph("pemag", "pema-guarded", "fixed", "", []float64{1, 1, 0.4}, []float64{10, 10, 10}, 100),
+		ph("pemag-r2", "pema-guarded", "fixed", "", []float64{1, 1, 0.5}, []float64{10, 200, 10}, 100),
+		ph("pemag-r3", "pema-guarded", "fixed", "", []float64{1, 1, 0.6}, []float64{10, 10, 10}, 100),
+		ph("pemag-daily", "pema-guarded", "daily", "", []float64{1, 1}, []float64{10, 10}, 100),
+		ph("pemag-slo2", "pema-guarded", "fixed", "slo2", []float64{1, 1, 0.3}, []float64{10, 10, 10}, 250),
+		ph("rule", "rule", "fixed", "", []float64{1, 0.5}, []float64{300, 300}, 100),
+	}
+	s := summarize(e, ps)
+	for k, want := range map[string]float64{
+		"pemag_cpu_vs_rule_pct": 0, "pemag_cpu_vs_optm_ratio": 1.25, "pemag_slo_violation_pct": 100.0 / 11,
+		"pemag_cpu_vs_rule_pct_slo250ms": -40, "pemag_cpu_vs_optm_ratio_slo250ms": 1.5, "pemag_slo_violation_pct_slo250ms": 0,
+		"rule_slo_violation_pct": 100, "rule_slo_violation_pct_slo250ms": 100,
+	} {
+		if got, ok := s[k].(float64); !ok || math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s = %v, want %v", k, s[k], want)
+		}
+	}
+	if s["pemag_reps"] != 3 || s["pemag_intervals"] != 11 {
+		t.Errorf("reps %v, intervals %v; want 3, 11", s["pemag_reps"], s["pemag_intervals"])
+	}
+}

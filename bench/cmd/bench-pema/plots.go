@@ -12,7 +12,7 @@ func plots(dir string, e *env, ps []*Phase) {
 		var cpu, lat []bp.Series
 		var slo float64
 		for _, p := range ps {
-			if p.Load != load || len(p.CPU) < 2 {
+			if p.Load != load || len(p.CPU) < 2 || p.Rep > 1 || p.Set != "" {
 				continue
 			}
 			x := make([]float64, len(p.CPU))

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	bp "github.com/escra-dev/escra/bench/pema"
 	"github.com/escra-dev/escra/controller/adminapi"
 	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/pemaloop"
 	"github.com/escra-dev/escra/controller/server"
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/internal/pemaapp"
@@ -30,7 +32,7 @@ func appParams() *allocator.Params {
 
 // optm is PEMA's OPTM: local search with the SLO checked over two
 // windows per trial, on containers resized through Docker.
-func (e *env) optm() (*Phase, error) {
+func (e *env) optm(name string) (*Phase, error) {
 	r, err := e.start("")
 	if err != nil {
 		return nil, err
@@ -80,8 +82,9 @@ func (e *env) optm() (*Phase, error) {
 	}
 	cancel()
 	<-done
-	logf("optm: %.3f cores after %d trials (%v)", sum(x), used, fmtX(x))
-	return &Phase{Name: "optm", Policy: "optm", Load: "fixed", Final: x, CPU: []float64{sum(x)}, Trials: used, Died: e.died("optm", r)}, nil
+	logf("%s: %.3f cores after %d trials (%v) at SLO %v", name, sum(x), used, fmtX(x), e.slo)
+	return &Phase{Name: name, Policy: "optm", Load: "fixed", Final: x, CPU: []float64{sum(x)}, Trials: used, Died: e.died(name, r),
+		SLOms: []float64{float64(e.slo) / 1e6}}, nil
 }
 
 // rule is RULE: every interval each container's limit becomes 1.15 × the
@@ -120,7 +123,8 @@ func (e *env) rule(name string, rate func(time.Duration) float64, steps int) (*P
 }
 
 // escra is the usage-driven default policy on the same app.
-func (e *env) escra(name, app string, rate func(time.Duration) float64, steps int) (*Phase, error) {
+func (e *env) escra(name string, rate func(time.Duration) float64, steps int) (*Phase, error) {
+	app := appName(name)
 	if err := e.srv.DefineApp(server.AppSpec{Name: app, CPUCores: e.o.omega, MemoryBytes: 1 << 30, Sigma: 0.1, Policy: "escra", Params: appParams()}); err != nil {
 		return nil, err
 	}
@@ -136,9 +140,10 @@ func (e *env) escra(name, app string, rate func(time.Duration) float64, steps in
 	return ph, err
 }
 
-// pemaRun runs the pema policy for steps intervals, then cuts the SLO to
-// 0.6× for sloSteps more (Fig 20).
-func (e *env) pemaRun(name, app string, rate func(time.Duration) float64, steps, sloSteps int, ranges []float64) (*Phase, error) {
+// pemaRun runs policy (pema or pema-guarded) for steps intervals, then
+// cuts the SLO to 0.6× for sloSteps more (Fig 20).
+func (e *env) pemaRun(name, policy string, rate func(time.Duration) float64, steps, sloSteps int, ranges []float64) (*Phase, error) {
+	app := appName(name)
 	ports, err := pemaapp.AssignPorts(e.svcs)
 	if err != nil {
 		return nil, err
@@ -150,7 +155,7 @@ func (e *env) pemaRun(name, app string, rate func(time.Duration) float64, steps,
 		slo.RangeWidth = (ranges[1] - ranges[0]) / 2
 	}
 	if err := e.srv.DefineApp(server.AppSpec{Name: app, CPUCores: e.o.omega, MemoryBytes: 1 << 30, Sigma: 0.1,
-		Policy: "pema", SLO: slo, Params: appParams()}); err != nil {
+		Policy: policy, SLO: slo, Params: appParams()}); err != nil {
 		return nil, err
 	}
 	e.phase++
@@ -173,15 +178,17 @@ func (e *env) pemaRun(name, app string, rate func(time.Duration) float64, steps,
 		return nil, fmt.Errorf("app %s has no pema loop", app)
 	}
 	// The loop's first tick (re)starts PEMA from the members' quotas;
-	// measuring starts with the loop's next interval.
-	for len(loop.Records()) == 0 || loop.Records()[len(loop.Records())-1].Skipped != "started" {
+	// measuring starts then (a record after it, such as pema-guarded's
+	// rollback a second later, must not hide it).
+	started := func(r pemaloop.Record) bool { return r.Skipped == "started" }
+	for !slices.ContainsFunc(loop.Records(), started) {
 		time.Sleep(50 * time.Millisecond)
 		if e.ctx.Err() != nil {
 			return nil, e.ctx.Err()
 		}
 	}
 	origSLO := e.slo
-	ph, err := e.measure(name, "pema", r, e.url(loop.ProxyAddr()), rate, steps+sloSteps, func(i int, _ *bp.Sampler) {
+	ph, err := e.measure(name, policy, r, e.url(loop.ProxyAddr()), rate, steps+sloSteps, func(i int, _ *bp.Sampler) {
 		if sloSteps > 0 && i == steps {
 			e.slo = time.Duration(float64(origSLO) * 0.6)
 			if err := loop.SetSLO(e.slo.Seconds()); err != nil {

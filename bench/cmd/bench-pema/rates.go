@@ -29,7 +29,7 @@ func daily(peak float64, span time.Duration) func(time.Duration) float64 {
 }
 
 func load(name string) string {
-	if strings.HasSuffix(name, "-daily") {
+	if strings.Contains(name, "-daily") {
 		return "daily"
 	}
 	return "fixed"

@@ -88,6 +88,7 @@ func summarize(e *env, ps []*Phase) map[string]any {
 		died += len(p.Died)
 	}
 	out["services_died_total"] = died
+	pooled(e, ps, out)
 	return out
 }
 
