@@ -74,3 +74,17 @@ func TestOOMDeadlineMismatchRefused(t *testing.T) {
 		t.Fatalf("%v, want one line naming both deadlines", err)
 	}
 }
+
+// The packaged config starts on the kernel backend at escra.ko's default
+// oom_timeout_ms: its deadline is fitted to the module's, not refused.
+func TestShippedConfigFitsTheModuleDeadline(t *testing.T) {
+	param := filepath.Join(t.TempDir(), "oom_timeout_ms")
+	if err := os.WriteFile(param, []byte("100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := run([]string{"--config", "../../../packaging/etc/escrad.yaml", "--backend", "kernel", "--oom-timeout-param", param,
+		"--oom-state", filepath.Join(t.TempDir(), "oom-armed")}, false)
+	if err != nil && strings.Contains(err.Error(), "oom_timeout_ms") {
+		t.Fatalf("the shipped escrad.yaml is refused on the kernel backend: %v", err)
+	}
+}
