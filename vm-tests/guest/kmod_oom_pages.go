@@ -38,7 +38,7 @@ func scenarioKmodOOMPages(*harness.Env) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const page = 4096
-	srv, err := harness.StartController(ctx, page, server.AppSpec{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5})
+	srv, err := harness.StartControllerNoCredit(ctx, page, server.AppSpec{Name: "vmapp", CPUCores: 1, MemoryBytes: 512 << 20, Sigma: 0.5})
 	if err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}

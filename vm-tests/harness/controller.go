@@ -15,13 +15,26 @@ import (
 // loopback with the given apps (no periodic reclaim: the scenarios decide
 // what happens to memory). step > 0 overrides the OOM grant step.
 func StartController(ctx context.Context, step int64, apps ...server.AppSpec) (*server.Server, error) {
+	return server.Start(ctx, controllerConfig(step, apps))
+}
+
+// StartControllerNoCredit is StartController with host-local memory
+// credit off, so every OOM request reaches the controller (the scenarios
+// that check what the controller is asked).
+func StartControllerNoCredit(ctx context.Context, step int64, apps ...server.AppSpec) (*server.Server, error) {
+	cfg := controllerConfig(step, apps)
+	cfg.Params.MemCreditFraction = 0
+	return server.Start(ctx, cfg)
+}
+
+func controllerConfig(step int64, apps []server.AppSpec) server.Config {
 	cfg := server.DefaultConfig()
 	cfg.TCPAddr, cfg.UDPAddr, cfg.AdminAddr = "127.0.0.1:0", "127.0.0.1:0", ""
 	cfg.ReclaimEvery = 0
 	cfg.OOMStepBytes = step
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Apps = apps
-	return server.Start(ctx, cfg)
+	return cfg
 }
 
 // Member is the controller's view of the container name.
