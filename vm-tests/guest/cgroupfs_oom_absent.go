@@ -249,13 +249,15 @@ func cgroupfsSilentController(*harness.Env) error {
 
 // controllerProc is the "controller" workload: escra-controller's server
 // for one app (args: name, memory budget bytes; σ = 0.5) in its own
-// process, so a scenario can stop it; prints its TCP address.
+// process, so a scenario can stop it; prints its TCP address. Memory
+// credit is off: the scenarios check what escrad does when its request
+// finds no controller, not an answer from credit lent before it left.
 func controllerProc(args []string) int {
 	if len(args) < 2 {
 		return 2
 	}
 	mem, _ := strconv.ParseInt(args[1], 10, 64)
-	srv, err := harness.StartController(context.Background(), 0, server.AppSpec{Name: args[0], CPUCores: 1, MemoryBytes: mem, Sigma: 0.5})
+	srv, err := harness.StartControllerNoCredit(context.Background(), 0, server.AppSpec{Name: args[0], CPUCores: 1, MemoryBytes: mem, Sigma: 0.5})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "controller:", err)
 		return 1
