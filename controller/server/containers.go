@@ -147,15 +147,21 @@ func (s *Server) MemoryUsage(ss *session.Session, m *pb.MemoryUsage) {
 	}
 }
 
+// containerRef is the container the session registered under handle, or
+// nil.
+func (s *Server) containerRef(ss *session.Session, handle uint32) *ref {
+	h := s.host(ss.ID)
+	if h == nil {
+		return nil
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.cont[handle]
+}
+
 // OOM routes a blocking OOM request to its app.
 func (s *Server) OOM(ss *session.Session, id uint64, o *pb.OomRequest, recv time.Time) {
-	h := s.host(ss.ID)
-	var r *ref
-	if h != nil {
-		h.mu.RLock()
-		r = h.cont[o.GetHandle()]
-		h.mu.RUnlock()
-	}
+	r := s.containerRef(ss, o.GetHandle())
 	if r == nil {
 		s.BadInput(ss, "unknown_container", fmt.Errorf("oom request for unknown handle %d", o.GetHandle()))
 		ss.Verdict(id, &pb.OomVerdict{Handle: o.GetHandle(), Granted: false, Reason: "unknown container"}, recv)
@@ -169,13 +175,7 @@ func (s *Server) OOM(ss *session.Session, id uint64, o *pb.OomRequest, recv time
 // app, lease or container this session does not have is dropped and
 // counted.
 func (s *Server) LeaseUse(ss *session.Session, u *pb.CpuLeaseUse) {
-	h := s.host(ss.ID)
-	var r *ref
-	if h != nil {
-		h.mu.RLock()
-		r = h.cont[u.GetHandle()]
-		h.mu.RUnlock()
-	}
+	r := s.containerRef(ss, u.GetHandle())
 	if r == nil || r.appName != u.GetApp() {
 		s.BadInput(ss, "lease_unknown", fmt.Errorf("lease use for unknown container %d of app %q", u.GetHandle(), u.GetApp()))
 		return

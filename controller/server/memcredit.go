@@ -13,13 +13,7 @@ import (
 // on an OOM. A use naming an app, credit or container this session does
 // not have is dropped and counted.
 func (s *Server) MemCreditUse(ss *session.Session, u *pb.MemCreditUse) {
-	h := s.host(ss.ID)
-	var r *ref
-	if h != nil {
-		h.mu.RLock()
-		r = h.cont[u.GetHandle()]
-		h.mu.RUnlock()
-	}
+	r := s.containerRef(ss, u.GetHandle())
 	if r == nil || r.appName != u.GetApp() {
 		s.BadInput(ss, "mem_credit_unknown", fmt.Errorf("memory credit use for unknown container %d of app %q", u.GetHandle(), u.GetApp()))
 		return
