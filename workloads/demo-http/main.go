@@ -4,6 +4,9 @@
 //
 //	GET /cpu?ms=N            hash for about N ms of single-core work
 //	GET /mem?mib=N&hold=MS   allocate and touch N MiB, hold MS ms, release
+//	    &bg=1                reply once the pages are charged and hold them
+//	                         in the background (memory pressure without the
+//	                         hold in the client's latency)
 //	GET /chain?ms=N          burn N×-scale ms, then call the /chain of every
 //	                         -next service in parallel (a multi-service app:
 //	                         each hop is a container; a list fans out)
@@ -217,6 +220,14 @@ func newMux(nexts []string, scale float64, hop *http.Client) *http.ServeMux {
 				}
 				for i := 0; i < len(b); i += 4096 { // touch every page so it is charged
 					b[i] = 1
+				}
+				if r.URL.Query().Get("bg") == "1" {
+					go func() {
+						time.Sleep(time.Duration(hold) * time.Millisecond)
+						syscall.Munmap(b)
+					}()
+					fmt.Fprintf(w, "%d\n", len(b)>>20)
+					return
 				}
 				time.Sleep(time.Duration(hold) * time.Millisecond)
 				fmt.Fprintf(w, "%d\n", len(b)>>20)

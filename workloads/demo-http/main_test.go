@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -138,5 +140,54 @@ func TestFanCallsOneBackEnd(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("/fan?to=2 with two back ends: %s, want 400", resp.Status)
+	}
+}
+
+// rssKiB is this process's resident set from /proc/self/status.
+func rssKiB(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// With bg=1 the reply comes before the hold, and the pages stay resident
+// until the hold ends: the memory pressure is the same, the client's
+// latency no longer contains the hold.
+func TestMemInBackgroundRepliesBeforeTheHold(t *testing.T) {
+	srv := httptest.NewServer(newMux(nil, 0, http.DefaultClient))
+	defer srv.Close()
+	base := rssKiB(t)
+	start := time.Now()
+	resp, err := http.Get(srv.URL + "/mem?mib=64&hold=1500&bg=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "64" {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+	if took >= 1500*time.Millisecond {
+		t.Fatalf("bg=1 replied after %v, not before the 1.5 s hold", took)
+	}
+	if grew := rssKiB(t) - base; grew < 60<<10 {
+		t.Fatalf("after the reply the process holds %d KiB more, want the 64 MiB still resident", grew)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for rssKiB(t)-base > 16<<10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("64 MiB still resident 10 s after a 1.5 s hold")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
