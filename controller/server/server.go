@@ -98,7 +98,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.met = newMetrics(s)
 	// Heap, goroutines and descriptors on /metrics (make soak reads them).
 	s.met.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector("escra-controller"))
-	if cfg.TLS != nil {
+	if cfg.Identity != nil {
+		s.identity()
+	} else if cfg.TLS != nil {
 		s.met.reg.MustRegister(auth.ExpiryCollector(cfg.TLS))
 	}
 	// Stored apps first; --apps entries then override and are stored.
