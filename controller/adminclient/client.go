@@ -188,6 +188,12 @@ func rootCause(err error) error {
 	}
 	var oe *net.OpError
 	if errors.As(err, &oe) && oe.Err != nil {
+		if oe.Addr == nil { // a TLS alert from the controller
+			if strings.Contains(oe.Err.Error(), "bad certificate") {
+				return fmt.Errorf("%s: %w (the controller refused this certificate: expired, of another CA, or on its --tls-deny list)", oe.Op, oe.Err)
+			}
+			return fmt.Errorf("%s: %w", oe.Op, oe.Err)
+		}
 		return fmt.Errorf("%s %s: %w", oe.Op, oe.Addr, oe.Err)
 	}
 	if strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {

@@ -26,11 +26,18 @@ func (s *Server) authorize(next http.Handler) http.Handler {
 		}
 		need := requiredRole(r)
 		switch {
+		case s.deniedCaller(r) != "":
+			s.rl.Warn("admin-denied", "admin API call refused: the client certificate is on the deny-list", "serial", s.deniedCaller(r), "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "client certificate is on the controller's deny-list"})
 		case role == "":
 			s.rl.Warn("admin-anonymous", "admin API call without a client certificate refused", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "client certificate required (escractl certs makes admin.pem, viewer.pem and scaler.pem)"})
 		case role == auth.RoleAdmin, role == auth.RoleViewer && need == auth.RoleViewer,
 			role == auth.RoleScaler && (need == auth.RoleViewer || need == auth.RoleScaler):
+			if isWrite(r) {
+				s.audit(w, r, role, next)
+				return
+			}
 			next.ServeHTTP(w, r)
 		default:
 			s.rl.Warn("admin-forbidden", "admin API call refused for the caller's role", "role", role, "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)

@@ -150,7 +150,7 @@ func TestAdminAPIRoles(t *testing.T) {
 		t.Fatalf("plain /metrics listener: %v %v", resp, err)
 	}
 	// Under mutual TLS the controller says when its certificate expires.
-	if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), `escra_tls_certificate_expiry_timestamp_seconds{cn="escra-controller"}`) {
+	if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), `escra_tls_certificate_expiry_timestamp_seconds{cn="escra-controller",role="leaf"}`) {
 		t.Error("no certificate expiry on /metrics")
 	}
 	resp.Body.Close()

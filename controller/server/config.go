@@ -9,6 +9,7 @@ import (
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/events"
 	"github.com/escra-dev/escra/controller/store"
+	"github.com/escra-dev/escra/internal/auth"
 )
 
 // Config configures a controller.
@@ -48,6 +49,10 @@ type Config struct {
 	// docs/security.md); nil is plain HTTP where every caller is admin
 	// (escra-controller --insecure, in-process tests).
 	AdminTLS *tls.Config
+	// Identity, when set, is the reloadable files TLS and AdminTLS were
+	// made from (auth.Identity): its expiry is exported, and after a reload
+	// daemon sessions and admin requests of deny-listed certificates end.
+	Identity *auth.Identity
 	// Pprof serves /debug/pprof/ to admins on the admin API.
 	Pprof bool
 	// MetricsAddr is a plain-HTTP listener serving /metrics only, for a

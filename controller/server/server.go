@@ -98,7 +98,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.met = newMetrics(s)
 	// Heap, goroutines and descriptors on /metrics (make soak reads them).
 	s.met.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), version.Collector("escra-controller"))
-	if cfg.TLS != nil {
+	if cfg.Identity != nil {
+		s.identity()
+	} else if cfg.TLS != nil {
 		s.met.reg.MustRegister(auth.ExpiryCollector(cfg.TLS))
 	}
 	// Stored apps first; --apps entries then override and are stored.
@@ -148,7 +150,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		if cfg.AdminTLS != nil {
 			s.adminLn = tls.NewListener(s.adminLn, cfg.AdminTLS)
 		}
-		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		// Refused handshakes (no CA, a deny-listed serial) in the log's own format.
+		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 		s.wg.Add(1)
 		go func() { defer s.wg.Done(); s.admin.Serve(s.adminLn) }()
 	}

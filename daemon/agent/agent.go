@@ -30,6 +30,7 @@ import (
 	"github.com/escra-dev/escra/daemon/link"
 	"github.com/escra-dev/escra/daemon/rescue"
 	"github.com/escra-dev/escra/daemon/source"
+	"github.com/escra-dev/escra/internal/auth"
 	"github.com/escra-dev/escra/internal/version"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
@@ -66,6 +67,9 @@ type Config struct {
 	OnOOMRescue func(issued, returned time.Duration)
 	// TLS is the controller link's mutual TLS (nil: plain, escrad --insecure).
 	TLS *tls.Config
+	// Identity, when set, is the reloadable files TLS was made from
+	// (auth.Identity): their expiry is exported.
+	Identity *auth.Identity
 	// ThrottlePoll is the cgroupfs throttle watcher's poll interval
 	// (cgroupfs.Source.ThrottlePoll; 0: off; escrad defaults to 2 ms).
 	// The kernel backend has no watcher yet: it ignores this.

@@ -48,7 +48,9 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		m.oomVia.WithLabelValues(v) // exported from the start at 0
 	}
 	registerProcessMetrics(r, "escrad")
-	if a.cfg.TLS != nil {
+	if a.cfg.Identity != nil {
+		r.MustRegister(a.cfg.Identity.Collector())
+	} else if a.cfg.TLS != nil {
 		r.MustRegister(auth.ExpiryCollector(a.cfg.TLS))
 	}
 	r.MustRegister(containerCollector{a})

@@ -79,10 +79,15 @@ func GenerateBound(dir string, hosts, apps, extraControllerSANs []string, validF
 	if validFor <= 0 {
 		return out, errors.New("validity must be positive")
 	}
+	for _, h := range hosts {
+		if err := checkKind(dir, h, false); err != nil {
+			return out, err
+		}
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return out, err
 	}
-	ca, caKey, created, err := loadOrCreateCA(dir, validFor)
+	ca, caKey, created, err := loadOrCreateCA(dir, max(CAValidity, validFor+24*time.Hour))
 	if err != nil {
 		return out, err
 	}
@@ -139,6 +144,15 @@ func serial() (*big.Int, error) {
 	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 }
 
+// CAValidity is a new CA's lifetime: leaf certificates live days
+// (DefaultValidity) and are reissued from it; the CA changes rarely, as
+// every party must trust the new one first (docs/security.md).
+const CAValidity = 10 * 365 * 24 * time.Hour
+
+// DefaultValidity is escractl certs' leaf lifetime: short, so a copied key
+// is worth little for long, and rotation without restart is routine.
+const DefaultValidity = 30 * 24 * time.Hour
+
 func loadOrCreateCA(dir string, validFor time.Duration) (*x509.Certificate, *ecdsa.PrivateKey, bool, error) {
 	if _, err := os.Stat(CAPath(dir)); err == nil {
 		cert, err := readCert(CAPath(dir))
@@ -163,7 +177,7 @@ func loadOrCreateCA(dir string, validFor time.Duration) (*x509.Certificate, *ecd
 	t := &x509.Certificate{
 		SerialNumber: sn,
 		Subject:      pkix.Name{CommonName: "escra CA", Organization: []string{"escra"}},
-		NotBefore:    now, NotAfter: now.Add(validFor + 24*time.Hour),
+		NotBefore:    now, NotAfter: now.Add(validFor),
 		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true,
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 	}
@@ -188,6 +202,9 @@ func issue(dir, name string, t *x509.Certificate, ca *x509.Certificate, caKey *e
 	}
 	if t.SerialNumber, err = serial(); err != nil {
 		return err
+	}
+	if t.NotAfter.After(ca.NotAfter) {
+		t.NotAfter = ca.NotAfter // not valid past its CA anyway
 	}
 	der, err := x509.CreateCertificate(rand.Reader, t, ca, &key.PublicKey, caKey)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 )
 
 // The exported expiry is the NotAfter of the certificate the config
-// presents, in Unix seconds, labelled with its common name.
+// presents, in Unix seconds, labelled with its common name and role leaf.
 func TestExpiryCollector(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := Generate(dir, []string{"node1"}, nil, 30*24*time.Hour); err != nil {
@@ -43,8 +43,8 @@ func TestExpiryCollector(t *testing.T) {
 	if left := time.Until(time.Unix(int64(m.GetGauge().GetValue()), 0)); left < 29*24*time.Hour || left > 31*24*time.Hour {
 		t.Errorf("expires in %v, want about 30 days", left)
 	}
-	if l := m.GetLabel(); len(l) != 1 || l[0].GetValue() != "node1" {
-		t.Errorf("labels %v, want cn=node1", l)
+	if l := m.GetLabel(); len(l) != 2 || l[0].GetValue() != "node1" || l[1].GetValue() != "leaf" {
+		t.Errorf("labels %v, want cn=node1, role=leaf", l)
 	}
 	if mfs[0].GetName() != "escra_tls_certificate_expiry_timestamp_seconds" {
 		t.Errorf("name %s", mfs[0].GetName())

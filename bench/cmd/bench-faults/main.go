@@ -45,7 +45,7 @@ var (
 	out      = flag.String("out", "results/faults", "output directory")
 	soakFor  = flag.Duration("soak", 0, "run the randomized fault schedule this long instead of the checks (make soak FAULTS=1)")
 	soakSeed = flag.Uint64("seed", 0, "-soak: schedule seed (0: from the clock; printed)")
-	steps    = flag.String("steps", "", "comma-separated steps to run (admin, duplicate, ha, partition, outage, scope, store, v1); empty: all")
+	steps    = flag.String("steps", "", "comma-separated steps to run (admin, duplicate, ha, partition, outage, rotate, scope, store, v1); empty: all")
 )
 
 type proc struct {
@@ -579,7 +579,7 @@ func main() {
 		name string
 		f    func() error
 		eng  bool // needs the engines
-	}{{"admin", adminAndRestart, false}, {"duplicate", duplicateEscrad, true}, {"ha", ha, true}, {"partition", partitionSection, true}, {"outage", outageSection, true}, {"scope", scopeSection, true}, {"store", storeFirstSection, false}} {
+	}{{"admin", adminAndRestart, false}, {"duplicate", duplicateEscrad, true}, {"ha", ha, true}, {"partition", partitionSection, true}, {"outage", outageSection, true}, {"scope", scopeSection, true}, {"store", storeFirstSection, false}, {"rotate", rotateSection, false}} {
 		if !wanted(step.name) {
 			continue
 		}

@@ -217,6 +217,7 @@ func run(args []string, stderr io.Writer) int {
 	tlsCA := fs.String("tls-ca", credential(auth.CAPath), "CA certificate daemons' certificates must chain to")
 	tlsCert := fs.String("tls-cert", credential(func(d string) string { return auth.CertPath(d, "controller") }), "the controller's certificate (escractl certs)")
 	tlsKey := fs.String("tls-key", credential(func(d string) string { return auth.KeyPath(d, "controller") }), "the controller's private key")
+	tlsDeny, tlsReload := tlsReloadFlags(fs)
 	// systemd's StateDirectory=escra sets $STATE_DIRECTORY.
 	stateDir := store.DefaultDir
 	if d := os.Getenv("STATE_DIRECTORY"); d != "" {
@@ -325,14 +326,16 @@ func run(args []string, stderr io.Writer) int {
 		cfg.Apps = apps
 	}
 	if !*insecure {
-		tc, err := auth.ServerConfig(auth.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey})
+		id, err := auth.LoadIdentity(auth.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}, *tlsDeny)
 		if err != nil {
 			return fail("TLS: %v (create the files with escractl certs, or run with --insecure)", err)
 		}
-		cfg.TLS = tc
-		if cfg.AdminTLS, err = auth.AdminServerConfig(auth.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}); err != nil {
-			return fail("admin TLS: %v", err)
-		}
+		cfg.Identity, cfg.TLS, cfg.AdminTLS = id, id.ServerConfig(), id.AdminServerConfig()
+	} else if *tlsDeny != "" {
+		return fail("--tls-deny needs TLS (not --insecure)")
+	}
+	if *tlsReload < 0 {
+		return fail("--tls-reload-every must be >= 0")
 	}
 	if !strings.HasPrefix(*storeKind, "etcd://") && (*etcdCA != "" || *etcdCert != "" || *etcdKey != "") {
 		return fail("--etcd-cacert/--etcd-cert/--etcd-key need --store etcd://…")
@@ -393,6 +396,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	watchIdentity(ctx, cfg.Identity, *tlsReload, cfg.Logger)
 	srv, err := server.Start(ctx, cfg)
 	if err != nil {
 		return fail("%v", err)

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -302,10 +303,10 @@ func versionCmd(e *env) *cobra.Command {
 }
 
 func certsCmd(e *env) *cobra.Command {
-	var dir, hosts, apps, names string
+	var dir, hosts, apps, names, user, role string
 	var days int
 	c := &cobra.Command{
-		Use:   "certs --hosts h1,h2 --apps web,db [--dir DIR]",
+		Use:   "certs --hosts h1,h2 --apps web,db [--dir DIR] | --user NAME [--role admin|viewer|scaler]",
 		Short: "Create the CA and the mutual-TLS certificates of the controller, hosts and operators",
 		Long: `certs creates the CA (or reuses DIR/ca.pem and ca-key.pem) and issues
 controller.pem, HOST.pem for every host, and the operators' admin.pem,
@@ -314,20 +315,34 @@ and add or remove an app's containers: escra-gateway's). The host
 certificates bind their hosts to the --apps: the controller takes
 registrations of those apps' containers only (* binds every app). A host
 bound to none registers nothing until its certificate is reissued or the
-controller's --host-apps names it.`,
-		Example: `  escractl certs --dir /etc/escra --hosts h1,h2,h3 --apps web,db --controller-names ctl.example,127.0.0.1`,
-		Args:    noArgs,
+controller's --host-apps names it.
+
+--user NAME issues only DIR/NAME.pem (+key) from the existing CA: one
+operator's certificate, whose name the controller's audit log gives for
+every write it makes, with --role (default viewer). Certificates live
+--days (30 by default; a new CA 10 years): issue new ones before they
+expire, and escra-controller and escrad load them without a restart
+(docs/security.md, "Identities").`,
+		Example: `  escractl certs --dir /etc/escra --hosts h1,h2,h3 --apps web,db --controller-names ctl.example,127.0.0.1
+  escractl certs --dir /etc/escra --user alice --role admin
+  escractl --tls-cert /etc/escra/alice.pem --tls-key /etc/escra/alice-key.pem get apps`,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("dir") {
 				dir = e.certs
 			}
-			return runCerts(e, dir, hosts, apps, names, days)
+			if user != "" && !cmd.Flags().Changed("role") {
+				role = auth.RoleViewer
+			}
+			return runCerts(e, dir, hosts, apps, names, user, role, days)
 		},
 	}
 	c.Flags().StringVar(&dir, "dir", auth.DefaultDir, "directory for the CA and certificates (default --certs)")
 	c.Flags().StringVar(&hosts, "hosts", "", "comma-separated host ids to issue certificates for")
 	c.Flags().StringVar(&apps, "apps", "", "comma-separated apps the host certificates may register containers of (* for any app)")
 	c.Flags().StringVar(&names, "controller-names", "", "comma-separated DNS names and IPs the controller's certificate is valid for")
-	c.Flags().IntVar(&days, "days", 825, "validity in days")
+	c.Flags().StringVar(&user, "user", "", "issue only this operator's certificate (DIR/NAME.pem) from the existing CA")
+	c.Flags().StringVar(&role, "role", "", "--user: the operator's role: admin, viewer (default) or scaler")
+	c.Flags().IntVar(&days, "days", int(auth.DefaultValidity/(24*time.Hour)), "validity of the issued certificates in days (a new CA: 10 years)")
 	return c
 }

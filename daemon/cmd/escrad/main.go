@@ -107,6 +107,7 @@ func run(args []string, restoreOnly bool) error {
 		tlsCert     = fs.String("tls-cert", "", "this host's certificate (default /etc/escra/HOST.pem, HOST = --host-id)")
 		tlsKey      = fs.String("tls-key", "", "this host's private key (default /etc/escra/HOST-key.pem)")
 		tlsServer   = fs.String("tls-server-name", auth.ControllerName, "name the controller's certificate must carry")
+		tlsReload   = fs.Duration("tls-reload-every", 10*time.Second, "how often the TLS files are checked for changes and reloaded for the next connection; SIGHUP reloads at once (0: on SIGHUP only)")
 		noGuard     = fs.Bool("no-oom-guard", false, "do not start the OOM guard process (it re-enables the OOM killer of trapped containers if escrad dies)")
 		oomState    = fs.String("oom-state", "", "state file listing every group whose OOM killer escrad disabled, written before arming (default /run/escra/escrad-HOST.oom-armed)")
 		cpuPlace    = fs.String("cpu-placement", "hard", "host CPU placement for escra.cpu=wysiwyg containers (WYSIWYG containers): hard (refuse a quota that cannot be WYSIWYG), besteffort, or off")
@@ -269,6 +270,7 @@ func run(args []string, restoreOnly bool) error {
 	}
 	restoreOOM(log, src, time.Second)
 	var tc *tls.Config
+	var id *auth.Identity
 	if *insecure {
 		log.Warn("running --insecure: the controller is not authenticated and telemetry is not signed; anyone on the path can forge limits and telemetry")
 	} else {
@@ -279,9 +281,13 @@ func run(args []string, restoreOnly bool) error {
 			*tlsKey = auth.KeyPath(auth.DefaultDir, *hostID)
 		}
 		var err error
-		if tc, err = auth.ClientConfig(auth.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}, *tlsServer); err != nil {
+		if id, err = auth.LoadIdentity(auth.Files{CA: *tlsCA, Cert: *tlsCert, Key: *tlsKey}, ""); err != nil {
 			return fmt.Errorf("TLS: %v (create the files with escractl certs --hosts %s, or run with --insecure)", err, *hostID)
 		}
+		tc = id.ClientConfig(*tlsServer)
+	}
+	if *tlsReload < 0 {
+		return fmt.Errorf("--tls-reload-every %v: want >= 0", *tlsReload)
 	}
 
 	cfg := agent.Config{
@@ -289,7 +295,7 @@ func run(args []string, restoreOnly bool) error {
 		// --backend auto/kernel use escra.ko when its genetlink family exists;
 		// auto/bpf then the CO-RE program when the kernel has BTF.
 		Backend: *backend, KernelSource: kmod.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
-		NoParentShortcut: !*parentCheck, TLS: tc, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear), ThrottleHot: nearOrOff(*thrHot), ThrottleWarm: warmOrOff(*thrWarm),
+		NoParentShortcut: !*parentCheck, TLS: tc, Identity: id, ThrottlePoll: *thrPoll, ThrottleNear: nearOrOff(*thrNear), ThrottleHot: nearOrOff(*thrHot), ThrottleWarm: warmOrOff(*thrWarm),
 		RestoreAfter: *restoreAft, DockerSync: syncOrOff(*dockerSync), CPUPlacement: *cpuPlace, ViewDir: *viewDir, CPUProfileDir: *cpuProfiles, ImageBudget: *imageBudget,
 		CFSBurst: *cfsBurst,
 	}
@@ -351,6 +357,13 @@ func run(args []string, restoreOnly bool) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if id != nil {
+		// New files serve the next connection; the open session keeps its own.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go id.Watch(ctx, *tlsReload, hup, log)
+	}
 	if *metrics != "" {
 		ln, err := net.Listen("tcp", *metrics)
 		if err != nil {
