@@ -432,7 +432,7 @@ func ha() error {
 	if err != nil {
 		return err
 	}
-	args := []string{"--insecure", "--store", "etcd://" + ep, "--leader-ttl", "2s"}
+	args := []string{"--insecure", "--insecure-store", "--store", "etcd://" + ep, "--leader-ttl", "2s"}
 	a, err := startController("controller-a", args...)
 	if err != nil {
 		return err
