@@ -115,14 +115,16 @@ func (s *Etcd) List(ctx context.Context) ([]Record, error) {
 		return nil, err
 	}
 	out := make([]Record, 0, len(resp.Kvs))
+	var bad []BadRecord
 	for _, kv := range resp.Kvs {
 		r, err := decode(strings.TrimPrefix(string(kv.Key), s.prefix+"apps/"), kv.Value)
 		if err != nil {
-			return nil, err
+			bad = append(bad, BadRecord{Key: string(kv.Key), Err: err})
+			continue
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return listed(out, bad)
 }
 
 func (s *Etcd) Get(ctx context.Context, name string) (Record, bool, error) {
