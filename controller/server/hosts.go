@@ -37,6 +37,9 @@ type host struct {
 	// Authenticated telemetry (nil in plain mode); used by the UDP
 	// goroutine only.
 	tauth *ingest.SessionAuth
+	// datagrams counts the telemetry datagrams taken for the session
+	// (authenticated, in order, with stats): what a flood cost it.
+	datagrams atomic.Uint64
 }
 
 // ref is a registered container: its app and allocator key.
