@@ -64,7 +64,7 @@ func (s *Server) host(id uint32) *host {
 
 // Hello registers a host and answers with its session id.
 func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, error) {
-	if !s.leading.Load() {
+	if may := s.mayAct(); !s.leading.Load() || (may != nil && !may()) {
 		return nil, s.notLeader()
 	}
 	cores := int64(h.GetCores())

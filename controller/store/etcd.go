@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -49,7 +50,8 @@ type Etcd struct {
 	prefix string
 
 	mu    sync.Mutex
-	fence []clientv3.Cmp // nil: not leading (reads only)
+	fence []clientv3.Cmp            // nil: not leading (reads only)
+	until atomic.Pointer[time.Time] // the lease's deadline (lease.go); nil: none held
 }
 
 // EtcdTLS is the client side of etcd's own TLS (etcd --trusted-ca-file,
