@@ -80,6 +80,13 @@ func TestBadStoredRecordSkippedWithAlarm(t *testing.T) {
 	if m := scrape(t, s); !strings.Contains(m, "escra_store_bad_records_total 2\n") {
 		t.Fatalf("no escra_store_bad_records_total 2 in /metrics:\n%s", grepLines(m, "escra_store"))
 	}
+	// Applying the app again replaces its bad record.
+	if err := s.DefineApp(AppSpec{Name: "neg", CPUCores: 1, MemoryBytes: 1 << 30}); err != nil {
+		t.Fatalf("define over a bad record: %v", err)
+	}
+	if r, ok, err := st.Get(ctx, "neg"); err != nil || !ok || r.Spec.CPUCores != 1 {
+		t.Fatalf("the record after the define: %+v %v %v", r, ok, err)
+	}
 }
 
 func grepLines(s, sub string) string {

@@ -58,7 +58,7 @@ func (s *Server) loadStore() ([]string, error) {
 // operator deletes or rewrites it (escractl delete, apply).
 func (s *Server) badRecord(key string, err error) {
 	s.met.storeBad.Inc()
-	s.log.Error("stored record skipped: it defines no app (delete or apply it again)", "key", key, "err", err)
+	s.log.Error("stored record skipped: it defines no app (apply the app again, or delete the key)", "key", key, "err", err)
 }
 
 // update changes name's record with f, compare-and-swap on its revision
