@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -37,10 +39,35 @@ type escradView struct {
 	term, actions, staleApplied, staleRefused float64
 }
 
+// readEscrad reads the four series from one scrape, so a sample's term
+// and actions go together.
 func readEscrad(addr string) escradView {
-	url := "http://" + addr + "/metrics"
-	return escradView{term: metricOf(nil, url, "escrad_controller_term"), actions: metricOf(nil, url, "escrad_controller_actions_total"),
-		staleApplied: metricOf(nil, url, "escrad_stale_term_applied_total"), staleRefused: metricOf(nil, url, "escrad_stale_term_refused_total")}
+	var v escradView
+	resp, err := plain.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return v
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) != 2 {
+			continue
+		}
+		x, _ := strconv.ParseFloat(f[1], 64)
+		switch f[0] {
+		case "escrad_controller_term":
+			v.term = x
+		case "escrad_controller_actions_total":
+			v.actions = x
+		case "escrad_stale_term_applied_total":
+			v.staleApplied = x
+		case "escrad_stale_term_refused_total":
+			v.staleRefused = x
+		}
+	}
+	return v
 }
 
 func deposedSection() error {
