@@ -300,7 +300,9 @@ cmd_up() {
 	elif [ "$want_ctl" = 2 ]; then
 		[ -x bin/escra-controller ] || die "bin/escra-controller missing: run make build"
 		start_etcd
-		local store="--store etcd://$ETCD_ADDR" host=${CTL_ADDR%:*}
+		# The test bed's etcd is plain and without auth, on loopback
+		# (docs/operator.md, "High availability", for etcd's TLS and users).
+		local store="--store etcd://$ETCD_ADDR --insecure-store" host=${CTL_ADDR%:*}
 		# shellcheck disable=SC2086
 		start_proc controller "$RUN/logs/controller.log" bin/escra-controller $(tls_args controller) $store ${ESCRA_CONTROLLER_ARGS:-}
 		# shellcheck disable=SC2086

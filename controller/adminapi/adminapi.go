@@ -248,6 +248,9 @@ type Host struct {
 	Containers  int       `json:"containers"`
 	Since       time.Time `json:"connected_since"`
 	LastSeen    time.Time `json:"last_seen"`
+	// TelemetryDatagrams counts the session's telemetry datagrams taken
+	// (checked and routed; dropped ones are in escra_bad_input_total).
+	TelemetryDatagrams uint64 `json:"telemetry_datagrams"`
 }
 
 // Container is one member with its current limits and counters

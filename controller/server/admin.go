@@ -25,7 +25,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/apps", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, s.Snapshot().Apps)
+		writeJSON(w, 200, s.appsFor(r, s.Snapshot().Apps))
 	})
 	mux.HandleFunc("GET /v1/containers", func(w http.ResponseWriter, r *http.Request) {
 		cs := s.Snapshot().Containers
@@ -52,7 +52,9 @@ func (s *Server) adminHandler() http.Handler {
 		writeJSON(w, 200, s.Snapshot().Hosts)
 	})
 	mux.HandleFunc("GET /v1/state", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, 200, s.Snapshot())
+		st := s.Snapshot()
+		st.Apps = s.appsFor(r, st.Apps)
+		writeJSON(w, 200, st)
 	})
 	mux.HandleFunc("GET /v1/version", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, adminapi.Version{Version: version.Version, Go: runtime.Version()})

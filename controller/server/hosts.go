@@ -37,6 +37,9 @@ type host struct {
 	// Authenticated telemetry (nil in plain mode); used by the UDP
 	// goroutine only.
 	tauth *ingest.SessionAuth
+	// datagrams counts the telemetry datagrams taken for the session
+	// (authenticated, in order, with stats): what a flood cost it.
+	datagrams atomic.Uint64
 }
 
 // ref is a registered container: its app and allocator key.
@@ -61,7 +64,7 @@ func (s *Server) host(id uint32) *host {
 
 // Hello registers a host and answers with its session id.
 func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, error) {
-	if !s.leading.Load() {
+	if may := s.mayAct(); !s.leading.Load() || (may != nil && !may()) {
 		return nil, s.notLeader()
 	}
 	cores := int64(h.GetCores())

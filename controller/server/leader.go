@@ -23,6 +23,19 @@ type Elector interface {
 	Leader(ctx context.Context) (string, error)
 }
 
+// Holder is an Elector that can tell from the clock whether its lease is
+// still within its deadline (store.Etcd).
+type Holder interface{ Holding() bool }
+
+// mayAct is the sessions' write check under an Elector that is a Holder
+// (nil: always).
+func (s *Server) mayAct() func() bool {
+	if h, ok := s.cfg.Elector.(Holder); ok {
+		return h.Holding
+	}
+	return nil
+}
+
 // leaderInfo is what a leader publishes: where daemons and operators
 // reach it.
 type leaderInfo struct {

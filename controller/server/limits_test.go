@@ -92,4 +92,8 @@ func TestTelemetryFromAnotherAddressDropped(t *testing.T) {
 	if n := s.Stats().Dropped[ingest.DropForged] + s.Stats().Dropped[ingest.DropReplayed]; n != 0 {
 		t.Fatalf("%d copies reached the tag or replay check", n)
 	}
+	// The host's count is its own datagrams only, not the copies.
+	if hs := s.Snapshot().Hosts; len(hs) != 1 || hs[0].TelemetryDatagrams != uint64(len(copies)) {
+		t.Fatalf("hosts %+v: want telemetry_datagrams %d", hs, len(copies))
+	}
 }

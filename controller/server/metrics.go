@@ -28,6 +28,7 @@ type metrics struct {
 	badInput        *prometheus.CounterVec
 	decisionLatency prometheus.Histogram
 	verdictLatency  prometheus.Histogram
+	storeBad        prometheus.Counter
 
 	mu       sync.Mutex
 	dropN    map[string]*atomic.Uint64
@@ -52,11 +53,13 @@ func newMetrics(s *Server) *metrics {
 		Help: "Telemetry datagram received to set-limits written.", Buckets: latencyBuckets})
 	m.verdictLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "escra_oom_verdict_latency_seconds",
 		Help: "OOM request read to verdict written (includes the set-limits round trip).", Buckets: latencyBuckets})
+	m.storeBad = prometheus.NewCounter(prometheus.CounterOpts{Name: "escra_store_bad_records_total",
+		Help: "Stored records skipped at load because they do not decode or define no valid app (logged with their key)."})
 	// The results are known: export them from the start at 0.
 	for _, r := range []string{app.ThrottleRaised, app.ThrottleTook, app.ThrottleNoChange, app.ThrottleStale} {
 		m.throttleEvents.WithLabelValues(r)
 	}
-	m.reg.MustRegister(m.decisions, m.throttleEvents, m.leases, m.memCredit, m.badInput, m.decisionLatency, m.verdictLatency, m,
+	m.reg.MustRegister(m.decisions, m.throttleEvents, m.leases, m.memCredit, m.badInput, m.decisionLatency, m.verdictLatency, m.storeBad, m,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_datagrams_total", Help: "Telemetry datagrams received."},
 			func() float64 { return float64(s.udp.C.Datagrams.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_stats_total", Help: "CPU statistics received."},

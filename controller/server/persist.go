@@ -25,15 +25,23 @@ func (s *Server) loadStore() ([]string, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, storeTimeout)
 	defer cancel()
 	recs, err := s.cfg.Store.List(ctx)
-	if err != nil {
+	// One bad record is skipped with an alarm: failing the load would make
+	// every candidate step down in turn, a fail-over loop with no leader.
+	var bad *store.BadRecordsError
+	if errors.As(err, &bad) {
+		for _, b := range bad.Bad {
+			s.badRecord(b.Key, b.Err)
+		}
+	} else if err != nil {
 		return nil, fmt.Errorf("%w: load: %v", ErrStore, err)
 	}
 	var names []string
 	for _, r := range recs {
-		names = append(names, r.Spec.Name)
 		if err := s.defineApp(r.Spec); err != nil {
-			return nil, fmt.Errorf("%w: stored app %s: %v", ErrStore, r.Spec.Name, err)
+			s.badRecord(r.Spec.Name, err)
+			continue
 		}
+		names = append(names, r.Spec.Name)
 		if r.Deploy != nil {
 			s.mu.Lock()
 			s.deployed[r.Spec.Name] = *r.Deploy
@@ -44,6 +52,13 @@ func (s *Server) loadStore() ([]string, error) {
 		s.log.Info("apps restored from the state store", "apps", len(recs))
 	}
 	return names, nil
+}
+
+// badRecord logs and counts a stored record that is skipped at load; the
+// operator deletes or rewrites it (escractl delete, apply).
+func (s *Server) badRecord(key string, err error) {
+	s.met.storeBad.Inc()
+	s.log.Error("stored record skipped: it defines no app (apply the app again, or delete the key)", "key", key, "err", err)
 }
 
 // update changes name's record with f, compare-and-swap on its revision

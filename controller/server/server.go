@@ -235,7 +235,7 @@ func (s *Server) acceptLoop() {
 			defer s.wg.Done()
 			defer s.release()
 			err := session.Serve(s.ctx, c, s, session.Config{RPCTimeout: s.cfg.RPCTimeout, Observer: s,
-				MsgRate: s.cfg.SessionMsgRate, MsgBurst: s.cfg.SessionMsgBurst}, id)
+				MsgRate: s.cfg.SessionMsgRate, MsgBurst: s.cfg.SessionMsgBurst, MayAct: s.mayAct()}, id)
 			var rd *session.Redirect
 			if err != nil && s.ctx.Err() == nil && !errors.As(err, &rd) {
 				s.rl.Warn(c.RemoteAddr().String(), "daemon session ended", "err", err)

@@ -62,7 +62,8 @@ func (s *Server) Snapshot() State {
 		h.mu.RUnlock()
 		st.Hosts = append(st.Hosts, HostState{HostID: h.hello.GetHostId(), SessionID: h.id, Peer: h.sess.Peer,
 			Cores: h.hello.GetCores(), MemoryBytes: h.hello.GetMemoryBytes(), Backend: h.hello.GetBackend().String(),
-			Kernel: h.hello.GetKernelRelease(), Containers: n, Since: h.since, LastSeen: h.sess.LastSeen()})
+			Kernel: h.hello.GetKernelRelease(), Containers: n, Since: h.since, LastSeen: h.sess.LastSeen(),
+			TelemetryDatagrams: h.datagrams.Load()})
 		return true
 	})
 	sort.Slice(st.Hosts, func(i, j int) bool { return st.Hosts[i].SessionID < st.Hosts[j].SessionID })

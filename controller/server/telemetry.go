@@ -14,6 +14,7 @@ func (s *Server) onTelemetry(sessionID uint32, stats []ingest.Stat, recv int64) 
 		s.rl.Warn(fmt.Sprintf("session %d", sessionID), "telemetry for an unknown session dropped")
 		return
 	}
+	h.datagrams.Add(1)
 	unknown := 0
 	h.mu.RLock()
 	for _, st := range stats {

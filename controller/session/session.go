@@ -77,6 +77,10 @@ type Config struct {
 	// MsgRate and MsgBurst pace the daemon's messages (pace.go; 0: none).
 	MsgRate  float64
 	MsgBurst int
+	// MayAct, when set, is asked before every write round: false (the
+	// leader's lease is past its deadline) closes the session with nothing
+	// of the round sent.
+	MayAct func() bool
 }
 
 // ErrSilent ends a session whose daemon sent nothing for Config.DeadAfter
@@ -89,6 +93,8 @@ var (
 	ErrClosed      = errors.New("session: connection closed")
 	ErrNotAcked    = errors.New("session: daemon did not acknowledge the update")
 	errNotHelloYet = errors.New("session: first envelope must be HostHello")
+	// ErrNotLeading ends a session whose controller's lease ran out.
+	ErrNotLeading = errors.New("session: leadership lease past its deadline; nothing more sent")
 )
 
 // Session is one daemon connection.

@@ -58,6 +58,12 @@ type writer struct {
 // drain moves everything queued into w.buf (after any leftover bytes).
 // Every update pending for this host goes in one SetLimits envelope.
 func (s *Session) drain(w *writer) error {
+	// A leader stopped past its lease (SIGSTOP, a paused VM) wakes with
+	// decisions due before the goroutine that ends its leadership has run:
+	// the clock, not that goroutine, says whether it may still act.
+	if s.cfg.MayAct != nil && !s.cfg.MayAct() {
+		return ErrNotLeading
+	}
 	s.mu.Lock()
 	w.updates = w.updates[:0]
 	for _, h := range s.order {

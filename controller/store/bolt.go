@@ -56,17 +56,22 @@ func (s *Bolt) Path() string { return s.db.Path() }
 
 func (s *Bolt) List(context.Context) ([]Record, error) {
 	var out []Record
+	var bad []BadRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(appsBucket).ForEach(func(k, v []byte) error {
 			r, err := decode(string(k), v)
 			if err != nil {
-				return err
+				bad = append(bad, BadRecord{Key: string(k), Err: err})
+				return nil
 			}
 			out = append(out, r)
 			return nil
 		})
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return listed(out, bad)
 }
 
 func (s *Bolt) Get(_ context.Context, name string) (Record, bool, error) {

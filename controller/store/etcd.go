@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -49,7 +50,8 @@ type Etcd struct {
 	prefix string
 
 	mu    sync.Mutex
-	fence []clientv3.Cmp // nil: not leading (reads only)
+	fence []clientv3.Cmp            // nil: not leading (reads only)
+	until atomic.Pointer[time.Time] // the lease's deadline (lease.go); nil: none held
 }
 
 // EtcdTLS is the client side of etcd's own TLS (etcd --trusted-ca-file,
@@ -115,14 +117,16 @@ func (s *Etcd) List(ctx context.Context) ([]Record, error) {
 		return nil, err
 	}
 	out := make([]Record, 0, len(resp.Kvs))
+	var bad []BadRecord
 	for _, kv := range resp.Kvs {
 		r, err := decode(strings.TrimPrefix(string(kv.Key), s.prefix+"apps/"), kv.Value)
 		if err != nil {
-			return nil, err
+			bad = append(bad, BadRecord{Key: string(kv.Key), Err: err})
+			continue
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return listed(out, bad)
 }
 
 func (s *Etcd) Get(ctx context.Context, name string) (Record, bool, error) {

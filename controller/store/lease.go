@@ -52,6 +52,8 @@ func (s *Etcd) holdLease(ctx context.Context, id clientv3.LeaseID, granted time.
 		}
 	}()
 	deadline := leaseDeadline(granted, life)
+	s.until.Store(&deadline)
+	defer s.until.Store(nil)
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	for {
@@ -59,6 +61,7 @@ func (s *Etcd) holdLease(ctx context.Context, id clientv3.LeaseID, granted time.
 		case d := <-renewed:
 			if d.After(deadline) {
 				deadline = d
+				s.until.Store(&d)
 				t.Reset(time.Until(deadline))
 			}
 		case <-t.C:
@@ -67,4 +70,12 @@ func (s *Etcd) holdLease(ctx context.Context, id clientv3.LeaseID, granted time.
 			return
 		}
 	}
+}
+
+// Holding reports whether the lease is within its deadline now. It reads
+// the clock, so it is right at once after the process was stopped past the
+// deadline (SIGSTOP, a paused VM), when holdLease's timer has not fired yet.
+func (s *Etcd) Holding() bool {
+	d := s.until.Load()
+	return d != nil && time.Now().Before(*d)
 }

@@ -32,6 +32,9 @@ func TestLeaderStepsDownBeforeLeaseExpires(t *testing.T) {
 	}
 	life := time.Duration(ttl.GrantedTTL) * time.Second
 	time.Sleep(life / 2) // some renewals went out and came back
+	if !a.Holding() {
+		t.Fatal("Holding false while the lease is renewed")
+	}
 	stopped := time.Now()
 	if err := e.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -43,6 +46,9 @@ func TestLeaderStepsDownBeforeLeaseExpires(t *testing.T) {
 		t.Fatal("the leader never stepped down with etcd gone")
 	}
 	took := time.Since(stopped)
+	if a.Holding() {
+		t.Fatal("Holding true after the leadership was lost")
+	}
 	t.Logf("stepped down %v after etcd stopped (lease %v, margin %v)", took.Round(time.Millisecond), life, leaseMargin(life))
 	// The last keepalive that came back was sent before the stop, so the
 	// deadline is at most life − margin after it.

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/escra-dev/escra/controller/adminapi"
@@ -26,7 +27,8 @@ type Record struct {
 // Store holds records by app name. Implementations are safe for
 // concurrent use.
 type Store interface {
-	// List returns every record, by name.
+	// List returns every record, by name. Values that do not decode are
+	// left out and named in a *BadRecordsError, returned with the rest.
 	List(ctx context.Context) ([]Record, error)
 	// Get returns the record of name; ok is false when there is none.
 	Get(ctx context.Context, name string) (r Record, ok bool, err error)
@@ -51,6 +53,34 @@ func encode(r Record) ([]byte, error) {
 		return nil, fmt.Errorf("store: bad app name %q", r.Spec.Name)
 	}
 	return json.Marshal(r)
+}
+
+// BadRecord is a stored value that is not its key's record.
+type BadRecord struct {
+	Key string
+	Err error
+}
+
+// BadRecordsError is List's error when some stored values do not decode:
+// List returns the other records with it, so one bad value (a hand-made
+// etcdctl put, a record of a newer version) does not hide every app.
+type BadRecordsError struct{ Bad []BadRecord }
+
+func (e *BadRecordsError) Error() string {
+	keys := make([]string, len(e.Bad))
+	for i, b := range e.Bad {
+		keys[i] = b.Key
+	}
+	return fmt.Sprintf("store: %d undecodable records (%s)", len(e.Bad), strings.Join(keys, ", "))
+}
+
+// listed is List's answer: the good records, and the bad ones as a
+// *BadRecordsError.
+func listed(out []Record, bad []BadRecord) ([]Record, error) {
+	if len(bad) > 0 {
+		return out, &BadRecordsError{Bad: bad}
+	}
+	return out, nil
 }
 
 func decode(name string, b []byte) (Record, error) {
@@ -87,14 +117,16 @@ func (s *Memory) List(context.Context) ([]Record, error) {
 	}
 	sort.Strings(names)
 	out := make([]Record, 0, len(names))
+	var bad []BadRecord
 	for _, n := range names {
 		r, err := decode(n, s.m[n])
 		if err != nil {
-			return nil, err
+			bad = append(bad, BadRecord{Key: n, Err: err})
+			continue
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return listed(out, bad)
 }
 
 func (s *Memory) Get(_ context.Context, name string) (Record, bool, error) {

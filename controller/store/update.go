@@ -36,13 +36,18 @@ func (s *Memory) Update(_ context.Context, name string, f func(r *Record, exists
 	return prev, ok, nil
 }
 
+// getLocked is name's record; one that does not decode is absent to
+// Update, so applying the app again replaces it (List names it).
 func (s *Memory) getLocked(name string) (Record, bool, error) {
 	b, ok := s.m[name]
 	if !ok {
 		return Record{}, false, nil
 	}
 	r, err := decode(name, b)
-	return r, err == nil, err
+	if err != nil {
+		return Record{}, false, nil
+	}
+	return r, true, nil
 }
 
 // Update of Bolt reads and writes in one transaction (bbolt serialises
@@ -53,11 +58,9 @@ func (s *Bolt) Update(_ context.Context, name string, f func(r *Record, exists b
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(appsBucket)
 		if v := bk.Get([]byte(name)); v != nil {
-			var err error
-			if prev, err = decode(name, v); err != nil {
-				return err
+			if r, err := decode(name, v); err == nil { // a bad record is replaced
+				prev, ok = r, true
 			}
-			ok = true
 		}
 		r := prev
 		if err := f(&r, ok); err != nil {
@@ -71,6 +74,9 @@ func (s *Bolt) Update(_ context.Context, name string, f func(r *Record, exists b
 	})
 	return prev, ok, err
 }
+
+// A record that does not decode is absent to Update (List names it): the
+// app applied again replaces it.
 
 // Update of Etcd commits only while the record's ModRevision is the one
 // read (and this controller still leads); a concurrent writer makes it
@@ -86,10 +92,10 @@ func (s *Etcd) Update(ctx context.Context, name string, f func(r *Record, exists
 		var rev int64 // 0: absent (etcd's ModRevision of a missing key)
 		ok := len(resp.Kvs) > 0
 		if ok {
-			if prev, err = decode(name, resp.Kvs[0].Value); err != nil {
-				return prev, ok, err
-			}
 			rev = resp.Kvs[0].ModRevision
+			if prev, err = decode(name, resp.Kvs[0].Value); err != nil {
+				prev, ok = Record{}, false // a bad record is replaced, still compare-and-swap
+			}
 		}
 		r := prev
 		if err := f(&r, ok); err != nil {

@@ -61,6 +61,12 @@ func newMetrics(r *prometheus.Registry, a *Agent) metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escrad_stale_term_refused_total", Help: "Controller messages refused for a leadership term below the highest seen (a deposed leader's)."}, func() float64 {
 			return float64(a.link.StaleRefused.Load())
 		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escrad_controller_actions_total", Help: "Controller actions carried out: limits, reclaims, deploys, OOM verdicts, leases, memory credits."}, func() float64 {
+			return float64(a.link.Actions.Load())
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escrad_stale_term_applied_total", Help: "Controller actions carried out whose term was below the highest seen once done (should stay 0)."}, func() float64 {
+			return float64(a.link.StaleApplied.Load())
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escrad_containers_managed", Help: "Managed containers."}, func() float64 {
 			a.mu.Lock()
 			defer a.mu.Unlock()

@@ -70,3 +70,20 @@ func staleTerm(m *escrapb.SetLimits, term, seen uint64) *escrapb.SetLimitsAck {
 	}
 	return ack
 }
+
+// carried counts an action carried out (limits, a reclaim, a deploy, an
+// OOM verdict, a lease, a memory credit) and, as a tripwire, one whose
+// term is below the highest seen once it was carried out: a newer term
+// arrived while it ran, which the check before it cannot rule out.
+func (c *Client) carried(env *escrapb.Envelope, term uint64) {
+	switch env.Body.(type) {
+	case *escrapb.Envelope_SetLimits, *escrapb.Envelope_Reclaim, *escrapb.Envelope_CreateContainer,
+		*escrapb.Envelope_RemoveContainers, *escrapb.Envelope_OomVerdict, *escrapb.Envelope_CpuLease, *escrapb.Envelope_MemCredit:
+	default:
+		return
+	}
+	c.Actions.Add(1)
+	if term < c.maxTerm.Load() {
+		c.StaleApplied.Add(1)
+	}
+}

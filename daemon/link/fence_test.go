@@ -120,4 +120,7 @@ func TestStaleTermRefusedMidSession(t *testing.T) {
 	if n := cl.StaleRefused.Load(); n != uint64(refused) || cl.Term() != 6 {
 		t.Errorf("refused %d (want %d), term %d (want 6)", n, refused, cl.Term())
 	}
+	if n, st := cl.Actions.Load(), cl.StaleApplied.Load(); n != 3 || st != 0 {
+		t.Errorf("actions carried out %d (want 3: the handler's), stale ones %d (want 0)", n, st)
+	}
 }

@@ -118,6 +118,10 @@ type Client struct {
 	// StaleRefused counts envelopes refused for a term below the highest
 	// seen (fence.go).
 	StaleRefused atomic.Uint64
+	// Actions counts controller actions carried out; StaleApplied those
+	// whose term was below the highest seen once done (fence.go).
+	Actions      atomic.Uint64
+	StaleApplied atomic.Uint64
 	staleLogged  atomic.Int64 // unix ns of the last refusal logged
 }
 

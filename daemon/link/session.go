@@ -140,7 +140,8 @@ func (c *Client) session(ctx context.Context, addr string) (up bool, leader stri
 			return true, "", err
 		}
 		recv := time.Now()
-		if stale, t, seen := c.staleEnvelope(&env, term); stale { // fence.go
+		stale, t, seen := c.staleEnvelope(&env, term) // fence.go
+		if stale {
 			if err := c.refuseStale(&env, t, seen); err != nil {
 				return true, "", err
 			}
@@ -190,6 +191,7 @@ func (c *Client) session(ctx context.Context, addr string) (up bool, leader stri
 		default:
 			c.cfg.Log.Debug("unexpected envelope from controller", "type", fmt.Sprintf("%T", b))
 		}
+		c.carried(&env, t)
 		if err != nil {
 			return true, "", err
 		}

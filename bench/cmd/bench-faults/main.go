@@ -45,7 +45,7 @@ var (
 	out      = flag.String("out", "results/faults", "output directory")
 	soakFor  = flag.Duration("soak", 0, "run the randomized fault schedule this long instead of the checks (make soak FAULTS=1)")
 	soakSeed = flag.Uint64("seed", 0, "-soak: schedule seed (0: from the clock; printed)")
-	steps    = flag.String("steps", "", "comma-separated steps to run (admin, duplicate, ha, partition, outage, rotate, scope, store, v1); empty: all")
+	steps    = flag.String("steps", "", "comma-separated steps to run (admin, duplicate, ha, deposed, partition, outage, rotate, scope, flood, store, v1); empty: all")
 )
 
 type proc struct {
@@ -168,11 +168,11 @@ func zombie(pid int) bool {
 	return err != nil || st.Zombie()
 }
 
-var ready = regexp.MustCompile(`escra-controller ready.* sessions=(\S+) telemetry=\S+ admin=(\S+)`)
+var ready = regexp.MustCompile(`escra-controller ready.* sessions=(\S+) telemetry=(\S+) admin=(\S+)`)
 
 type ctl struct {
-	p              *proc
-	sessions, admn string
+	p                   *proc
+	sessions, udp, admn string
 }
 
 func startController(name string, args ...string) (*ctl, error) {
@@ -186,7 +186,7 @@ func startController(name string, args ...string) (*ctl, error) {
 		return nil, err
 	}
 	m := ready.FindStringSubmatch(l)
-	return &ctl{p: p, sessions: m[1], admn: m[2]}, nil
+	return &ctl{p: p, sessions: m[1], udp: m[2], admn: m[3]}, nil
 }
 
 // client trusts the Escra CA and presents role's certificate ("": none).
@@ -432,7 +432,7 @@ func ha() error {
 	if err != nil {
 		return err
 	}
-	args := []string{"--insecure", "--store", "etcd://" + ep, "--leader-ttl", "2s"}
+	args := []string{"--insecure", "--insecure-store", "--store", "etcd://" + ep, "--leader-ttl", "2s"}
 	a, err := startController("controller-a", args...)
 	if err != nil {
 		return err
@@ -555,7 +555,7 @@ func main() {
 	go func() { <-sig; cleanup(); stopEngines(""); os.RemoveAll(tmp); os.Exit(1) }()
 	failed := 0
 	var engErr error
-	if *soakFor > 0 || wanted("duplicate") || wanted("ha") || wanted("partition") || wanted("scope") || wanted("outage") {
+	if *soakFor > 0 || wanted("duplicate") || wanted("ha") || wanted("deposed") || wanted("partition") || wanted("scope") || wanted("outage") || wanted("flood") {
 		if engErr = startEngines(2); engErr != nil {
 			say("engines: FAILED: %v", engErr)
 		}
@@ -579,7 +579,9 @@ func main() {
 		name string
 		f    func() error
 		eng  bool // needs the engines
-	}{{"admin", adminAndRestart, false}, {"duplicate", duplicateEscrad, true}, {"ha", ha, true}, {"partition", partitionSection, true}, {"outage", outageSection, true}, {"scope", scopeSection, true}, {"store", storeFirstSection, false}, {"rotate", rotateSection, false}} {
+	}{{"admin", adminAndRestart, false}, {"duplicate", duplicateEscrad, true}, {"ha", ha, true}, {"deposed", deposedSection, true},
+		{"partition", partitionSection, true}, {"outage", outageSection, true}, {"scope", scopeSection, true}, {"flood", floodSection, true},
+		{"store", storeFirstSection, false}, {"rotate", rotateSection, false}} {
 		if !wanted(step.name) {
 			continue
 		}

@@ -37,7 +37,7 @@ func storeFirstSection() error {
 		return err
 	}
 	defer e.cmd.Process.Signal(syscall.SIGCONT) // before cleanup's kill
-	c, err := startController("store-controller", "--insecure", "--store", fmt.Sprintf("etcd://127.0.0.1:%d", cp), "--leader-ttl", "2s")
+	c, err := startController("store-controller", "--insecure", "--insecure-store", "--store", fmt.Sprintf("etcd://127.0.0.1:%d", cp), "--leader-ttl", "2s")
 	if err != nil {
 		return err
 	}

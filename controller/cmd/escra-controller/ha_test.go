@@ -67,7 +67,7 @@ func adminGet(t *testing.T, admin, path string, v any) int {
 func TestFailoverToFollower(t *testing.T) {
 	e := etcdtest.Start(t)
 	bin := buildController(t)
-	args := []string{"--insecure", "--listen", "127.0.0.1:0", "--telemetry-listen", "127.0.0.1:0",
+	args := []string{"--insecure", "--insecure-store", "--listen", "127.0.0.1:0", "--telemetry-listen", "127.0.0.1:0",
 		"--admin-listen", "127.0.0.1:0", "--reclaim-every", "0", "--store", e.URL(), "--leader-ttl", "2s"}
 	eventually := func(what string, within time.Duration, cond func() bool) time.Duration {
 		t.Helper()

@@ -230,6 +230,7 @@ func run(args []string, stderr io.Writer) int {
 	etcdCA := fs.String("etcd-cacert", "", "--store etcd: CA file etcd's certificate must chain to; set, the controller speaks HTTPS to etcd (etcd --trusted-ca-file/--cert-file)")
 	etcdCert := fs.String("etcd-cert", "", "--store etcd: this controller's client certificate for etcd --client-cert-auth (with --etcd-key)")
 	etcdKey := fs.String("etcd-key", "", "--store etcd: the key of --etcd-cert")
+	insecureStore := fs.Bool("insecure-store", false, "--store etcd: allow plain HTTP to etcd and etcd without auth (anyone who reaches etcd can rewrite every budget)")
 	fs.StringVar(&cfg.AdminAdvertise, "admin-advertise", "", "--store etcd: admin address followers redirect to while this controller leads (default: the --admin-listen address)")
 	insecure := fs.Bool("insecure", false, "plain TCP and unauthenticated telemetry: anyone who reaches the ports can move limits")
 	checkCfg := fs.Bool("check-config", false, "check flags, --apps, --host-apps, TLS files, addresses and --store, print one line and exit: 0 when the controller would start (systemd runs it as ExecStartPre)")
@@ -337,8 +338,8 @@ func run(args []string, stderr io.Writer) int {
 	if *tlsReload < 0 {
 		return fail("--tls-reload-every must be >= 0")
 	}
-	if !strings.HasPrefix(*storeKind, "etcd://") && (*etcdCA != "" || *etcdCert != "" || *etcdKey != "") {
-		return fail("--etcd-cacert/--etcd-cert/--etcd-key need --store etcd://…")
+	if !strings.HasPrefix(*storeKind, "etcd://") && (*etcdCA != "" || *etcdCert != "" || *etcdKey != "" || *insecureStore) {
+		return fail("--etcd-cacert/--etcd-cert/--etcd-key/--insecure-store need --store etcd://…")
 	}
 	switch *storeKind {
 	case "bolt":
@@ -367,6 +368,9 @@ func run(args []string, stderr io.Writer) int {
 		if err != nil {
 			return fail("--store: %v", err)
 		}
+		if !*insecureStore && (*etcdCA == "" || *etcdCert == "" || *etcdKey == "") {
+			return fail("--store etcd:// needs etcd's TLS and a user per controller: --etcd-cacert, --etcd-cert and --etcd-key (the certificate's common name is the controller's etcd user; docs/operator.md), or --insecure-store")
+		}
 		var etcdTLS *tls.Config
 		if *etcdCA != "" || *etcdCert != "" || *etcdKey != "" {
 			if etcdTLS, err = store.EtcdTLS(*etcdCA, *etcdCert, *etcdKey); err != nil {
@@ -381,6 +385,9 @@ func run(args []string, stderr io.Writer) int {
 			return fail("--store: %v", err)
 		}
 		defer st.Close()
+		if err := checkStoreAuth(st, *insecureStore); err != nil {
+			return fail("--store: %v (or --insecure-store)", err)
+		}
 		cfg.Store, cfg.Elector = st, st
 	}
 	if *checkCfg {
@@ -393,6 +400,9 @@ func run(args []string, stderr io.Writer) int {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if *insecure {
 		cfg.Logger.Warn("running --insecure: daemon sessions are not authenticated, telemetry is not signed and the admin API is plain HTTP without roles; anyone who can reach the ports can change container limits")
+	}
+	if *insecureStore {
+		cfg.Logger.Warn("running --insecure-store: etcd's TLS and auth are not required; anyone who reaches etcd can change every app's budget")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -443,4 +453,15 @@ func role(srv *server.Server, elected bool) string {
 		return "leader"
 	}
 	return "candidate"
+}
+
+// checkStoreAuth refuses an etcd that does not enforce RBAC on this
+// controller, unless --insecure-store.
+func checkStoreAuth(st *store.Etcd, insecure bool) error {
+	if insecure {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return st.CheckAuth(ctx)
 }

@@ -21,6 +21,16 @@ func TestBadFlagsOneLineExit2(t *testing.T) {
 			t.Errorf("%v: rc %d, stderr %q", args, rc, e.String())
 		}
 	}
+	// etcd without its TLS and RBAC: one line naming the flags.
+	var e bytes.Buffer
+	if rc := run([]string{"--check-config", "--insecure", "--store", "etcd://127.0.0.1:2379"}, &e); rc != 2 ||
+		!strings.Contains(e.String(), "--etcd-cacert, --etcd-cert and --etcd-key") || !strings.Contains(e.String(), "--insecure-store") {
+		t.Errorf("plain etcd:// without --insecure-store: rc %d, %q", rc, e.String())
+	}
+	e.Reset()
+	if rc := run([]string{"--check-config", "--insecure", "--store", "etcd://127.0.0.1:2379", "--insecure-store"}, &e); rc != 0 {
+		t.Errorf("etcd:// with --insecure-store: rc %d, %q", rc, e.String())
+	}
 }
 
 func TestLoadHostApps(t *testing.T) {
@@ -123,6 +133,8 @@ func TestCheckConfig(t *testing.T) {
 		{"--check-config", "--insecure", "--store", "etcd://127.0.0.1:2379", "--etcd-cacert", filepath.Join(dir, "none.pem")},
 		{"--check-config", "--insecure", "--store", "etcd://127.0.0.1:2379", "--etcd-cacert", file},
 		{"--check-config", "--insecure", "--store", "etcd://127.0.0.1:2379", "--etcd-cert", file},
+		{"--check-config", "--insecure", "--store", "etcd://127.0.0.1:2379"},
+		{"--check-config", "--insecure", "--state-dir", dir, "--insecure-store"},
 	} {
 		e.Reset()
 		if rc := run(args, &e); rc != 2 || strings.Count(e.String(), "\n") != 1 {
