@@ -67,7 +67,7 @@ type Config struct {
 	// TLS is the controller link's mutual TLS (nil: plain, escrad --insecure).
 	TLS *tls.Config
 	// ThrottlePoll is the cgroupfs throttle watcher's poll interval
-	// (cgroupfs.Source.ThrottlePoll; 0: off; escrad defaults to 2 ms).
+	// (cgroupfs.Source.ThrottlePoll; 0: off; escrad defaults to 10 ms).
 	// The kernel backend has no watcher yet: it ignores this.
 	ThrottlePoll time.Duration
 	// ThrottleNear is the share of its quota a group may use within a CFS
