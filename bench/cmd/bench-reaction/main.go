@@ -195,6 +195,18 @@ func main() {
 			die(err)
 		}
 		fa.arm()
+		// The usage is watched from before the exec: docker exec may
+		// return well after its process began to run.
+		moved := make(chan time.Time, 1)
+		go func() {
+			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
+				if u, err := readUint(usageFile); err == nil && u > u0 {
+					moved <- time.Now()
+					return
+				}
+			}
+			close(moved)
+		}()
 		ex, err := cli.ExecCreate(ctx, burster, client.ExecCreateOptions{Cmd: []string{"/bin/spin", "-threads", "1", "-for", "500ms"}})
 		if err != nil {
 			die(err)
@@ -202,14 +214,8 @@ func main() {
 		if _, err := cli.ExecStart(ctx, ex.ID, client.ExecStartOptions{Detach: true}); err != nil {
 			die(err)
 		}
-		var t0 time.Time
-		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
-			if u, err := readUint(usageFile); err == nil && u > u0 {
-				t0 = time.Now()
-				break
-			}
-		}
-		if t0.IsZero() {
+		t0, ok := <-moved
+		if !ok {
 			die(fmt.Errorf("burst %d: usage never moved", i))
 		}
 		var at time.Time
