@@ -3,11 +3,12 @@
 // escrad (cgroupfs backend, the flags in -escrad-args) manages one idle
 // container with a 10 ms / 100 ms quota, and optionally a sibling under
 // the same parent cgroup that runs 1 ms every 100 ms (so the parent is
-// never idle). Each burst starts one busy thread in the idle container
-// (docker exec) at a random phase of the period; its start is the first
-// move of the container's cpuacct.usage (read every 200 µs), its answer
-// the first record the scripted controller receives for it that is a
-// throttle event (mid_period) or a throttled period record. It writes
+// never idle). The bursting container runs one busy thread and is kept
+// frozen (v1 freezer) while idle; each burst thaws it at a random phase of
+// the period, for 500 ms: the thaw is the burst's start (docker exec would
+// add its own variable start-up, itself throttled by the 10 ms quota), its
+// answer the first record the scripted controller receives for it that
+// is a throttle event (mid_period) or a throttled period record. It writes
 // summary.json (latency p50/p90/max, how many were answered by an event)
 // to -out and removes what it started. cgroup v1 with the cgroupfs
 // driver only (as bench-daemon's CPU phase).
@@ -24,7 +25,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,6 +45,7 @@ var (
 	bursts     = flag.Int("bursts", 20, "bursts to time")
 	sibling    = flag.Bool("sibling", false, "also run a sibling at 1 ms per 100 ms under the same parent (the parent is never idle)")
 	escradArgs = flag.String("escrad-args", "", "extra escrad flags, space-separated (e.g. --throttle-warm 0)")
+	verbose    = flag.Bool("v", false, "print every record of the bursting container during a burst")
 )
 
 func say(format string, a ...any) { fmt.Printf("bench-reaction: "+format+"\n", a...) }
@@ -54,10 +55,14 @@ var (
 	started []string
 	cli     *client.Client
 	parent  = fmt.Sprintf("/escra-react-%d", os.Getpid())
+	freezer string // the bursting container's freezer group, once known
 )
 
 func cleanup() {
 	mu.Lock()
+	if freezer != "" { // a frozen container would not stop
+		_ = os.WriteFile(filepath.Join(freezer, "freezer.state"), []byte("THAWED"), 0)
+	}
 	ids := started
 	started = nil
 	mu.Unlock()
@@ -98,20 +103,24 @@ type firstAnswer struct {
 	armed bool
 	at    time.Time
 	event bool
+	t0    time.Time // the burst's start (-v)
 }
 
 func (f *firstAnswer) see(s *pb.CpuStat) {
 	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if *verbose && f.armed && s.Handle == f.h {
+		say("  %v: seq %d mid %v throttled %v usage %d µs", now.Sub(f.t0).Round(100*time.Microsecond), s.PeriodSeq, s.MidPeriod, s.Throttled, s.UsageUs)
+	}
 	if f.armed && s.Handle == f.h && (s.MidPeriod || s.Throttled) && f.at.IsZero() {
 		f.at, f.event = now, s.MidPeriod
 	}
 }
 
-func (f *firstAnswer) arm() {
+func (f *firstAnswer) arm(t0 time.Time) {
 	f.mu.Lock()
-	f.armed, f.at, f.event = true, time.Time{}, false
+	f.armed, f.at, f.event, f.t0 = true, time.Time{}, false, t0
 	f.mu.Unlock()
 }
 
@@ -147,7 +156,7 @@ func main() {
 	if err := dockertest.BuildBinaries(bin, "./daemon/cmd/escrad"); err != nil {
 		die(err)
 	}
-	burster := start(ctx, img, "idle", []string{"-idle"})
+	burster := start(ctx, img, "burst", []string{"-threads", "1"})
 	if *sibling {
 		start(ctx, img, "sib", []string{"-duty", "0.01"})
 	}
@@ -159,7 +168,16 @@ func main() {
 	if err != nil || paths.Version != cgroups.V1 {
 		die(fmt.Errorf("cgroup v1 needed: %v %v", paths.Version, err))
 	}
-	usageFile := filepath.Join(paths.CPUAcct, "cpuacct.usage")
+	fz, err := freezerOf(j.State.Pid)
+	if err != nil {
+		die(err)
+	}
+	mu.Lock()
+	freezer = fz
+	mu.Unlock()
+	if err := setFrozen(freezer, true); err != nil {
+		die(err)
+	}
 
 	p, err := peer.Start()
 	if err != nil {
@@ -190,33 +208,10 @@ func main() {
 	for i := 0; i < *bursts; i++ {
 		// Idle for more than a period, then a random phase of it.
 		time.Sleep(time.Second + time.Duration(rand.Int64N(int64(100*time.Millisecond))))
-		u0, err := readUint(usageFile)
-		if err != nil {
+		t0 := time.Now()
+		fa.arm(t0)
+		if err := setFrozen(freezer, false); err != nil {
 			die(err)
-		}
-		fa.arm()
-		// The usage is watched from before the exec: docker exec may
-		// return well after its process began to run.
-		moved := make(chan time.Time, 1)
-		go func() {
-			for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Microsecond) {
-				if u, err := readUint(usageFile); err == nil && u > u0 {
-					moved <- time.Now()
-					return
-				}
-			}
-			close(moved)
-		}()
-		ex, err := cli.ExecCreate(ctx, burster, client.ExecCreateOptions{Cmd: []string{"/bin/spin", "-threads", "1", "-for", "500ms"}})
-		if err != nil {
-			die(err)
-		}
-		if _, err := cli.ExecStart(ctx, ex.ID, client.ExecStartOptions{Detach: true}); err != nil {
-			die(err)
-		}
-		t0, ok := <-moved
-		if !ok {
-			die(fmt.Errorf("burst %d: usage never moved", i))
 		}
 		var at time.Time
 		var ev bool
@@ -228,6 +223,9 @@ func main() {
 		if at.IsZero() {
 			missed++
 			say("burst %d: no answer within 1 s", i)
+			if err := setFrozen(freezer, true); err != nil {
+				die(err)
+			}
 			continue
 		}
 		d := at.Sub(t0)
@@ -238,7 +236,10 @@ func main() {
 			records++
 		}
 		say("burst %d: answered in %.1f ms by %s", i, float64(d.Microseconds())/1000, map[bool]string{true: "a throttle event", false: "a period record"}[ev])
-		time.Sleep(600 * time.Millisecond) // the burst ends
+		time.Sleep(time.Until(t0.Add(500 * time.Millisecond)))
+		if err := setFrozen(freezer, true); err != nil {
+			die(err)
+		}
 	}
 	sort.Float64s(lat)
 	sum := map[string]any{
@@ -257,12 +258,37 @@ func main() {
 	}
 }
 
-func readUint(path string) (uint64, error) {
-	b, err := os.ReadFile(path)
+// freezerOf is the v1 freezer directory of pid's cgroup.
+func freezerOf(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
-		return 0, err
+		return "", err
 	}
-	return strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[1] == "freezer" {
+			return filepath.Join("/sys/fs/cgroup/freezer", f[2]), nil
+		}
+	}
+	return "", fmt.Errorf("pid %d: no v1 freezer cgroup", pid)
+}
+
+// setFrozen freezes or thaws the group and, when freezing, waits until
+// it is frozen (no task runs, its usage stands still).
+func setFrozen(dir string, frozen bool) error {
+	state := map[bool]string{true: "FROZEN", false: "THAWED"}[frozen]
+	if err := os.WriteFile(filepath.Join(dir, "freezer.state"), []byte(state), 0); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(filepath.Join(dir, "freezer.state"))
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(b)) == state {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: not %s within 5 s", dir, state)
 }
 
 func q(xs []float64, f float64) float64 {
