@@ -276,10 +276,14 @@ func freezerOf(pid int) (string, error) {
 // it is frozen (no task runs, its usage stands still).
 func setFrozen(dir string, frozen bool) error {
 	state := map[bool]string{true: "FROZEN", false: "THAWED"}[frozen]
-	if err := os.WriteFile(filepath.Join(dir, "freezer.state"), []byte(state), 0); err != nil {
-		return err
-	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	// A freeze can stall on a loaded host (a task throttled by its quota
+	// reaches no freezing point until it runs again); it is asked again.
+	for i, deadline := 0, time.Now().Add(20*time.Second); time.Now().Before(deadline); i++ {
+		if i%100 == 0 {
+			if err := os.WriteFile(filepath.Join(dir, "freezer.state"), []byte(state), 0); err != nil {
+				return err
+			}
+		}
 		b, err := os.ReadFile(filepath.Join(dir, "freezer.state"))
 		if err != nil {
 			return err
@@ -287,8 +291,9 @@ func setFrozen(dir string, frozen bool) error {
 		if strings.TrimSpace(string(b)) == state {
 			return nil
 		}
+		time.Sleep(time.Millisecond)
 	}
-	return fmt.Errorf("%s: not %s within 5 s", dir, state)
+	return fmt.Errorf("%s: not %s within 20 s", dir, state)
 }
 
 func q(xs []float64, f float64) float64 {
