@@ -114,7 +114,12 @@ type watched struct {
 // looked for again DrainEvery later; DrainEvery while a group has sent no
 // record yet (its grid is unknown), a second when none is watched.
 // One group then costs a wake-up per period instead of ten, and its
-// record waits ~1 ms instead of up to DrainEvery.
+// record waits ~1 ms instead of up to DrainEvery. Idle groups (timer
+// stopped) are looked at together, at most once per period after the
+// last drain: each at its own boundary, a hundred idle groups of a
+// hundred phases woke the reader every DrainEvery for records that do not
+// come. A group waking from idle sends its throttle and near records at
+// once (forced wake-ups); its first period record waits at most a period.
 func nextDrain(groups []*watched, now, last int64) time.Duration {
 	if len(groups) == 0 {
 		return time.Second
@@ -127,8 +132,10 @@ func nextDrain(groups []*watched, now, last int64) time.Duration {
 		next := w.lastNs + w.periodNs
 		if next+int64(DrainEvery) < now {
 			// No record at the boundary nor DrainEvery later: the group
-			// idles (its timer stopped); wait for the next boundary.
+			// idles; its next boundary, and not before a period has
+			// passed since the last drain.
 			next += (now - next + w.periodNs - 1) / w.periodNs * w.periodNs
+			next = max(next, last+w.periodNs)
 		}
 		due = min(due, next)
 	}
