@@ -65,6 +65,10 @@ func privileged() bool {
 // poll: one wake-up for many groups' records (docs/kernel.md).
 const DrainEvery = 10 * time.Millisecond
 
+// unknownGridDrain is how often a group with no record yet is looked
+// for: the default period.
+const unknownGridDrain = 100 * time.Millisecond
+
 // drainMargin is how long after a group's CFS period boundary the reader
 // wakes for its record: the timer's own slack plus the program's run.
 const drainMargin = time.Millisecond
@@ -111,8 +115,7 @@ type watched struct {
 // (their records are due then), but not less than DrainEvery after the
 // previous drain at last, so many groups of different phases still cost
 // at most one wake-up per DrainEvery; a record late at its boundary is
-// looked for again DrainEvery later; DrainEvery while a group has sent no
-// record yet (its grid is unknown), a second when none is watched.
+// looked for again DrainEvery later; a second when none is watched.
 // One group then costs a wake-up per period instead of ten, and its
 // record waits ~1 ms instead of up to DrainEvery. Idle groups (timer
 // stopped) are looked at together, at most once per period after the
@@ -120,6 +123,8 @@ type watched struct {
 // hundred phases woke the reader every DrainEvery for records that do not
 // come. A group waking from idle sends its throttle and near records at
 // once (forced wake-ups); its first period record waits at most a period.
+// A group that has sent no record yet (its grid unknown: new, or idle
+// since it was watched) is looked at like an idle one, once a period.
 func nextDrain(groups []*watched, now, last int64) time.Duration {
 	if len(groups) == 0 {
 		return time.Second
@@ -127,7 +132,8 @@ func nextDrain(groups []*watched, now, last int64) time.Duration {
 	due := int64(math.MaxInt64)
 	for _, w := range groups {
 		if w.periodNs <= 0 {
-			return DrainEvery
+			due = min(due, last+int64(unknownGridDrain))
+			continue
 		}
 		next := w.lastNs + w.periodNs
 		if next+int64(DrainEvery) < now {
