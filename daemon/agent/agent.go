@@ -71,7 +71,7 @@ type Config struct {
 	// (auth.Identity): their expiry is exported.
 	Identity *auth.Identity
 	// ThrottlePoll is the cgroupfs throttle watcher's poll interval
-	// (cgroupfs.Source.ThrottlePoll; 0: off; escrad defaults to 2 ms).
+	// (cgroupfs.Source.ThrottlePoll; 0: off; escrad defaults to 10 ms).
 	// The kernel backend has no watcher yet: it ignores this.
 	ThrottlePoll time.Duration
 	// ThrottleNear is the share of its quota a group may use within a CFS

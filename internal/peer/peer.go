@@ -41,6 +41,7 @@ type Peer struct {
 	MidPeriod atomic.Uint64
 	// Backend is the last session's HostHello.backend.
 	Backend atomic.Int32
+	cpuHook atomic.Pointer[func(*pb.CpuStat)]
 
 	leaseUses    []*pb.CpuLeaseUse
 	leaseReturns []*pb.CpuLeaseReturn
@@ -120,8 +121,21 @@ func (p *Peer) readUDP() {
 				p.MidPeriod.Add(1)
 			}
 			p.lastCPU.Store(s.Handle, s)
+			if f := p.cpuHook.Load(); f != nil {
+				(*f)(s)
+			}
 		}
 	}
+}
+
+// OnCPU makes f see every telemetry record as it arrives, on the UDP
+// reader (benchmarks time throttle events by it); nil: none.
+func (p *Peer) OnCPU(f func(*pb.CpuStat)) {
+	if f == nil {
+		p.cpuHook.Store(nil)
+		return
+	}
+	p.cpuHook.Store(&f)
 }
 
 // LastCPU is the newest telemetry record for handle h.

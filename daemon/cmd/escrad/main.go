@@ -90,7 +90,7 @@ func run(args []string, restoreOnly bool) error {
 		dockerSync  = fs.Duration("docker-sync", limits.DefaultReconcileWindow, "bring Docker's view of a container's limits (docker inspect) up to the cgroup at most this often; each docker update runs runc (0: never)")
 		restoreAft  = fs.Duration("restore-after", 10*time.Second, "put back the limits Docker knows for every managed container once no controller has been reachable this long (0: never)")
 		oomParam    = fs.String("oom-timeout-param", agent.OOMTimeoutParam, "kernel backend: escra.ko's oom_timeout_ms, read at start to fit --oom-deadline inside it")
-		thrPoll     = fs.Duration("throttle-poll", 10*time.Millisecond, "cgroupfs: read nr_throttled of every group with a quota this often between periods and report a rise to the controller at once (0: off, also the bpf backend's throttle events)")
+		thrPoll     = fs.Duration("throttle-poll", 10*time.Millisecond, "cgroupfs: read nr_throttled of every group near its quota (--throttle-hot) this often between periods and report a rise to the controller at once (0: off, also the bpf backend's throttle events)")
 		thrNear     = fs.Float64("throttle-near", 0.95, "cgroupfs: also report a group that has used this share of its quota within the CFS period in progress, before it is throttled (0: off)")
 		thrWarm     = fs.Duration("throttle-warm", 20*time.Millisecond, "cgroupfs: while no group is near its quota, check the parents' usage this often for one running into it (0: only period records make a group watched)")
 		thrHot      = fs.Float64("throttle-hot", 0.8, "cgroupfs: poll only groups whose last period used this share of their quota or was throttled (0: every group with a quota; an idle host then wakes every --throttle-poll)")

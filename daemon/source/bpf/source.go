@@ -65,6 +65,10 @@ func privileged() bool {
 // poll: one wake-up for many groups' records (docs/kernel.md).
 const DrainEvery = 10 * time.Millisecond
 
+// unknownGridDrain is how often a group with no record yet is looked
+// for: the default period.
+const unknownGridDrain = 100 * time.Millisecond
+
 // drainMargin is how long after a group's CFS period boundary the reader
 // wakes for its record: the timer's own slack plus the program's run.
 const drainMargin = time.Millisecond
@@ -111,10 +115,16 @@ type watched struct {
 // (their records are due then), but not less than DrainEvery after the
 // previous drain at last, so many groups of different phases still cost
 // at most one wake-up per DrainEvery; a record late at its boundary is
-// looked for again DrainEvery later; DrainEvery while a group has sent no
-// record yet (its grid is unknown), a second when none is watched.
+// looked for again DrainEvery later; a second when none is watched.
 // One group then costs a wake-up per period instead of ten, and its
-// record waits ~1 ms instead of up to DrainEvery.
+// record waits ~1 ms instead of up to DrainEvery. Idle groups (timer
+// stopped) are looked at together, at most once per period after the
+// last drain: each at its own boundary, a hundred idle groups of a
+// hundred phases woke the reader every DrainEvery for records that do not
+// come. A group waking from idle sends its throttle and near records at
+// once (forced wake-ups); its first period record waits at most a period.
+// A group that has sent no record yet (its grid unknown: new, or idle
+// since it was watched) is looked at like an idle one, once a period.
 func nextDrain(groups []*watched, now, last int64) time.Duration {
 	if len(groups) == 0 {
 		return time.Second
@@ -122,13 +132,16 @@ func nextDrain(groups []*watched, now, last int64) time.Duration {
 	due := int64(math.MaxInt64)
 	for _, w := range groups {
 		if w.periodNs <= 0 {
-			return DrainEvery
+			due = min(due, last+int64(unknownGridDrain))
+			continue
 		}
 		next := w.lastNs + w.periodNs
 		if next+int64(DrainEvery) < now {
 			// No record at the boundary nor DrainEvery later: the group
-			// idles (its timer stopped); wait for the next boundary.
+			// idles; its next boundary, and not before a period has
+			// passed since the last drain.
 			next += (now - next + w.periodNs - 1) / w.periodNs * w.periodNs
+			next = max(next, last+w.periodNs)
 		}
 		due = min(due, next)
 	}

@@ -382,7 +382,8 @@ func TestSetThrottleNearRejectsOutOfRange(t *testing.T) {
 }
 
 // The reader sleeps until just after the earliest due record, never less
-// than DrainEvery after the last drain, and keeps to an idle group's grid.
+// than DrainEvery after the last drain; idle groups, and groups with no
+// record yet, once a period, on an idle group's grid.
 func TestNextDrain(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	p := 100 * ms
@@ -394,12 +395,16 @@ func TestNextDrain(t *testing.T) {
 		want      time.Duration
 	}{
 		{"none watched", nil, 1000 * ms, 0, time.Second},
-		{"grid unknown", []*watched{g(0), {}}, 1000 * ms, 0, DrainEvery},
+		{"grid unknown: once a period", []*watched{{}}, 1000 * ms, 995 * ms, 96 * time.Millisecond},
+		{"grid unknown beside a busy group: its boundary", []*watched{{}, g(950 * ms)}, 1000 * ms, 995 * ms, 51 * time.Millisecond},
 		{"one group: just after its boundary", []*watched{g(950 * ms)}, 1000 * ms, 950 * ms, 51 * time.Millisecond},
 		{"two phases: the earlier", []*watched{g(950 * ms), g(920 * ms)}, 1000 * ms, 950 * ms, 21 * time.Millisecond},
 		{"phases close together: DrainEvery apart", []*watched{g(905 * ms)}, 1000 * ms, 1000 * ms, DrainEvery},
 		{"record late: look again DrainEvery after the last drain", []*watched{g(895 * ms)}, 1000 * ms, 996 * ms, 6 * time.Millisecond},
-		{"idle group: its next boundary", []*watched{g(550 * ms)}, 1000 * ms, 995 * ms, 51 * time.Millisecond},
+		{"idle group: its next boundary", []*watched{g(550 * ms)}, 1000 * ms, 905 * ms, 51 * time.Millisecond},
+		{"idle group: not within a period of the last drain", []*watched{g(550 * ms)}, 1000 * ms, 995 * ms, 96 * time.Millisecond},
+		{"idle groups of many phases: once a period", []*watched{g(550 * ms), g(512 * ms), g(533 * ms), g(591 * ms)}, 1000 * ms, 995 * ms, 96 * time.Millisecond},
+		{"a busy group beside idle ones: its boundary", []*watched{g(550 * ms), g(950 * ms), g(512 * ms)}, 1000 * ms, 995 * ms, 51 * time.Millisecond},
 	} {
 		if got := nextDrain(tc.groups, tc.now, tc.last); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
