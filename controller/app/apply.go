@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
@@ -51,9 +52,13 @@ func (s *App) send(d allocator.Decision, recvNs int64, onApplied func(error), wa
 	if d.QuotaUs != 0 {
 		u.PeriodUs = s.periodUs
 	}
-	if wake {
+	switch {
+	case wake && s.deferWake:
+		m.Host.Queue(u)
+		s.noteWake(m.Host)
+	case wake:
 		m.Host.Push(u)
-	} else {
+	default:
 		m.Host.Queue(u)
 	}
 	s.cnt.Decision(string(d.Reason))
@@ -136,4 +141,11 @@ func (s *App) checkInvariants(d allocator.Decision) error {
 		return fmt.Errorf("quota %d µs below the floor %d µs", d.QuotaUs, floor)
 	}
 	return nil
+}
+
+// noteWake adds h to the hosts unlockInline wakes.
+func (s *App) noteWake(h Host) {
+	if !slices.Contains(s.wakeHosts, h) {
+		s.wakeHosts = append(s.wakeHosts, h)
+	}
 }
