@@ -41,14 +41,10 @@ func (s *App) send(d allocator.Decision, recvNs int64, onApplied func(error), wa
 		}
 		return
 	}
-	key, gen := d.Key, d.Gen
+	// The session answers s.Applied (acked), then onApplied: no closure
+	// per decision on the per-period path.
 	u := session.Update{Handle: m.Handle, Gen: d.Gen, QuotaUs: d.QuotaUs, MemLimit: d.MemLimit,
-		Received: recvNs, OnApplied: func(err error) {
-			s.acked(key, gen, err)
-			if onApplied != nil {
-				onApplied(err)
-			}
-		}}
+		Received: recvNs, Acker: s, AckKey: uint64(d.Key), OnApplied: onApplied}
 	if d.QuotaUs != 0 {
 		u.PeriodUs = s.periodUs
 	}
@@ -68,6 +64,9 @@ func (s *App) send(d allocator.Decision, recvNs int64, onApplied func(error), wa
 			Reason: string(d.Reason)})
 	}
 }
+
+// Applied implements session.Acker.
+func (s *App) Applied(key, gen uint64, err error) { s.acked(allocator.Key(key), gen, err) }
 
 // acked records a daemon's answer to decision gen of member k on the
 // caller's goroutine (a session's reader or sweeper; never with s.mu held:
