@@ -3,7 +3,12 @@ package ctlpath
 import (
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/escra-dev/escra/controller/allocator"
+	"github.com/escra-dev/escra/controller/ingest"
+	pb "github.com/escra-dev/escra/proto/escrapb"
+	"github.com/escra-dev/escra/proto/wire"
 )
 
 // BenchmarkPeriodDecision is one container's period through the app: the
@@ -76,5 +81,40 @@ func BenchmarkOOMVerdict(b *testing.B) {
 	b.StopTimer()
 	if r.Host.Granted < b.N/2 {
 		b.Fatalf("%d verdicts (%d granted; denied: %q) for %d requests", r.Host.Verdicts, r.Host.Granted, r.Host.Reason, b.N)
+	}
+}
+
+// datagram is a full telemetry datagram of 65 statistics.
+func datagram(b *testing.B) []byte {
+	tb := &pb.TelemetryBatch{SessionId: 7, BatchSeq: 1, PeriodUs: 100000}
+	for i := range 65 {
+		tb.Stats = append(tb.Stats, &pb.CpuStat{Handle: uint32(i + 1), PeriodSeq: 100, QuotaUs: 20000, UnusedUs: 5000, UsageUs: 15000})
+	}
+	data, err := proto.Marshal(tb)
+	if err != nil || len(data) > wire.MaxDatagramBytes {
+		b.Fatalf("datagram of %d bytes: %v", len(data), err)
+	}
+	return data
+}
+
+// BenchmarkDecodeDatagram is the UDP reader's decode (ingest.Decoder).
+func BenchmarkDecodeDatagram(b *testing.B) {
+	data := datagram(b)
+	var d ingest.Decoder
+	var out []ingest.Stat
+	b.ReportAllocs()
+	for b.Loop() {
+		_, out, _, _ = d.Decode(data, out)
+	}
+}
+
+// BenchmarkDecodeDatagramProto is the same with proto.Unmarshal
+// (ingest.Decode), what the reader used before.
+func BenchmarkDecodeDatagramProto(b *testing.B) {
+	data := datagram(b)
+	var out []ingest.Stat
+	b.ReportAllocs()
+	for b.Loop() {
+		_, out, _, _ = ingest.Decode(data, &pb.TelemetryBatch{}, out)
 	}
 }
