@@ -31,6 +31,7 @@ type memCredit struct {
 	bytes    int64
 	revoking bool
 	sig      uint64 // members list last sent (memberSig)
+	sigGen   uint64 // Books.capsGen when sig was last checked
 	sent     bool
 }
 
@@ -156,14 +157,17 @@ func (a *Books) RebalanceMemCredit(frac float64) []MemCreditCmd {
 		if c.id == 0 || (c.bytes == 0 && cmd.AddBytes == 0) {
 			continue // nothing lent: the list goes with the first grant
 		}
-		if sig := a.memberSig(keys); !c.sent || c.sig != sig {
-			// The list is made only when it goes out (members or caps changed).
-			caps := make([]MemCap, len(keys))
-			for j, k := range keys {
-				caps[j] = MemCap{Handle: uint32(k), MaxBytes: a.members[k].MaxMem}
+		if !c.sent || c.sigGen != a.capsGen {
+			c.sigGen = a.capsGen
+			if sig := a.memberSig(keys); !c.sent || c.sig != sig {
+				// The list is made only when it goes out (members or caps changed).
+				caps := make([]MemCap, len(keys))
+				for j, k := range keys {
+					caps[j] = MemCap{Handle: uint32(k), MaxBytes: a.members[k].MaxMem}
+				}
+				cmd.MembersSet, cmd.Members = true, caps
+				c.sig, c.sent = sig, true
 			}
-			cmd.MembersSet, cmd.Members = true, caps
-			c.sig, c.sent = sig, true
 		}
 		if cmd.AddBytes > 0 || cmd.MembersSet {
 			out = append(out, cmd)
