@@ -17,6 +17,7 @@ import (
 type reuseHost struct {
 	mu            sync.Mutex
 	queued, spare []session.Update
+	waking        bool
 	quota         map[uint32]int64
 }
 
@@ -31,6 +32,12 @@ func (h *reuseHost) Queue(u session.Update) {
 }
 func (h *reuseHost) Wake() {
 	h.mu.Lock()
+	if h.waking { // an ack's decisions: the outer Wake takes them
+		h.mu.Unlock()
+		return
+	}
+	h.waking = true
+	defer func() { h.mu.Lock(); h.waking = false; h.mu.Unlock() }()
 	for len(h.queued) > 0 {
 		q := h.queued
 		h.queued = h.spare[:0]

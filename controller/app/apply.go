@@ -85,11 +85,14 @@ func (s *App) acked(k allocator.Key, gen uint64, err error) {
 	default:
 		r = allocator.AckRefused
 	}
+	// What the freed share is handed to leaves with one write from the
+	// caller (the session's reader), not through a writer's wake-up.
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.deferWake = true
 	if s.a.Ack(k, gen, r) {
 		s.applyAll(s.a.Redistribute())
 	}
+	s.unlockInline()
 }
 
 func (s *App) applyAll(ds []allocator.Decision) {
