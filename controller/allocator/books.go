@@ -114,6 +114,27 @@ type Member struct {
 	ownQuota, ownMem   int64 // Join.OwnQuotaUs, OwnMem
 }
 
+// memberBlock holds a member and its windows in one allocation, so a
+// period's statistic touches adjacent cache lines, not four objects
+// scattered over the heap (the UDP reader decides for thousands of
+// members whose books do not stay in cache).
+type memberBlock struct {
+	m            Member
+	unused, used [maxInlineWindow]int64
+	th           [maxInlineWindow]bool
+}
+
+const maxInlineWindow = 16
+
+func newMember(n int) *Member {
+	if n > maxInlineWindow {
+		return &Member{th: make([]bool, n), unused: make([]int64, n), used: make([]int64, n)}
+	}
+	b := &memberBlock{}
+	b.m.th, b.m.unused, b.m.used = b.th[:n:n], b.unused[:n:n], b.used[:n:n]
+	return &b.m
+}
+
 // AvgThrottle is Σ th / n over the window (divided by n as in the paper,
 // so the first periods of a new member ramp up gently).
 func (m *Member) AvgThrottle() float64 {
@@ -174,6 +195,9 @@ type Books struct {
 	pendingLease []LeaseCmd
 
 	// Host-local memory credit (memcredit.go); counted as assigned.
+	// capsGen changes with the members and their max_memory, so a
+	// credit's member list is hashed again only then.
+	capsGen       uint64
 	credits       map[HostID]*memCredit
 	creditTotal   int64
 	creditSeq     uint64
@@ -318,8 +342,8 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 		return nil, ErrDuplicate
 	}
 	n := a.P.Window
-	m := &Member{Key: j.Key, HostMaxUs: j.HostMaxUs, MemUsage: max(0, j.MemUsage),
-		th: make([]bool, n), unused: make([]int64, n), used: make([]int64, n)}
+	m := newMember(n)
+	m.Key, m.HostMaxUs, m.MemUsage = j.Key, j.HostMaxUs, max(0, j.MemUsage)
 	if m.HostMaxUs <= 0 {
 		m.HostMaxUs = a.P.PeriodUs()
 	}
@@ -348,6 +372,7 @@ func (a *Books) Join(j Join) ([]Decision, error) {
 	}
 	quota := min(fair, a.CPUUnallocatedUs())
 	a.members[j.Key] = m
+	a.capsGen++
 	i := sort.Search(len(a.order), func(i int) bool { return a.order[i] >= j.Key })
 	a.order = append(a.order, 0)
 	copy(a.order[i+1:], a.order[i:])
@@ -449,6 +474,7 @@ func (a *Books) Leave(k Key) ([]Decision, error) {
 	a.cpuExtra -= m.extraCPU
 	a.memExtra -= m.extraMem
 	delete(a.members, k)
+	a.capsGen++
 	i := sort.Search(len(a.order), func(i int) bool { return a.order[i] >= k })
 	a.order = append(a.order[:i], a.order[i+1:]...)
 	return a.ensureFloor(), nil

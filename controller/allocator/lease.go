@@ -92,20 +92,19 @@ func (a *Books) RebalanceLeases(frac float64) []LeaseCmd {
 	if a.HoldRaises {
 		return nil
 	}
-	perHost := map[HostID]int{}
-	for _, k := range a.order {
-		perHost[k.Host()]++
-	}
 	var out []LeaseCmd
 	for h, l := range a.leases { // hosts without members give theirs back
-		if perHost[h] == 0 && !l.revoking {
+		if !l.revoking && !a.hasMembers(h) {
 			l.revoking = true
 			out = append(out, LeaseCmd{Host: h, ID: l.id, Revoke: true})
 		}
 	}
 	free := a.omegaUs - a.cpuAlloc - a.cpuExtra - a.heldCPU
-	for _, h := range sortedHosts(perHost) {
-		target := int64(frac * float64(free) * float64(perHost[h]) / float64(len(a.order)))
+	for i := 0; i < len(a.order); {
+		h, end := a.nextRun(i)
+		n := end - i
+		i = end
+		target := int64(frac * float64(free) * float64(n) / float64(len(a.order)))
 		l := a.leases[h]
 		if l == nil {
 			l = &lease{}

@@ -31,6 +31,7 @@ type memCredit struct {
 	bytes    int64
 	revoking bool
 	sig      uint64 // members list last sent (memberSig)
+	sigGen   uint64 // Books.capsGen when sig was last checked
 	sent     bool
 }
 
@@ -103,25 +104,25 @@ func (a *Books) RebalanceMemCredit(frac float64) []MemCreditCmd {
 	if a.HoldRaises {
 		return nil
 	}
-	perHost := map[HostID][]MemCap{}
-	for _, k := range a.order {
-		m := a.members[k]
-		perHost[k.Host()] = append(perHost[k.Host()], MemCap{Handle: uint32(k), MaxBytes: m.MaxMem})
-	}
 	var out []MemCreditCmd
 	for h, c := range a.credits { // hosts without members give theirs back
-		if perHost[h] == nil && !c.revoking && c.bytes == 0 {
+		if c.revoking || a.hasMembers(h) {
+			continue
+		}
+		if c.bytes == 0 {
 			delete(a.credits, h)
-		} else if perHost[h] == nil && !c.revoking {
+		} else {
 			c.revoking = true
 			out = append(out, MemCreditCmd{Host: h, ID: c.id, Revoke: true})
 		}
 	}
 	free := a.budget.MemoryBytes - (a.memAlloc + a.memExtra + a.heldMem)
 	step := a.P.OOMStepBytes
-	for _, h := range sortedHosts(perHost) {
-		caps := perHost[h]
-		target := int64(frac * float64(free) * float64(len(caps)) / float64(len(a.order)))
+	for i := 0; i < len(a.order); {
+		h, end := a.nextRun(i)
+		keys := a.order[i:end]
+		i = end
+		target := int64(frac * float64(free) * float64(len(keys)) / float64(len(a.order)))
 		if _, room := a.hostRoom(h); room < target {
 			target = max(0, room)
 		}
@@ -156,9 +157,17 @@ func (a *Books) RebalanceMemCredit(frac float64) []MemCreditCmd {
 		if c.id == 0 || (c.bytes == 0 && cmd.AddBytes == 0) {
 			continue // nothing lent: the list goes with the first grant
 		}
-		if sig := memberSig(caps); !c.sent || c.sig != sig {
-			cmd.MembersSet, cmd.Members = true, caps
-			c.sig, c.sent = sig, true
+		if !c.sent || c.sigGen != a.capsGen {
+			c.sigGen = a.capsGen
+			if sig := a.memberSig(keys); !c.sent || c.sig != sig {
+				// The list is made only when it goes out (members or caps changed).
+				caps := make([]MemCap, len(keys))
+				for j, k := range keys {
+					caps[j] = MemCap{Handle: uint32(k), MaxBytes: a.members[k].MaxMem}
+				}
+				cmd.MembersSet, cmd.Members = true, caps
+				c.sig, c.sent = sig, true
+			}
 		}
 		if cmd.AddBytes > 0 || cmd.MembersSet {
 			out = append(out, cmd)
@@ -167,11 +176,11 @@ func (a *Books) RebalanceMemCredit(frac float64) []MemCreditCmd {
 	return out
 }
 
-// memberSig is an FNV-1a hash of a host's members and caps.
-func memberSig(caps []MemCap) uint64 {
+// memberSig is an FNV-1a hash of a host's members (keys) and their caps.
+func (a *Books) memberSig(keys []Key) uint64 {
 	h := uint64(14695981039346656037)
-	for _, c := range caps {
-		for _, v := range []uint64{uint64(c.Handle), uint64(c.MaxBytes)} {
+	for _, k := range keys {
+		for _, v := range [2]uint64{uint64(uint32(k)), uint64(a.members[k].MaxMem)} {
 			for i := 0; i < 8; i++ {
 				h ^= (v >> (8 * i)) & 0xff
 				h *= 1099511628211

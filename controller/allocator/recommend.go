@@ -154,6 +154,7 @@ func (a *Books) SetMax(k Key, maxQuotaUs, maxMem int64) []Decision {
 		return nil
 	}
 	m.MaxQuotaUs, m.MaxMem = max(maxQuotaUs, 0), max(maxMem, 0)
+	a.capsGen++
 	m.HostMaxUs = m.hostUs
 	if m.MaxQuotaUs > 0 {
 		m.HostMaxUs = min(m.HostMaxUs, m.MaxQuotaUs)

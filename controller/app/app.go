@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
@@ -49,6 +50,16 @@ type App struct {
 	in   chan func()
 	done chan struct{}
 	mu   sync.Mutex // held while deciding; never across network I/O
+	// queued counts closures handed to do and not yet run: work taken on
+	// the caller's goroutine (OOM) waits for them, so one session's
+	// messages are still decided in the order they came.
+	queued atomic.Int64
+	// While deferWake is set (a caller deciding on its own goroutine),
+	// send queues updates and notes their hosts in wakeHosts; the caller
+	// wakes them once it has let go of mu.
+	deferWake bool
+	wakeHosts []Host
+	grantLogs []grantLog
 
 	// owned by the app's goroutine
 	a          *allocator.Books
@@ -118,6 +129,7 @@ func (s *App) run() {
 		case f := <-s.in:
 			s.mu.Lock()
 			f()
+			s.queued.Add(-1)
 			s.mu.Unlock()
 		case <-tick:
 			s.mu.Lock()
@@ -158,9 +170,51 @@ func (s *App) OnStop(f func()) {
 // do runs f on the app's goroutine (blocking when the queue is full: TCP
 // messages apply backpressure to their own session only).
 func (s *App) do(f func()) {
+	s.queued.Add(1)
 	select {
 	case s.in <- f:
 	case <-s.done:
+		s.queued.Add(-1)
+	}
+}
+
+// lockInline takes mu for work decided on the caller's goroutine. It
+// reports false (mu not held) when that work must go through do instead:
+// the app stopped, or closures queued before it have not run yet.
+func (s *App) lockInline() bool {
+	s.mu.Lock()
+	select {
+	case <-s.done:
+		s.mu.Unlock()
+		return false
+	default:
+	}
+	if s.queued.Load() > 0 {
+		s.mu.Unlock()
+		return false
+	}
+	s.deferWake = true
+	return true
+}
+
+// unlockInline lets go of mu and then wakes the hosts that updates were
+// queued for, so they go out with one write from the caller's goroutine.
+func (s *App) unlockInline() {
+	var buf [4]Host
+	hosts := append(buf[:0], s.wakeHosts...)
+	clear(s.wakeHosts)
+	s.wakeHosts = s.wakeHosts[:0]
+	var logs []grantLog
+	if len(s.grantLogs) > 0 {
+		logs, s.grantLogs = s.grantLogs, nil
+	}
+	s.deferWake = false
+	s.mu.Unlock()
+	for _, h := range hosts {
+		h.Wake()
+	}
+	for _, g := range logs {
+		s.logGrant(g)
 	}
 }
 

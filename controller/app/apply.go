@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
@@ -40,20 +41,20 @@ func (s *App) send(d allocator.Decision, recvNs int64, onApplied func(error), wa
 		}
 		return
 	}
-	key, gen := d.Key, d.Gen
+	// The session answers s.Applied (acked), then onApplied: no closure
+	// per decision on the per-period path.
 	u := session.Update{Handle: m.Handle, Gen: d.Gen, QuotaUs: d.QuotaUs, MemLimit: d.MemLimit,
-		Received: recvNs, OnApplied: func(err error) {
-			s.acked(key, gen, err)
-			if onApplied != nil {
-				onApplied(err)
-			}
-		}}
+		Received: recvNs, Acker: s, AckKey: uint64(d.Key), OnApplied: onApplied}
 	if d.QuotaUs != 0 {
 		u.PeriodUs = s.periodUs
 	}
-	if wake {
+	switch {
+	case wake && s.deferWake:
+		m.Host.Queue(u)
+		s.noteWake(m.Host)
+	case wake:
 		m.Host.Push(u)
-	} else {
+	default:
 		m.Host.Queue(u)
 	}
 	s.cnt.Decision(string(d.Reason))
@@ -63,6 +64,9 @@ func (s *App) send(d allocator.Decision, recvNs int64, onApplied func(error), wa
 			Reason: string(d.Reason)})
 	}
 }
+
+// Applied implements session.Acker.
+func (s *App) Applied(key, gen uint64, err error) { s.acked(allocator.Key(key), gen, err) }
 
 // acked records a daemon's answer to decision gen of member k on the
 // caller's goroutine (a session's reader or sweeper; never with s.mu held:
@@ -81,11 +85,14 @@ func (s *App) acked(k allocator.Key, gen uint64, err error) {
 	default:
 		r = allocator.AckRefused
 	}
+	// What the freed share is handed to leaves with one write from the
+	// caller (the session's reader), not through a writer's wake-up.
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.deferWake = true
 	if s.a.Ack(k, gen, r) {
 		s.applyAll(s.a.Redistribute())
 	}
+	s.unlockInline()
 }
 
 func (s *App) applyAll(ds []allocator.Decision) {
@@ -136,4 +143,11 @@ func (s *App) checkInvariants(d allocator.Decision) error {
 		return fmt.Errorf("quota %d µs below the floor %d µs", d.QuotaUs, floor)
 	}
 	return nil
+}
+
+// noteWake adds h to the hosts unlockInline wakes.
+func (s *App) noteWake(h Host) {
+	if !slices.Contains(s.wakeHosts, h) {
+		s.wakeHosts = append(s.wakeHosts, h)
+	}
 }

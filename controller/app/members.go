@@ -144,15 +144,18 @@ func (s *App) publish(mi MemberInfo, kind, reason string) {
 	}
 }
 
-// Usage records a member's memory usage sample.
+// Usage records a member's memory usage sample on the caller's goroutine
+// (the session's reader) under the app's lock: a sample only replaces the
+// last one, so it need not wait for the app's queue, and a closure per
+// sample would be most of the app's queue.
 func (s *App) Usage(k allocator.Key, usage int64) {
-	s.do(func() {
-		if !s.recommend {
-			s.a.Usage(k, usage)
-			return
-		}
-		if d, ok := s.a.ShadowUsage(k, usage); ok {
-			s.send(d, 0, nil, true)
-		}
-	})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.recommend {
+		s.a.Usage(k, usage)
+		return
+	}
+	if d, ok := s.a.ShadowUsage(k, usage); ok {
+		s.send(d, 0, nil, true)
+	}
 }

@@ -23,7 +23,7 @@ func (h *modeHost) Reclaim(hs []uint32, _ uint64, cb func(*escrapb.ReclaimResult
 	h.vmu.Lock()
 	h.reclaims++
 	h.vmu.Unlock()
-	cb(&escrapb.ReclaimResult{}, nil)
+	go cb(&escrapb.ReclaimResult{}, nil) // a session answers from its reader
 }
 
 func (h *modeHost) Verdict(_ uint64, v *escrapb.OomVerdict, _ time.Time) {

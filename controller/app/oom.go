@@ -1,10 +1,12 @@
 package app
 
 import (
+	"errors"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/events"
+	"github.com/escra-dev/escra/controller/session"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -16,9 +18,20 @@ type oomReq struct {
 }
 
 // OOM handles a blocking OOM request (§IV-D-2). The verdict is sent only
-// after the daemon acked the raised limit.
+// after the daemon acked the raised limit. The request is decided from
+// the books on the caller's goroutine (the session's reader) under the
+// app's lock, as telemetry is: it waits for one decision at most, not
+// for the app's queue, and the raised limit leaves with one write from
+// here. Only when closures queued before it have not run yet does it
+// take its turn behind them.
 func (s *App) OOM(k allocator.Key, requestID uint64, req *pb.OomRequest, received time.Time) {
-	s.do(func() { s.oom(oomReq{k, requestID, req, received}, true) })
+	r := oomReq{k, requestID, req, received}
+	if !s.lockInline() {
+		s.do(func() { s.oom(r, true) })
+		return
+	}
+	s.oom(r, true)
+	s.unlockInline()
 }
 
 func (s *App) oom(r oomReq, mayReclaim bool) {
@@ -53,21 +66,30 @@ func (s *App) oom(r oomReq, mayReclaim bool) {
 		return
 	}
 	d := o.Decision
-	// Callbacks come from session goroutines (or from Push on a closed
-	// session, i.e. from this goroutine): hand over asynchronously.
+	done := func(err error) {
+		mm := s.members[r.key]
+		if mm == nil {
+			return
+		}
+		if err != nil {
+			s.a.UndoGrant(r.key, d.Gen, max(prev, 0))
+			s.verdict(mm, r, false, m0(s.a.Member(r.key)), "limit not applied: "+err.Error())
+			return
+		}
+		s.verdict(mm, r, true, d.MemLimit, o.Reason)
+	}
 	s.apply(d, 0, func(err error) {
-		go s.do(func() {
-			mm := s.members[r.key]
-			if mm == nil {
-				return
-			}
-			if err != nil {
-				s.a.UndoGrant(r.key, d.Gen, max(prev, 0))
-				s.verdict(mm, r, false, m0(s.a.Member(r.key)), "limit not applied: "+err.Error())
-				return
-			}
-			s.verdict(mm, r, true, d.MemLimit, o.Reason)
-		})
+		// Callbacks come from session goroutines, never with s.mu held,
+		// except ErrClosed, which Queue on a closed session passes from
+		// this goroutine: that one is handed over asynchronously.
+		if errors.Is(err, session.ErrClosed) {
+			go s.do(func() { done(err) })
+			return
+		}
+		s.mu.Lock()
+		s.deferWake = true
+		done(err)
+		s.unlockInline()
 	})
 }
 
@@ -80,17 +102,22 @@ func m0(m *allocator.Member) int64 {
 
 func (s *App) verdict(m *member, r oomReq, granted bool, limit int64, reason string) {
 	m.Host.Verdict(r.id, &pb.OomVerdict{Handle: m.Handle, Granted: granted, NewLimitBytes: limit, Reason: reason}, r.received)
+	if s.deferWake {
+		s.noteWake(m.Host)
+	}
 	kind := "oom-denied"
 	if granted {
 		kind = "oom-granted"
 	}
 	s.cnt.Decision(kind)
 	if granted {
-		// The system's signature event (Escra §IV-B), at info: the app
-		// is in s.log's attributes.
-		hit := int64(min(r.req.GetLimitBytes(), 1<<50))
-		s.log.Info("OOM granted", "name", m.Name, "host", m.HostID, "container", shortID(m.ContainerID),
-			"granted_bytes", limit-hit, "new_limit_bytes", limit, "time_to_grant", time.Since(r.received))
+		g := grantLog{name: m.Name, host: m.HostID, container: shortID(m.ContainerID),
+			granted: limit - int64(min(r.req.GetLimitBytes(), 1<<50)), limit: limit, took: time.Since(r.received)}
+		if s.deferWake {
+			s.grantLogs = append(s.grantLogs, g) // written once the verdict left (unlockInline)
+		} else {
+			s.logGrant(g)
+		}
 	}
 	if s.hub.Active() {
 		g := granted
@@ -104,4 +131,18 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
+}
+
+// grantLog is one "OOM granted" line.
+type grantLog struct {
+	name, host, container string
+	granted, limit        int64
+	took                  time.Duration
+}
+
+// logGrant writes the system's signature event (Escra §IV-B) at info;
+// the app is in s.log's attributes.
+func (s *App) logGrant(g grantLog) {
+	s.log.Info("OOM granted", "name", g.name, "host", g.host, "container", g.container,
+		"granted_bytes", g.granted, "new_limit_bytes", g.limit, "time_to_grant", g.took)
 }

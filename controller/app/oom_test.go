@@ -19,9 +19,7 @@ import (
 type ackHost struct{ verdicts chan *pb.OomVerdict }
 
 func (h *ackHost) Push(u session.Update) {
-	if u.OnApplied != nil {
-		go u.OnApplied(nil)
-	}
+	go u.Done(nil)
 }
 func (h *ackHost) Queue(u session.Update) { h.Push(u) }
 func (h *ackHost) Wake()                  {}

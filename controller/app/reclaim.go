@@ -1,10 +1,12 @@
 package app
 
 import (
+	"errors"
 	"time"
 
 	"github.com/escra-dev/escra/controller/allocator"
 	"github.com/escra-dev/escra/controller/events"
+	"github.com/escra-dev/escra/controller/session"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -54,10 +56,24 @@ func (s *App) startReclaim(keys []allocator.Key) {
 	s.reclaimN++
 	margin := uint64(s.a.P.SafeMarginBytes)
 	for _, h := range hosts {
-		h := h
 		h.Reclaim(byHost[h], margin, func(res *pb.ReclaimResult, err error) {
-			go s.do(func() { s.reclaimDone(h, res, err) })
+			// Answers come from the session's reader (or sweeper), never
+			// with s.mu held, and are taken there, as acks are: the
+			// OOM requests waiting for them are not queued behind the
+			// app's closures. A request that could not be sent
+			// (ErrClosed) is answered from here: that one is handed over.
+			if errors.Is(err, session.ErrClosed) {
+				go s.do(func() { s.reclaimDone(h, res, err) })
+				return
+			}
+			s.mu.Lock()
+			s.deferWake = true
+			s.reclaimDone(h, res, err)
+			s.unlockInline()
 		})
+		if s.deferWake {
+			s.noteWake(h) // the request leaves with the caller's write
+		}
 	}
 }
 

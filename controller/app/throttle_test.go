@@ -33,7 +33,7 @@ func (h *recHost) take() (pushed, queued []session.Update) {
 	h.pushed, h.queued = nil, nil
 	h.mu.Unlock()
 	for _, u := range append(append([]session.Update(nil), pushed...), queued...) {
-		u.OnApplied(nil)
+		u.Done(nil)
 	}
 	return pushed, queued
 }

@@ -1,6 +1,7 @@
 // Package ingest reads the daemons' per-period CPU statistics (Escra
-// §IV-B): one TelemetryBatch per UDP datagram, decoded with
-// wire.DecodeBatch, checked, and handed to a Sink. The sliding windows
+// §IV-B): one TelemetryBatch per UDP datagram, decoded by a Decoder
+// (decode.go, what wire.DecodeBatch accepts, without allocating), checked,
+// and handed to a Sink. The sliding windows
 // over the last n periods live with each member in the allocator.
 package ingest
 
@@ -62,8 +63,9 @@ type Authenticator interface {
 	Accept(session uint32, batchSeq uint64) bool
 }
 
-// Decode parses a datagram into out (reused), resolving each stat's
-// period. Stats with no period or absurd fields are dropped and counted
+// Decode parses a datagram into out (reused) with wire.DecodeBatch,
+// resolving each stat's period (the Listener uses a Decoder, which
+// agrees with it). Stats with no period or absurd fields are dropped and counted
 // in bad; the batch is still used.
 func Decode(data []byte, batch *pb.TelemetryBatch, out []Stat) (session uint32, stats []Stat, bad int, err error) {
 	if err := wire.DecodeBatch(data, batch); err != nil {
@@ -138,7 +140,7 @@ func (l *Listener) Serve(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { l.conn.Close() })
 	defer stop()
 	buf := make([]byte, 64<<10) // larger than allowed, to see oversized datagrams
-	batch := &pb.TelemetryBatch{}
+	var dec Decoder
 	var stats []Stat
 	for {
 		n, from, err := l.conn.ReadFromUDPAddrPort(buf)
@@ -159,6 +161,7 @@ func (l *Listener) Serve(ctx context.Context) {
 			l.warn(from, "telemetry over its source's rate dropped", nil)
 			continue
 		}
+		var head batchHead
 		if l.Auth != nil {
 			// The session id is read from the unverified batch only to find
 			// the key; nothing of it is used before the tag checks out.
@@ -167,18 +170,18 @@ func (l *Listener) Serve(ctx context.Context) {
 				l.warn(from, "telemetry datagram without a tag dropped", nil)
 				continue
 			}
-			if err := wire.DecodeBatch(data[:n-wire.TagBytes], batch); err != nil {
+			if head, err = dec.parse(data[:n-wire.TagBytes]); err != nil {
 				l.drop(DropForged, 1)
 				l.warn(from, "unauthenticated telemetry datagram dropped", err)
 				continue
 			}
-			if sc, ok := l.Auth.(SourceChecker); ok && !sc.FromPeer(batch.SessionId, from.Addr().Unmap()) {
+			if sc, ok := l.Auth.(SourceChecker); ok && !sc.FromPeer(head.session, from.Addr().Unmap()) {
 				l.drop(DropWrongSource, 1)
 				l.warn(from, "telemetry datagram not from its session's peer address dropped", nil)
 				continue
 			}
-			if !l.Auth.Verify(batch.SessionId, data) {
-				if k, ok := l.Auth.(SessionKnower); ok && !k.Known(batch.SessionId) {
+			if !l.Auth.Verify(head.session, data) {
+				if k, ok := l.Auth.(SessionKnower); ok && !k.Known(head.session) {
 					l.drop(DropUnknownSession, 1)
 					l.warn(from, "telemetry datagram of no open session dropped (closed or unknown session)", nil)
 					continue
@@ -187,7 +190,7 @@ func (l *Listener) Serve(ctx context.Context) {
 				l.warn(from, "forged telemetry datagram dropped", nil)
 				continue
 			}
-			if !l.Auth.Accept(batch.SessionId, batch.BatchSeq) {
+			if !l.Auth.Accept(head.session, head.batchSeq) {
 				l.drop(DropReplayed, 1)
 				l.warn(from, "replayed telemetry datagram dropped", nil)
 				continue
@@ -196,10 +199,10 @@ func (l *Listener) Serve(ctx context.Context) {
 		var sess uint32
 		var bad int
 		if l.Auth != nil {
-			sess = batch.SessionId
-			stats, bad = convert(batch, stats)
+			sess = head.session
+			stats, bad = dec.convert(head, stats)
 		} else {
-			sess, stats, bad, err = Decode(data, batch, stats)
+			sess, stats, bad, err = dec.Decode(data, stats)
 		}
 		if err != nil {
 			reason := DropMalformed

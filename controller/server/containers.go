@@ -100,7 +100,7 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 		s.forget(a)
 	}
 	h.mu.Lock()
-	h.cont[r.GetHandle()] = &ref{app: a, key: k, appName: r.GetApp(), id: r.GetContainerId()}
+	h.cont[r.GetHandle()] = ref{app: a, key: k, appName: r.GetApp(), id: r.GetContainerId()}
 	h.mu.Unlock()
 	joined = true
 	return nil
@@ -113,10 +113,10 @@ func (s *Server) Unregister(ss *session.Session, u *pb.ContainerUnregister) {
 		return
 	}
 	h.mu.Lock()
-	r := h.cont[u.GetHandle()]
+	r, ok := h.cont[u.GetHandle()]
 	delete(h.cont, u.GetHandle())
 	h.mu.Unlock()
-	if r == nil {
+	if !ok {
 		s.BadInput(ss, "unknown_container", fmt.Errorf("unregister of unknown handle %d", u.GetHandle()))
 		return
 	}
@@ -133,9 +133,9 @@ func (s *Server) MemoryUsage(ss *session.Session, m *pb.MemoryUsage) {
 	}
 	for _, smp := range m.GetSamples() {
 		h.mu.RLock()
-		r := h.cont[smp.GetHandle()]
+		r, ok := h.cont[smp.GetHandle()]
 		h.mu.RUnlock()
-		if r == nil {
+		if !ok {
 			s.met.bad("unknown_container", 1)
 			continue
 		}
@@ -155,8 +155,12 @@ func (s *Server) containerRef(ss *session.Session, handle uint32) *ref {
 		return nil
 	}
 	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return h.cont[handle]
+	r, ok := h.cont[handle]
+	h.mu.RUnlock()
+	if !ok {
+		return nil
+	}
+	return &r
 }
 
 // OOM routes a blocking OOM request to its app.

@@ -27,8 +27,10 @@ type host struct {
 	scope scope      // the apps it may register (scope.go)
 	peer  netip.Addr // the session's TCP peer: its telemetry's source (limits.go)
 
-	mu   sync.RWMutex
-	cont map[uint32]*ref
+	mu sync.RWMutex
+	// cont holds refs by value: the UDP reader looks one up per
+	// statistic, and a pointer would cost one more cache miss each.
+	cont map[uint32]ref
 
 	// deps is the host's image and layer state (dependency-aware
 	// scheduling), nil until its daemon reports it.
@@ -72,7 +74,7 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 		cores = 1
 	}
 	hs := &host{id: ss.ID, sess: ss, hello: h, maxUs: cores * s.cfg.Params.PeriodUs(), since: time.Now(),
-		cont: map[uint32]*ref{}}
+		cont: map[uint32]ref{}}
 	if s.cfg.TLS != nil {
 		cs, ok := ss.TLS()
 		if !ok {
@@ -143,7 +145,7 @@ func (s *Server) Closed(ss *session.Session) {
 	s.hosts.Delete(ss.ID)
 	h.mu.Lock()
 	refs := h.cont
-	h.cont = map[uint32]*ref{}
+	h.cont = map[uint32]ref{}
 	h.mu.Unlock()
 	// The host is silent: what its containers' cgroups may hold (its
 	// last limits, an OOM raised to a container's own limit, the own

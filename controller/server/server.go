@@ -244,17 +244,28 @@ func (s *Server) acceptLoop() {
 	}
 }
 
+// Each app reclaims once every ReclaimEvery (§IV-C), the apps spread over
+// the interval: all at once, every host got one reclaim request per app in
+// the same instant, and an OOM request that waits for its app's reclaim
+// waited for the daemons to get through the whole burst.
 func (s *Server) reclaimLoop() {
-	t := time.NewTicker(s.cfg.ReclaimEvery)
+	var round []*app.App
+	next := 0
+	t := time.NewTimer(s.cfg.ReclaimEvery)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-			for _, a := range s.appList() {
-				a.PeriodicReclaim()
-			}
 		}
+		if next >= len(round) { // a new round, of the apps there are now
+			round, next = s.appList(), 0
+		}
+		if next < len(round) {
+			round[next].PeriodicReclaim()
+			next++
+		}
+		t.Reset(s.cfg.ReclaimEvery / time.Duration(max(len(round), 1)))
 	}
 }

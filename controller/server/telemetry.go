@@ -18,8 +18,8 @@ func (s *Server) onTelemetry(sessionID uint32, stats []ingest.Stat, recv int64) 
 	unknown := 0
 	h.mu.RLock()
 	for _, st := range stats {
-		r := h.cont[st.Handle]
-		if r == nil {
+		r, ok := h.cont[st.Handle]
+		if !ok {
 			unknown++
 			continue
 		}

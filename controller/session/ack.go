@@ -32,8 +32,23 @@ func (s *Session) acked(id uint64, ack *pb.SetLimitsAck) {
 				continue
 			}
 		}
-		w.cb(err)
+		w.cb.call(err)
 	}
+	s.recycle(r)
+}
+
+// recycle keeps an answered SetLimits rpc for the next one (drain).
+func (s *Session) recycle(r *rpc) {
+	if r.onReclaim != nil || r.onReply != nil || len(r.waiters) > 256 {
+		return
+	}
+	clear(r.waiters)
+	r.waiters = r.waiters[:0]
+	s.mu.Lock()
+	if len(s.rpcFree) < 16 {
+		s.rpcFree = append(s.rpcFree, r)
+	}
+	s.mu.Unlock()
 }
 
 // maxDeferred bounds the acknowledgements held per handle; beyond it the
@@ -66,7 +81,7 @@ func (s *Session) hold(w waiter) error {
 	s.deferred[w.handle] = ws
 	s.mu.Unlock()
 	if evicted != nil {
-		evicted.cb(ErrNotAcked)
+		evicted.cb.call(ErrNotAcked)
 	}
 	return errHeld
 }
@@ -100,6 +115,6 @@ func (s *Session) lateAcked(ack *pb.SetLimitsAck) {
 	}
 	s.mu.Unlock()
 	for _, w := range done {
-		w.cb(nil)
+		w.cb.call(nil)
 	}
 }

@@ -9,7 +9,7 @@ import (
 type waiter struct {
 	handle uint32
 	gen    uint64
-	cb     func(error)
+	cb     ackTo
 }
 
 type rpc struct {
@@ -79,7 +79,7 @@ func (s *Session) reclaimed(id uint64, res *pb.ReclaimResult, err error) {
 		r.onReclaim(res, err)
 	}
 	for _, w := range r.waiters {
-		w.cb(ErrNotAcked)
+		w.cb.call(ErrNotAcked)
 	}
 }
 
@@ -110,7 +110,7 @@ func (s *Session) expire(now time.Time) {
 func (r *rpc) fail(err error) {
 	r.failReply(err)
 	for _, w := range r.waiters {
-		w.cb(err)
+		w.cb.call(err)
 	}
 }
 

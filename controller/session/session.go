@@ -111,8 +111,9 @@ type Session struct {
 	cfg  Config
 
 	mu      sync.Mutex
-	pending map[uint32]*Update
-	order   []uint32
+	pending map[uint32]int // handle -> its update in queue
+	queue   []Update       // in the order their handles were first queued
+	rpcFree []*rpc         // answered SetLimits rpcs, for reuse
 	envs    []verdict
 	rpcs    map[uint64]*rpc
 	nextID  uint64
@@ -148,7 +149,7 @@ func Serve(ctx context.Context, conn net.Conn, h Handler, cfg Config, id uint32)
 		cfg.DeadAfter = 3 * time.Second
 	}
 	s := &Session{ID: id, Peer: conn.RemoteAddr().String(), conn: conn, cfg: cfg,
-		pending: map[uint32]*Update{}, rpcs: map[uint64]*rpc{},
+		pending: map[uint32]int{}, rpcs: map[uint64]*rpc{},
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if sc, ok := conn.(syscall.Conn); ok {
 		s.raw, _ = sc.SyscallConn()
@@ -226,15 +227,15 @@ func (s *Session) shutdown() {
 	close(s.done)
 	rpcs := s.rpcs
 	s.rpcs = map[uint64]*rpc{}
-	var cbs []func(error)
-	for _, u := range s.pending {
+	var cbs []ackTo
+	for _, u := range s.queue {
 		cbs = append(cbs, u.merged...)
-		if u.OnApplied != nil {
-			cbs = append(cbs, u.OnApplied)
+		if a := u.ackTo(); a.set() {
+			cbs = append(cbs, a)
 		}
 	}
 	clear(s.pending)
-	s.order = s.order[:0]
+	s.queue = s.queue[:0]
 	for _, ws := range s.deferred {
 		for _, w := range ws {
 			cbs = append(cbs, w.cb)
@@ -249,7 +250,7 @@ func (s *Session) shutdown() {
 		}
 	}
 	for _, cb := range cbs {
-		cb(ErrClosed)
+		cb.call(ErrClosed)
 	}
 }
 

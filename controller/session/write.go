@@ -49,10 +49,22 @@ type writer struct {
 	buf     []byte
 	left    []byte // unsent tail of a non-blocking write; goes out first
 	sl      pb.SetLimits
-	updates []*Update
+	slBody  pb.Envelope_SetLimits
+	slEnv   pb.Envelope
+	updates []Update
 	lus     []pb.LimitUpdate
 	lims    []pb.Limits
 	envs    []verdict
+	// The non-blocking write of Wake: its function is made once, its
+	// result left here.
+	write func(fd uintptr) bool
+	n     int
+	werr  error
+}
+
+func (w *writer) rawWrite(fd uintptr) bool {
+	w.n, w.werr = unix.Write(int(fd), w.buf)
+	return true // never wait for the socket to drain
 }
 
 // drain moves everything queued into w.buf (after any leftover bytes).
@@ -65,31 +77,37 @@ func (s *Session) drain(w *writer) error {
 		return ErrNotLeading
 	}
 	s.mu.Lock()
-	w.updates = w.updates[:0]
-	for _, h := range s.order {
-		if u := s.pending[h]; u != nil { // nil after shutdown cleared pending
-			w.updates = append(w.updates, u)
-		}
-	}
+	clear(w.updates) // drop the callbacks the last round held
+	w.updates = append(w.updates[:0], s.queue...)
 	clear(s.pending)
-	s.order = s.order[:0]
+	clear(s.queue)
+	s.queue = s.queue[:0]
 	w.envs = s.envs
 	s.envs = nil
 	var id uint64
 	if len(w.updates) > 0 {
 		s.nextID++
 		id = s.nextID
-		var ws []waiter
-		for _, u := range w.updates {
-			for _, cb := range u.merged {
-				ws = append(ws, waiter{u.Handle, u.Gen, cb})
+		var r *rpc
+		for i := range w.updates {
+			u := &w.updates[i]
+			a := u.ackTo()
+			if len(u.merged) == 0 && !a.set() {
+				continue
 			}
-			if u.OnApplied != nil {
-				ws = append(ws, waiter{u.Handle, u.Gen, u.OnApplied})
+			if r == nil {
+				r = s.newRPC()
+			}
+			for _, cb := range u.merged {
+				r.waiters = append(r.waiters, waiter{u.Handle, u.Gen, cb})
+			}
+			if a.set() {
+				r.waiters = append(r.waiters, waiter{u.Handle, u.Gen, a})
 			}
 		}
-		if ws != nil {
-			s.rpcs[id] = &rpc{deadline: time.Now().Add(s.cfg.RPCTimeout), waiters: ws}
+		if r != nil {
+			r.deadline = time.Now().Add(s.cfg.RPCTimeout)
+			s.rpcs[id] = r
 		}
 	}
 	s.mu.Unlock()
@@ -108,7 +126,9 @@ func (s *Session) drain(w *writer) error {
 			w.lus[i].Limits = &w.lims[i]
 			w.sl.Updates = append(w.sl.Updates, &w.lus[i])
 		}
-		w.buf, err = wire.AppendEnvelope(w.buf, &pb.Envelope{RequestId: id, Term: s.term, Body: &pb.Envelope_SetLimits{SetLimits: &w.sl}})
+		w.slBody.SetLimits = &w.sl
+		w.slEnv = pb.Envelope{RequestId: id, Term: s.term, Body: &w.slBody}
+		w.buf, err = wire.AppendEnvelope(w.buf, &w.slEnv)
 	}
 	for _, v := range w.envs {
 		if err != nil {
@@ -126,8 +146,8 @@ func (s *Session) observe(w *writer) {
 		return
 	}
 	now := time.Now()
-	for _, u := range w.updates {
-		if u.Received != 0 {
+	for i := range w.updates {
+		if u := &w.updates[i]; u.Received != 0 {
 			o.DecisionSent(time.Duration(now.UnixNano() - u.Received))
 		}
 	}
@@ -156,12 +176,12 @@ func (s *Session) Wake() {
 	}
 	err := s.drain(w)
 	if err == nil && len(w.buf) > 0 {
-		var n int
-		var werr error
-		cerr := s.raw.Write(func(fd uintptr) bool {
-			n, werr = unix.Write(int(fd), w.buf)
-			return true // never wait for the socket to drain
-		})
+		if w.write == nil {
+			w.write = w.rawWrite
+		}
+		cerr := s.raw.Write(w.write)
+		n, werr := w.n, w.werr
+		w.werr = nil
 		switch {
 		case cerr != nil:
 			err = cerr
@@ -213,4 +233,15 @@ func (s *Session) writeLoop() {
 		s.observe(w)
 		s.wmu.Unlock()
 	}
+}
+
+// newRPC is a SetLimits rpc from the free list, or a new one (s.mu held).
+func (s *Session) newRPC() *rpc {
+	if n := len(s.rpcFree); n > 0 {
+		r := s.rpcFree[n-1]
+		s.rpcFree[n-1] = nil
+		s.rpcFree = s.rpcFree[:n-1]
+		return r
+	}
+	return &rpc{}
 }
