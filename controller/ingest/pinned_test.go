@@ -100,26 +100,27 @@ func waitFor(t *testing.T, what string, f func() bool) {
 func (c *counting) of(sess uint32) int { c.mu.Lock(); defer c.mu.Unlock(); return c.got[sess] }
 
 // A session's first authenticated datagram gives it a socket of its own
-// (at most the cap of them); its next datagrams arrive there, and nothing
-// is lost beside a flood of the shared socket. EndSession closes it.
+// (at most the cap of them); its next datagrams arrive there, two such
+// sockets on one port each get their own source's, and nothing is lost
+// beside a flood of the shared socket. EndSession closes it.
 func TestSessionGetsItsOwnSocket(t *testing.T) {
 	var c counting
 	l := listen(t, &c)
 	l.conn.SetReadBuffer(64 << 10)
-	auth := &knownAuth{known: map[uint32]bool{3: true, 4: true}}
+	auth := &knownAuth{known: map[uint32]bool{3: true, 4: true, 5: true}}
 	l.Auth = auth
-	l.PinSessions(1)
+	l.PinSessions(2)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { l.Serve(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
-	host, other := sender(t, "127.0.0.3", l.Addr()), sender(t, "127.0.0.4", l.Addr())
-	host.Write(datagram(3, 1, true))
-	waitFor(t, "session 3's socket", func() bool { return l.Pins() == 1 })
-	other.Write(datagram(4, 1, true))
-	waitFor(t, "session 4's first datagram", func() bool { return c.of(4) == 1 })
-	if l.Pins() != 1 {
-		t.Fatalf("%d sockets open past a cap of 1", l.Pins())
+	hosts := []*net.UDPConn{sender(t, "127.0.0.3", l.Addr()), sender(t, "127.0.0.4", l.Addr()), sender(t, "127.0.0.5", l.Addr())}
+	for i, h := range hosts {
+		h.Write(datagram(uint32(3+i), 1, true))
+		waitFor(t, "a first datagram", func() bool { return c.of(uint32(3+i)) == 1 })
+	}
+	if l.Pins() != 2 {
+		t.Fatalf("%d sockets open for 3 sessions, cap 2", l.Pins())
 	}
 
 	var stop atomic.Bool
@@ -137,30 +138,31 @@ func TestSessionGetsItsOwnSocket(t *testing.T) {
 	}
 	const n = 200
 	for i := range n {
-		host.Write(datagram(3, uint64(i+2), true))
+		hosts[0].Write(datagram(3, uint64(i+2), true))
+		hosts[1].Write(datagram(4, uint64(i+2), true))
 		time.Sleep(2 * time.Millisecond)
 	}
 	stop.Store(true)
 	wg.Wait()
-	waitFor(t, "session 3's datagrams", func() bool { return c.of(3) == n+1 })
-	if p := l.C.Pinned.Load(); p < n {
-		t.Fatalf("%d of %d datagrams came in on the session's own socket", p, n)
+	waitFor(t, "the sessions' datagrams", func() bool { return c.of(3) == n+1 && c.of(4) == n+1 })
+	if p := l.C.Pinned.Load(); p < 2*n {
+		t.Fatalf("%d of %d datagrams came in on the sessions' own sockets", p, 2*n)
 	}
-	t.Logf("%d datagrams in all, %d on the session's own socket; session 3: %d of %d", l.C.Datagrams.Load(), l.C.Pinned.Load(), c.of(3), n+1)
+	t.Logf("%d datagrams in all, %d on the sessions' own sockets; sessions 3 and 4: %d and %d of %d", l.C.Datagrams.Load(), l.C.Pinned.Load(), c.of(3), c.of(4), n+1)
 
 	auth.forget(3)
 	l.EndSession(3)
-	if l.Pins() != 0 {
-		t.Fatalf("%d sockets open after the session ended", l.Pins())
+	if l.Pins() != 1 {
+		t.Fatalf("%d sockets open after one of two sessions ended", l.Pins())
 	}
 	before := l.C.Pinned.Load()
-	host.Write(datagram(3, 500, true))
+	hosts[0].Write(datagram(3, 500, true))
 	waitFor(t, "the ended session's datagram dropped", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.drops[DropUnknownSession] == 1
 	})
-	if l.C.Pinned.Load() != before || l.Pins() != 0 {
+	if l.C.Pinned.Load() != before || l.Pins() != 1 {
 		t.Fatalf("an ended session's datagram came in on a socket of its own")
 	}
 }
