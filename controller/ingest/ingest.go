@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -57,7 +58,8 @@ type SessionKnower interface {
 // Authenticator checks one datagram in authenticated mode: Verify checks
 // the trailing tag with the session's key (found from the unverified
 // session id; an unknown session fails), Accept records the batch_seq in
-// the session's replay window. Both run on the listener's goroutine only.
+// the session's replay window. Both are called one datagram at a time,
+// from the listener's goroutines (under its lock).
 type Authenticator interface {
 	Verify(session uint32, datagram []byte) bool
 	Accept(session uint32, batchSeq uint64) bool
@@ -99,20 +101,31 @@ func convert(batch *pb.TelemetryBatch, out []Stat) (stats []Stat, bad int) {
 // Counters of the ingest.
 type Counters struct {
 	Datagrams, Stats, Bytes atomic.Uint64
+	// Pinned counts the datagrams read from per-session sockets (pinned.go).
+	Pinned atomic.Uint64
 }
 
-// Listener reads telemetry datagrams.
+// Listener reads telemetry datagrams: from the shared socket bound to
+// the telemetry address, and from the per-session sockets (pinned.go).
 type Listener struct {
-	conn *net.UDPConn
-	sink Sink
-	drop func(reason string, n int)
-	log  *ratelog.Limiter
+	conn  *net.UDPConn
+	local netip.AddrPort
+	sink  Sink
+	drop  func(reason string, n int)
+	log   *ratelog.Limiter
 	// Auth, when set before Serve, makes every datagram carry a tag
 	// (wire.TagBytes); nothing unauthenticated or replayed reaches the sink.
 	Auth Authenticator
 	C    Counters
 
-	buckets sourceBuckets // limits.go
+	buckets sourceBuckets // the shared socket's (limits.go)
+	pins    pins          // pinned.go
+
+	// mu takes one datagram at a time past the buckets, whichever socket
+	// it came from: Auth, the sink and the buffers below see one caller.
+	mu    sync.Mutex
+	dec   Decoder
+	stats []Stat
 }
 
 // Listen binds addr (":0" allowed).
@@ -126,7 +139,7 @@ func Listen(addr string, sink Sink, drop func(reason string, n int), log *ratelo
 		return nil, err
 	}
 	c.SetReadBuffer(8 << 20) // absorb a burst of a whole period from many hosts
-	return &Listener{conn: c, sink: sink, drop: drop, log: log}, nil
+	return &Listener{conn: c, local: c.LocalAddr().(*net.UDPAddr).AddrPort(), sink: sink, drop: drop, log: log}, nil
 }
 
 // Addr is the bound address.
@@ -135,15 +148,20 @@ func (l *Listener) Addr() string { return l.conn.LocalAddr().String() }
 // Close stops Serve.
 func (l *Listener) Close() error { return l.conn.Close() }
 
-// Serve reads until ctx ends or the listener closes.
+// Serve reads until ctx ends or the listener closes; the per-session
+// sockets are closed and their readers done when it returns.
 func (l *Listener) Serve(ctx context.Context) {
 	stop := context.AfterFunc(ctx, func() { l.conn.Close() })
 	defer stop()
+	defer l.closePins()
+	l.read(l.conn, &l.buckets, true)
+}
+
+// read serves one socket until it is closed; buckets is its own.
+func (l *Listener) read(conn *net.UDPConn, buckets *sourceBuckets, shared bool) {
 	buf := make([]byte, 64<<10) // larger than allowed, to see oversized datagrams
-	var dec Decoder
-	var stats []Stat
 	for {
-		n, from, err := l.conn.ReadFromUDPAddrPort(buf)
+		n, from, err := conn.ReadFromUDPAddrPort(buf)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -152,76 +170,91 @@ func (l *Listener) Serve(ctx context.Context) {
 			continue
 		}
 		now := time.Now()
-		recv := now.UnixNano()
 		l.C.Datagrams.Add(1)
 		l.C.Bytes.Add(uint64(n))
-		data := buf[:n]
-		if !l.buckets.allow(from.Addr(), now) {
+		if !shared {
+			l.C.Pinned.Add(1)
+		}
+		if !buckets.allow(from.Addr(), now) {
 			l.drop(DropRateLimited, 1)
 			l.warn(from, "telemetry over its source's rate dropped", nil)
 			continue
 		}
-		var head batchHead
-		if l.Auth != nil {
-			// The session id is read from the unverified batch only to find
-			// the key; nothing of it is used before the tag checks out.
-			if n <= wire.TagBytes {
-				l.drop(DropForged, 1)
-				l.warn(from, "telemetry datagram without a tag dropped", nil)
-				continue
-			}
-			if head, err = dec.parse(data[:n-wire.TagBytes]); err != nil {
-				l.drop(DropForged, 1)
-				l.warn(from, "unauthenticated telemetry datagram dropped", err)
-				continue
-			}
-			if sc, ok := l.Auth.(SourceChecker); ok && !sc.FromPeer(head.session, from.Addr().Unmap()) {
-				l.drop(DropWrongSource, 1)
-				l.warn(from, "telemetry datagram not from its session's peer address dropped", nil)
-				continue
-			}
-			if !l.Auth.Verify(head.session, data) {
-				if k, ok := l.Auth.(SessionKnower); ok && !k.Known(head.session) {
-					l.drop(DropUnknownSession, 1)
-					l.warn(from, "telemetry datagram of no open session dropped (closed or unknown session)", nil)
-					continue
-				}
-				l.drop(DropForged, 1)
-				l.warn(from, "forged telemetry datagram dropped", nil)
-				continue
-			}
-			if !l.Auth.Accept(head.session, head.batchSeq) {
-				l.drop(DropReplayed, 1)
-				l.warn(from, "replayed telemetry datagram dropped", nil)
-				continue
-			}
-		}
-		var sess uint32
-		var bad int
-		if l.Auth != nil {
-			sess = head.session
-			stats, bad = dec.convert(head, stats)
-		} else {
-			sess, stats, bad, err = dec.Decode(data, stats)
-		}
-		if err != nil {
-			reason := DropMalformed
-			if errors.Is(err, wire.ErrDatagramTooLarge) {
-				reason = DropOversized
-			}
-			l.drop(reason, 1)
-			l.warn(from, "telemetry datagram dropped", err)
-			continue
-		}
-		if bad > 0 {
-			l.drop(DropAbsurd, bad)
-			l.warn(from, "telemetry stats with absurd values dropped", nil)
-		}
-		l.C.Stats.Add(uint64(len(stats)))
-		if len(stats) > 0 {
-			l.sink(sess, stats, recv)
+		if sess, ok := l.take(buf[:n], from, now.UnixNano()); ok && shared {
+			l.pin(sess, from)
 		}
 	}
+}
+
+// take checks one datagram and hands its stats to the sink; ok when it
+// was authenticated (so its session may get its own socket).
+func (l *Listener) take(data []byte, from netip.AddrPort, recv int64) (session uint32, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(data)
+	var head batchHead
+	if l.Auth != nil {
+		// The session id is read from the unverified batch only to find
+		// the key; nothing of it is used before the tag checks out.
+		if n <= wire.TagBytes {
+			l.drop(DropForged, 1)
+			l.warn(from, "telemetry datagram without a tag dropped", nil)
+			return 0, false
+		}
+		var err error
+		if head, err = l.dec.parse(data[:n-wire.TagBytes]); err != nil {
+			l.drop(DropForged, 1)
+			l.warn(from, "unauthenticated telemetry datagram dropped", err)
+			return 0, false
+		}
+		if sc, ok := l.Auth.(SourceChecker); ok && !sc.FromPeer(head.session, from.Addr().Unmap()) {
+			l.drop(DropWrongSource, 1)
+			l.warn(from, "telemetry datagram not from its session's peer address dropped", nil)
+			return 0, false
+		}
+		if !l.Auth.Verify(head.session, data) {
+			if k, ok := l.Auth.(SessionKnower); ok && !k.Known(head.session) {
+				l.drop(DropUnknownSession, 1)
+				l.warn(from, "telemetry datagram of no open session dropped (closed or unknown session)", nil)
+				return 0, false
+			}
+			l.drop(DropForged, 1)
+			l.warn(from, "forged telemetry datagram dropped", nil)
+			return 0, false
+		}
+		if !l.Auth.Accept(head.session, head.batchSeq) {
+			l.drop(DropReplayed, 1)
+			l.warn(from, "replayed telemetry datagram dropped", nil)
+			return 0, false
+		}
+	}
+	var sess uint32
+	var bad int
+	var err error
+	if l.Auth != nil {
+		sess = head.session
+		l.stats, bad = l.dec.convert(head, l.stats)
+	} else {
+		sess, l.stats, bad, err = l.dec.Decode(data, l.stats)
+	}
+	if err != nil {
+		reason := DropMalformed
+		if errors.Is(err, wire.ErrDatagramTooLarge) {
+			reason = DropOversized
+		}
+		l.drop(reason, 1)
+		l.warn(from, "telemetry datagram dropped", err)
+		return 0, false
+	}
+	if bad > 0 {
+		l.drop(DropAbsurd, bad)
+		l.warn(from, "telemetry stats with absurd values dropped", nil)
+	}
+	l.C.Stats.Add(uint64(len(l.stats)))
+	if len(l.stats) > 0 {
+		l.sink(sess, l.stats, recv)
+	}
+	return sess, l.Auth != nil
 }
 
 func (l *Listener) warn(from netip.AddrPort, msg string, err error) {

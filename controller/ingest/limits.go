@@ -37,7 +37,7 @@ type sourceBuckets struct {
 }
 
 // allow takes one token from addr's bucket; with no limit set it always
-// allows. Used by the listener's goroutine only.
+// allows. Each socket's reader has its own buckets.
 func (b *sourceBuckets) allow(addr netip.Addr, now time.Time) bool {
 	if b.limit <= 0 {
 		return true

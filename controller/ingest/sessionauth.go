@@ -4,7 +4,7 @@ import "github.com/escra-dev/escra/proto/wire"
 
 // SessionAuth is one session's datagram authentication: the MAC of its
 // telemetry key and its replay window. An Authenticator finds it by
-// session id; both methods run on the listener's goroutine only.
+// session id; both methods are called under the listener's lock.
 type SessionAuth struct {
 	mac    *wire.DatagramMAC
 	replay wire.ReplayWindow

@@ -152,6 +152,7 @@ func TestCertsFilesAndRoles(t *testing.T) {
 // Datagrams of a session that has just closed (a daemon reconnecting sends
 // its last period as the session ends) are dropped as unknown_session, not
 // reported as forged; a bad tag on an open session still counts as forged.
+// The session's own telemetry socket closes with it.
 func TestClosedSessionDatagramsAreNotForged(t *testing.T) {
 	dir := pki(t, "h1")
 	s := startTLS(t, dir)
@@ -175,8 +176,10 @@ func TestClosedSessionDatagramsAreNotForged(t *testing.T) {
 	sent = nil
 	mu.Unlock()
 	d.SendPeriod([]simdaemon.Stat{{Handle: 1, UsageUs: 1000}})
+	eventually(t, "the session's own telemetry socket", func() bool { return s.udp.Pins() == 1 })
 	d.Close()
 	eventually(t, "session closed", func() bool { return !s.Known(old) })
+	eventually(t, "its telemetry socket closed", func() bool { return s.udp.Pins() == 0 })
 
 	d2, err := simdaemon.DialTLS(s.TCPAddr(), "h1", 4, 8<<30, clientTLS(t, dir, "h1"))
 	if err != nil {

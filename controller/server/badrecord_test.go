@@ -1,11 +1,9 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,14 +13,6 @@ import (
 	"github.com/escra-dev/escra/controller/store"
 	"github.com/escra-dev/escra/internal/etcdtest"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncBuf) Write(p []byte) (int, error) { w.mu.Lock(); defer w.mu.Unlock(); return w.b.Write(p) }
-func (w *syncBuf) String() string              { w.mu.Lock(); defer w.mu.Unlock(); return w.b.String() }
 
 // A garbage value under the controller's prefix in a real etcd (not JSON,
 // and a JSON record that defines no valid app) is skipped at load: one

@@ -36,8 +36,8 @@ type host struct {
 	// scheduling), nil until its daemon reports it.
 	deps atomic.Pointer[placementpkg.HostDeps]
 
-	// Authenticated telemetry (nil in plain mode); used by the UDP
-	// goroutine only.
+	// Authenticated telemetry (nil in plain mode); used under the UDP
+	// listener's lock only.
 	tauth *ingest.SessionAuth
 	// datagrams counts the telemetry datagrams taken for the session
 	// (authenticated, in order, with stats): what a flood cost it.
@@ -143,6 +143,7 @@ func (s *Server) Closed(ss *session.Session) {
 		return
 	}
 	s.hosts.Delete(ss.ID)
+	s.udp.EndSession(ss.ID)
 	h.mu.Lock()
 	refs := h.cont
 	h.cont = map[uint32]ref{}

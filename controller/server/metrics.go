@@ -65,7 +65,13 @@ func newMetrics(s *Server) *metrics {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_stats_total", Help: "CPU statistics received."},
 			func() float64 { return float64(s.udp.C.Stats.Load()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_bytes_total", Help: "Telemetry payload bytes received."},
-			func() float64 { return float64(s.udp.C.Bytes.Load()) }))
+			func() float64 { return float64(s.udp.C.Bytes.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "escra_telemetry_pinned_datagrams_total",
+			Help: "Telemetry datagrams received on per-session sockets (not the shared one)."},
+			func() float64 { return float64(s.udp.C.Pinned.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "escra_telemetry_session_sockets",
+			Help: "Open per-session telemetry sockets."},
+			func() float64 { return float64(s.udp.Pins()) }))
 	return m
 }
 

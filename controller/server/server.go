@@ -138,6 +138,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.TLS != nil {
 		s.tcp = tls.NewListener(s.tcp, cfg.TLS)
 		s.udp.Auth = s
+		// One telemetry socket per session: a flood of the port does not
+		// overflow the hosts' receive buffers (ingest/pinned.go).
+		s.udp.PinSessions(cfg.MaxSessions)
 	}
 	s.udp.LimitPerSource(cfg.TelemetryRatePerSource, int(cfg.TelemetryRatePerSource))
 	if cfg.AdminAddr != "" {

@@ -28,7 +28,9 @@ import (
 // legitimate loss is what escrad sent (escrad_telemetry_datagrams_total)
 // less what the controller took for its session (/v1/hosts
 // telemetry_datagrams) over the flood and a second after it; the same
-// difference over a quiet window before is the baseline.
+// difference over a quiet window before is the baseline. The controller
+// gives h1's session a socket of its own (flood_legit_on_own_socket: what
+// came in there), so the flood overflows only the shared socket's buffer.
 
 const (
 	floodFor = 20 * time.Second
@@ -99,6 +101,11 @@ func floodSection() error {
 		return err
 	}
 	dropped0, rcvbuf0 := droppedOf(admin, c.admn), udpRcvbufErrors()
+	// What came in on h1's own socket (controller/ingest/pinned.go).
+	pinnedOf := func() float64 {
+		return metricOf(admin, "https://"+c.admn+"/metrics", "escra_telemetry_pinned_datagrams_total")
+	}
+	pinned0 := pinnedOf()
 
 	to, err := net.ResolveUDPAddr("udp", c.udp)
 	if err != nil {
@@ -141,6 +148,8 @@ func floodSection() error {
 		return err
 	}
 	dropped, rcvbuf := droppedOf(admin, c.admn), udpRcvbufErrors()
+	summary["flood_legit_on_own_socket"] = pinnedOf() - pinned0
+	summary["flood_session_sockets"] = metricOf(admin, "https://"+c.admn+"/metrics", "escra_telemetry_session_sockets")
 	sent, taken := s2-s1, t2-t1
 	if sent <= 0 {
 		return fmt.Errorf("escrad sent no telemetry during the flood: %s", ed.tail())
