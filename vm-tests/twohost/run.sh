@@ -114,7 +114,10 @@ done
 for g in ctl1 node2; do
 	until gssh "$g" docker info >/dev/null 2>&1; do left; sleep 3; done
 done
-say "both guests: docker answers; ctl1 -> node2 ping: $(gssh ctl1 ping -c1 -W5 10.0.0.2 >/dev/null && echo ok || echo FAILED)"
+lan() { gssh ctl1 "timeout 5 bash -c '</dev/tcp/10.0.0.2/22'" 2>/dev/null; }
+for _ in $(seq 1 20); do lan && break; left; sleep 3; done
+lan || die "ctl1 does not reach node2 (10.0.0.2:22) over the socket network"
+say "both guests: docker answers; ctl1 reaches node2's sshd at 10.0.0.2:22"
 
 # The quick start, from the doc.
 steps=$work/steps
