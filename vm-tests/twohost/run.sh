@@ -81,7 +81,7 @@ Host ctl1
 Host node2
 	Port $sshp2
 CFG
-gssh() { ssh -F "$work/ssh_config" "$@"; }
+gssh() { ssh -F "$work/ssh_config" "$@" </dev/null; }
 
 # boot NAME N NETDEV: guest N's second NIC is on the socket network.
 boot() {
@@ -125,12 +125,14 @@ awk '/^## Quick start/{on=1; next} on && /^## /{exit} on' docs/operator.md |
 	sed -n 's/^ \{4,\}\(build\$\|ctl1#\|node2#\) \{1,\}\(.*\)$/\1\t\2/p' >"$steps"
 [ -s "$steps" ] || die "no build\$/ctl1#/node2# lines in docs/operator.md's quick start"
 say "docs/operator.md quick start: $(wc -l <"$steps") commands"
+# The doc's scp globs take every version in dist/: only this build's.
+rm -f dist/*.deb
 ssh() { command ssh -F "$work/ssh_config" "$@"; }
 scp() { command scp -F "$work/ssh_config" "$@"; }
 export -f ssh scp
 export work
 n=0
-while IFS=$'\t' read -r where cmd; do
+while IFS=$'\t' read -r -u 3 where cmd; do
 	left
 	n=$((n + 1))
 	cmd=${cmd%%  #*} # the doc's trailing comments
@@ -139,7 +141,7 @@ while IFS=$'\t' read -r where cmd; do
 	'build$') bash -c "set -o pipefail; $cmd" </dev/null || die "doc $n failed on this machine: $cmd" ;;
 	ctl1# | node2#)
 		g=${where%#}
-		out=$(gssh "$g" "$cmd" </dev/null 2>&1) || { echo "$out"; die "doc $n failed on $g: $cmd"; }
+		out=$(gssh "$g" "$cmd" 2>&1) || { echo "$out"; die "doc $n failed on $g: $cmd"; }
 		[ -z "$out" ] || sed 's/^/    /' <<<"$out" | tail -20
 		# The doc's "ctl1 and node2, connected": wait for both sessions.
 		if [[ $cmd == "escractl get hosts"* ]]; then
@@ -153,7 +155,7 @@ while IFS=$'\t' read -r where cmd; do
 		fi
 		;;
 	esac
-done <"$steps"
+done 3<"$steps"
 unset -f ssh scp
 
 say "check: one spin replica running on each guest, grow on node2"
