@@ -15,7 +15,9 @@ die() { echo "twohost-root: $*" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || die "must run as root (chroot, mkfs.ext4 -d with owners)"
 command -v mkfs.ext4 >/dev/null || die "mkfs.ext4 is missing (e2fsprogs)"
 
-pkgs=(systemd-sysv udev dbus docker.io openssh-server openssh-client
+# apparmor: docker.io recommends it, and Debian's kernel enables AppArmor,
+# so dockerd refuses to start containers without apparmor_parser.
+pkgs=(systemd-sysv udev dbus docker.io apparmor openssh-server openssh-client
 	linux-image-amd64 initramfs-tools iproute2 procps kmod less)
 key=$(cat "$0" packaging/debroot.sh | sha256sum | cut -c1-16)
 cache=${ESCRA_TWOHOST_CACHE:-/var/cache/escra/twohost}
@@ -111,4 +113,9 @@ mkfs.ext4 -q -F -L escraroot -d "$root" "$tmp/out/root.img" >>"$log" 2>&1 ||
 	{ tail -5 "$log" >&2; die "mkfs.ext4 -d failed"; }
 rm -rf "$out"
 mv "$tmp/out" "$out"
+# Roots of older inputs are dead weight (4 GiB sparse each).
+for d in "$cache"/*/; do
+	d=${d%/}
+	case ${d##*/} in "$key" | build.*) ;; *) rm -rf "$d" ;; esac
+done
 echo "$out"

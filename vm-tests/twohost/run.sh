@@ -15,7 +15,7 @@
 # OOM-killed). Nothing leaves 127.0.0.0/8 and the guests.
 #
 #   TWOHOST_TIMEOUT=2400   seconds for the whole scenario (default 2400)
-#   TWOHOST_KEEP=1         leave the guests running at the end (prints their ssh ports)
+#   TWOHOST_KEEP=1         leave the guests running at the end, pass or fail (for a look inside)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=/usr/local/go/bin:$PATH
@@ -29,8 +29,8 @@ work=$(mktemp -d /tmp/escra-twohost.XXXXXX)
 qpids=()
 cleanup() {
 	local rc=$?
-	if [ "${TWOHOST_KEEP:-0}" = 1 ] && [ $rc = 0 ]; then
-		say "guests left running (pids ${qpids[*]}); ssh -F $work/ssh_config ctl1"
+	if [ "${TWOHOST_KEEP:-0}" = 1 ]; then
+		say "guests left running (QEMU pids ${qpids[*]}); ssh -F $work/ssh_config ctl1; kill the pids and rm -r $work after"
 		return
 	fi
 	for p in "${qpids[@]}"; do
