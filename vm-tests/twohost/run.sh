@@ -194,8 +194,9 @@ for i in $(seq 1 40); do
 	q0=${v0%% *} q=${v%% *}
 	[ "$q0" = max ] && q0=999999999
 	[ "$q" = max ] && q=999999999
-	# A real move: half as much again, and at least 0.1 cores.
-	if ((q * 2 > q0 * 3 && q - q0 >= 10000)); then moved=$v && break; fi
+	# A real move: a quarter more, and at least 0.05 cores (the app's
+	# budget is shared with grow's and the other spin's use).
+	if ((q * 4 >= q0 * 5 && q - q0 >= 5000)); then moved=$v && break; fi
 	sleep 1
 done
 [ -n "$moved" ] || die "cpu.max stayed at or below $v0 under load"
