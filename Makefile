@@ -65,7 +65,7 @@ vm-test: ## the kernel-path scenarios in QEMU on 6.1 and 6.12: patched, stock, a
 	echo "vm-test matrix:$$line"; \
 	exit $$ok
 
-vm-test-twohost: ## docs/operator.md's quick start as written, in two QEMU guests (Debian 12 + docker.io, stock kernel) from the .debs; checks a CPU limit move and an OOM rescue (root; not in make test; ~30 min, the first run builds the guest root)
+vm-test-twohost: ## docs/operator.md's quick start as written, in two QEMU guests (Debian 12 + docker.io, stock kernel) from the .debs; checks a CPU limit move and an OOM rescue (root; not in make test; ~7 min, plus ~3 min the first time for the guest root)
 	@ESCRA_EXTRA_PKGS="qemu-system-x86 debootstrap e2fsprogs openssh-client" scripts/setup.sh run
 	@vm-tests/twohost/run.sh
 
