@@ -9,7 +9,8 @@ BIN      := bin
 BINARIES := $(BIN)/escrad $(BIN)/escra-controller $(BIN)/escractl
 
 .PHONY: help build test run proto lint kmod kernel vm-test bench deb fuzz setup clean \
-	bench-controller bench-daemon bench-kernel bench-faults soak kernel-deb bench-wysiwyg bench-mu
+	bench-controller bench-daemon bench-kernel bench-faults soak kernel-deb bench-wysiwyg bench-mu \
+	vm-test-twohost
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -63,6 +64,10 @@ vm-test: ## the kernel-path scenarios in QEMU on 6.1 and 6.12: patched, stock, a
 	done; \
 	echo "vm-test matrix:$$line"; \
 	exit $$ok
+
+vm-test-twohost: ## docs/operator.md's quick start as written, in two QEMU guests (Debian 12 + docker.io, stock kernel) from the .debs; checks a CPU limit move and an OOM rescue (root; not in make test; ~7 min, plus ~3 min the first time for the guest root)
+	@ESCRA_EXTRA_PKGS="qemu-system-x86 debootstrap e2fsprogs openssh-client" scripts/setup.sh run
+	@vm-tests/twohost/run.sh
 
 bench: ## quick benchmark report against the peers (FULL=1 for the full matrix)
 	@scripts/setup.sh

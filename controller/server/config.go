@@ -32,7 +32,9 @@ type Config struct {
 	OOMStepBytes int64
 	// RPCTimeout bounds SetLimits and ReclaimRequest replies.
 	RPCTimeout time.Duration
-	Logger     *slog.Logger
+	// DaemonDeadAfter ends a daemon session silent this long (0: 3 s).
+	DaemonDeadAfter time.Duration
+	Logger          *slog.Logger
 	// Apps are defined at start (escra-controller --apps FILE).
 	Apps []AppSpec
 	// Policy picks an app's allocator policy (nil: the Escra policy).

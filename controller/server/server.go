@@ -237,7 +237,7 @@ func (s *Server) acceptLoop() {
 		go func() {
 			defer s.wg.Done()
 			defer s.release()
-			err := session.Serve(s.ctx, c, s, session.Config{RPCTimeout: s.cfg.RPCTimeout, Observer: s,
+			err := session.Serve(s.ctx, c, s, session.Config{RPCTimeout: s.cfg.RPCTimeout, DeadAfter: s.cfg.DaemonDeadAfter, Observer: s,
 				MsgRate: s.cfg.SessionMsgRate, MsgBurst: s.cfg.SessionMsgBurst, MayAct: s.mayAct()}, id)
 			var rd *session.Redirect
 			if err != nil && s.ctx.Err() == nil && !errors.As(err, &rd) {

@@ -45,6 +45,7 @@ type Config struct {
 	// module's sysfs parameter).
 	OOMTimeoutParam string
 	Heartbeat       time.Duration // heartbeat and usage snapshot interval, 1 s
+	ControllerDead  time.Duration // a controller silent this long ends the session; 0: 3 s
 	Backend         string        // auto, kernel, cgroupfs
 	// KernelSource builds the kernel backend (kmod.NewSource); with Backend
 	// auto it is tried first. Nil: no kernel backend in this binary.
@@ -248,7 +249,7 @@ func New(cfg Config) (*Agent, error) {
 		cgv = pb.CgroupVersion_CGROUP_VERSION_V2
 	}
 	a.link = link.New(link.Config{
-		Addr: cfg.Controller, Addrs: strings.Split(cfg.Controller, ","), Heartbeat: cfg.Heartbeat, Log: cfg.Log, TLS: cfg.TLS,
+		Addr: cfg.Controller, Addrs: strings.Split(cfg.Controller, ","), Heartbeat: cfg.Heartbeat, DeadAfter: cfg.ControllerDead, Log: cfg.Log, TLS: cfg.TLS,
 		Hello: &pb.HostHello{
 			HostId: cfg.HostID, Cores: uint32(runtime.NumCPU()), MemoryBytes: mem,
 			Backend: a.src.Backend(), CgroupVersion: cgv,

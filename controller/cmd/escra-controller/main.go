@@ -200,6 +200,7 @@ func run(args []string, stderr io.Writer) int {
 	fs.DurationVar(&cfg.DeadHold, "host-lost-after", cfg.DeadHold, "how long what a silent host's containers may hold stays out of their apps' pools when they do not rejoin; then the host is presumed lost (docs/allocator.md, the partition hold)")
 	fs.Var(bytesFlag{&p.SafeMarginBytes}, "safe-margin", "δ: reclaim sets limit = usage + δ")
 	fs.Var(bytesFlag{&p.OOMStepBytes}, "oom-step", "memory granted per OOM request")
+	fs.DurationVar(&cfg.DaemonDeadAfter, "daemon-dead-after", 0, "end a daemon session after this long without a word from it (heartbeats are 1 s); 0: 3s (raise it only where hosts stall for seconds, e.g. emulated guests)")
 	fs.DurationVar(&cfg.RPCTimeout, "rpc-timeout", cfg.RPCTimeout, "deadline for set-limits and reclaim replies")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	appsFile := fs.String("apps", "", "specs (docs/spec.md) of apps to define at start, several per file; containers are not deployed")
@@ -273,6 +274,9 @@ func run(args []string, stderr io.Writer) int {
 	}
 	if cfg.DeadHold <= 0 {
 		return fail("--host-lost-after must be > 0")
+	}
+	if cfg.DaemonDeadAfter < 0 {
+		return fail("--daemon-dead-after must be >= 0 (0: 3s)")
 	}
 	if cfg.RPCTimeout <= 0 {
 		return fail("--rpc-timeout must be > 0")

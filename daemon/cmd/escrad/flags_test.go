@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Bad --restore-after, --controller and --cfs-burst values end in one clear error
+// Bad --restore-after, --controller, --cfs-burst and --controller-dead-after values end in one clear error
 // before anything starts.
 func TestBadFlagsRefused(t *testing.T) {
 	for _, c := range []struct {
@@ -18,6 +18,7 @@ func TestBadFlagsRefused(t *testing.T) {
 		{[]string{"--restore-after", "soon"}, "restore-after"},
 		{[]string{"--controller", "127.0.0.1:7470,nohost"}, `--controller "nohost"`},
 		{[]string{"--cfs-burst", "1.5"}, "--cfs-burst"},
+		{[]string{"--controller-dead-after", "-1s"}, "--controller-dead-after"},
 		{[]string{"--cfs-burst", "NaN"}, "--cfs-burst"},
 	} {
 		err := run(c.args, false)

@@ -36,24 +36,25 @@ import (
 
 // fileConfig is the YAML config file; flags given on the command line win.
 type fileConfig struct {
-	DockerHost    string                  `yaml:"docker_host"`
-	NoDocker      bool                    `yaml:"no_docker"`
-	Controller    string                  `yaml:"controller"`
-	Period        string                  `yaml:"period"`
-	OOMDeadline   string                  `yaml:"oom_deadline"`
-	ThrottlePoll  string                  `yaml:"throttle_poll"`
-	RestoreAfter  string                  `yaml:"restore_after"`
-	DockerSync    string                  `yaml:"docker_sync"`
-	Backend       string                  `yaml:"backend"`
-	HostID        string                  `yaml:"host_id"`
-	LogLevel      string                  `yaml:"log_level"`
-	MetricsListen string                  `yaml:"metrics_listen"`
-	Apps          []string                `yaml:"apps"`
-	Cgroups       []containers.CgroupSpec `yaml:"cgroups"`
-	TLSCA         string                  `yaml:"tls_ca"`
-	TLSCert       string                  `yaml:"tls_cert"`
-	TLSKey        string                  `yaml:"tls_key"`
-	Insecure      bool                    `yaml:"insecure"`
+	DockerHost     string                  `yaml:"docker_host"`
+	NoDocker       bool                    `yaml:"no_docker"`
+	Controller     string                  `yaml:"controller"`
+	Period         string                  `yaml:"period"`
+	OOMDeadline    string                  `yaml:"oom_deadline"`
+	ControllerDead string                  `yaml:"controller_dead_after"`
+	ThrottlePoll   string                  `yaml:"throttle_poll"`
+	RestoreAfter   string                  `yaml:"restore_after"`
+	DockerSync     string                  `yaml:"docker_sync"`
+	Backend        string                  `yaml:"backend"`
+	HostID         string                  `yaml:"host_id"`
+	LogLevel       string                  `yaml:"log_level"`
+	MetricsListen  string                  `yaml:"metrics_listen"`
+	Apps           []string                `yaml:"apps"`
+	Cgroups        []containers.CgroupSpec `yaml:"cgroups"`
+	TLSCA          string                  `yaml:"tls_ca"`
+	TLSCert        string                  `yaml:"tls_cert"`
+	TLSKey         string                  `yaml:"tls_key"`
+	Insecure       bool                    `yaml:"insecure"`
 }
 
 func main() {
@@ -86,6 +87,7 @@ func run(args []string, restoreOnly bool) error {
 		noDocker    = fs.Bool("no-docker", false, "manage only the cgroups listed in the config file")
 		controller  = fs.String("controller", "127.0.0.1:7470", "controller TCP address; A,B,... for several controllers sharing an etcd store: tried in turn, following the elected leader")
 		period      = fs.Duration("period", 100*time.Millisecond, "telemetry period (CFS period)")
+		ctlDead     = fs.Duration("controller-dead-after", 0, "end the controller session after this long without a word from it, and redial; 0: 3s (raise it only on hosts that stall for seconds, e.g. emulated guests)")
 		oomDeadline = fs.Duration("oom-deadline", 0, "wait this long for an OOM verdict (the controller round trip included) before letting the kernel OOM killer act; 0: 200ms, on the kernel backend escra.ko's oom_timeout_ms minus 10ms (a longer one than that is refused)")
 		dockerSync  = fs.Duration("docker-sync", limits.DefaultReconcileWindow, "bring Docker's view of a container's limits (docker inspect) up to the cgroup at most this often; each docker update runs runc (0: never)")
 		restoreAft  = fs.Duration("restore-after", 10*time.Second, "put back the limits Docker knows for every managed container once no controller has been reachable this long (0: never)")
@@ -171,7 +173,7 @@ func run(args []string, restoreOnly bool) error {
 		dst  *time.Duration
 		name string
 		val  string
-	}{{period, "period", fc.Period}, {oomDeadline, "oom-deadline", fc.OOMDeadline}, {thrPoll, "throttle-poll", fc.ThrottlePoll}, {restoreAft, "restore-after", fc.RestoreAfter}, {dockerSync, "docker-sync", fc.DockerSync}} {
+	}{{period, "period", fc.Period}, {oomDeadline, "oom-deadline", fc.OOMDeadline}, {ctlDead, "controller-dead-after", fc.ControllerDead}, {thrPoll, "throttle-poll", fc.ThrottlePoll}, {restoreAft, "restore-after", fc.RestoreAfter}, {dockerSync, "docker-sync", fc.DockerSync}} {
 		if !set[d.name] && d.val != "" {
 			v, err := time.ParseDuration(d.val)
 			if err != nil {
@@ -179,6 +181,9 @@ func run(args []string, restoreOnly bool) error {
 			}
 			*d.dst = v
 		}
+	}
+	if *ctlDead < 0 {
+		return fmt.Errorf("--controller-dead-after %v: must be >= 0 (0: 3s)", *ctlDead)
 	}
 	if *period < time.Millisecond || *period > 10*time.Second {
 		return fmt.Errorf("--period %v out of range [1ms, 10s]", *period)
@@ -291,7 +296,7 @@ func run(args []string, restoreOnly bool) error {
 	}
 
 	cfg := agent.Config{
-		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline, OOMTimeoutParam: *oomParam,
+		HostID: *hostID, Controller: *controller, Period: *period, OOMDeadline: *oomDeadline, ControllerDead: *ctlDead, OOMTimeoutParam: *oomParam,
 		// --backend auto/kernel use escra.ko when its genetlink family exists;
 		// auto/bpf then the CO-RE program when the kernel has BTF.
 		Backend: *backend, KernelSource: kmod.NewSource, BPFSource: bpf.NewSource, Cgroups: fc.Cgroups, Apps: fc.Apps, Log: log,
