@@ -17,15 +17,7 @@ import (
 // POST is refused, pprof is off, and an operator certificate is no host's.
 func TestAdminAPIRoles(t *testing.T) {
 	dir := pki(t, "h1")
-	files := auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")}
-	sc, err := auth.ServerConfig(files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ac, err := auth.AdminServerConfig(files)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc, ac := controllerTLS(t, dir)
 	s := start(t, func(c *Config) { c.TLS, c.AdminTLS, c.MetricsAddr = sc, ac, "127.0.0.1:0" })
 	if err := s.DefineApp(AppSpec{Name: "web", CPUCores: 2, MemoryBytes: 1 << 30, Sigma: 0.5}); err != nil {
 		t.Fatal(err)
@@ -174,11 +166,7 @@ func TestAdminAPIRoles(t *testing.T) {
 // form body), so the 403 is the origin check, not the route or the role.
 func TestCrossOriginFormPOSTRefused(t *testing.T) {
 	dir := pki(t, "h1")
-	files := auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")}
-	ac, err := auth.AdminServerConfig(files)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ac := controllerTLS(t, dir)
 	for _, mode := range []struct {
 		name   string
 		scheme string
@@ -226,11 +214,7 @@ func TestCrossOriginFormPOSTRefused(t *testing.T) {
 // pprof exists only with --pprof, and then only for admins.
 func TestPprofOnlyWhenAskedAndOnlyAdmins(t *testing.T) {
 	dir := pki(t, "h1")
-	files := auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")}
-	ac, err := auth.AdminServerConfig(files)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ac := controllerTLS(t, dir)
 	get := func(s *Server, who string) int {
 		t.Helper()
 		tc := clientTLS(t, dir, "h1")

@@ -36,6 +36,22 @@ func clientTLS(t *testing.T, dir, host string) *tls.Config {
 	return c
 }
 
+// controllerTLS is the controller's session and admin-API TLS configs
+// from the certificates pki made in dir.
+func controllerTLS(t *testing.T, dir string) (sessions, admin *tls.Config) {
+	t.Helper()
+	files := auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")}
+	sc, err := auth.ServerConfig(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac, err := auth.AdminServerConfig(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sc, ac
+}
+
 func startTLS(t *testing.T, dir string) *Server {
 	t.Helper()
 	sc, err := auth.ServerConfig(auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")})

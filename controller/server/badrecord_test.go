@@ -21,20 +21,12 @@ import (
 // load made every candidate step down in turn.
 func TestBadStoredRecordSkippedWithAlarm(t *testing.T) {
 	e := etcdtest.Start(t)
-	eps, err := store.ParseEtcdURL(e.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.OpenEtcd(eps, store.DefaultEtcdPrefix, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := etcdStore(t, e)
 	ctx := context.Background()
 	if err := st.Put(ctx, store.Record{Spec: AppSpec{Name: "web", CPUCores: 2, MemoryBytes: 1 << 30}}); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	raw, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + e.Endpoint}, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

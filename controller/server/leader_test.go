@@ -16,15 +16,7 @@ import (
 func TestLeaderWithoutEtcdStepsDown(t *testing.T) {
 	e := etcdtest.Start(t)
 	t.Cleanup(func() { e.Cmd.Process.Signal(syscall.SIGCONT) }) // before the kill
-	eps, err := store.ParseEtcdURL(e.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.OpenEtcd(eps, store.DefaultEtcdPrefix, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
+	st := etcdStore(t, e)
 	s := start(t, func(c *Config) { c.Store, c.Elector, c.LeaderTTL = st, st, 2*time.Second })
 	waitLeading := func(want bool, within time.Duration) time.Duration {
 		t.Helper()
@@ -76,4 +68,20 @@ func TestLeaderWithoutEtcdStepsDown(t *testing.T) {
 		st := s.Snapshot()
 		return len(st.Containers) == 1 && len(st.Apps) == 1 && st.Apps[0].CPUCores == 2 && !st.Apps[0].Auto
 	})
+}
+
+// etcdStore opens the controller's store on the test etcd e, closed with
+// the test.
+func etcdStore(t *testing.T, e *etcdtest.Etcd) *store.Etcd {
+	t.Helper()
+	eps, err := store.ParseEtcdURL(e.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.OpenEtcd(eps, store.DefaultEtcdPrefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
 }

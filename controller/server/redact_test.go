@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/escra-dev/escra/controller/spec"
-	"github.com/escra-dev/escra/internal/auth"
 )
 
 // Env values of an app's spec are "***" to a viewer and a scaler, on
@@ -14,15 +13,7 @@ import (
 // running app keeps them.
 func TestEnvRedactedForViewers(t *testing.T) {
 	dir := pki(t, "h1")
-	files := auth.Files{CA: auth.CAPath(dir), Cert: auth.CertPath(dir, "controller"), Key: auth.KeyPath(dir, "controller")}
-	sc, err := auth.ServerConfig(files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ac, err := auth.AdminServerConfig(files)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sc, ac := controllerTLS(t, dir)
 	s := start(t, func(c *Config) { c.TLS, c.AdminTLS = sc, ac })
 	doc := &spec.Doc{Name: "web", CPU: "2", Memory: "1GiB", Sigma: 0.5, Containers: []spec.DocContainer{
 		{Name: "api", Image: "escra/demo", Replicas: 1, Network: "host", Env: map[string]string{"DB_PASSWORD": "hunter2", "MODE": "prod"}}}}
