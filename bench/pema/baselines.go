@@ -54,3 +54,80 @@ func OPTM(x []float64, start, step, floor float64, trials int, holds func([]floa
 	}
 	return x, used
 }
+
+// HPATolerance is the Kubernetes horizontal pod autoscaler's default
+// tolerance: no change while the usage-to-target ratio is within 10 %.
+const HPATolerance = 0.1
+
+// HPA is PEMA §4.2's RULE, "Kubernetes' rule-based resource scaling"
+// (the horizontal pod autoscaler), applied to one container's CPU limit:
+// the HPA's desired = current × (utilisation / target), where
+// utilisation = used / limit, so the new limit is used / target, unless
+// the ratio is within HPATolerance of 1 (the limit is kept). used is the
+// recent mean usage (cores); the result is never below floor. PEMA does
+// not state its target; §5 says a rule's thresholds need "deep
+// application knowledge", and TuneTarget is how the bench sets it.
+func HPA(limit, used, target, floor float64) float64 {
+	if !(target > 0) || !(limit > 0) {
+		return math.Max(floor, limit)
+	}
+	ratio := used / limit / target
+	if math.Abs(ratio-1) <= HPATolerance {
+		return math.Max(floor, limit)
+	}
+	return math.Max(floor, used/target)
+}
+
+// TuneTarget is an operator's setting of HPA's target for an app and
+// SLO: the highest of targets whose trial run holds the SLO (holds
+// reports it), trying them from the highest down; ok is false when none
+// holds (target is then the lowest).
+func TuneTarget(targets []float64, holds func(target float64) bool) (target float64, ok bool) {
+	t := append([]float64(nil), targets...)
+	sort.Sort(sort.Reverse(sort.Float64Slice(t)))
+	for _, u := range t {
+		if holds(u) {
+			return u, true
+		}
+	}
+	if len(t) == 0 {
+		return 0, false
+	}
+	return t[len(t)-1], false
+}
+
+// HPARule is RULE over time: HPA per container every interval, with the
+// HPA's scale-down stabilisation (a cut goes only as low as the highest
+// recommendation of the last Window intervals; Kubernetes' 5 minutes
+// are 2.5 of PEMA's 2-minute intervals, so 3). A raise applies at once.
+type HPARule struct {
+	Target, Floor float64
+	Window        int
+	recs          [][]float64
+}
+
+// Next is the limits for the next interval from the current ones (x)
+// and each container's mean usage over the last interval (cores).
+func (h *HPARule) Next(x, used []float64) []float64 {
+	rec := make([]float64, len(x))
+	for j := range x {
+		rec[j] = HPA(x[j], used[j], h.Target, h.Floor)
+	}
+	h.recs = append(h.recs, rec)
+	if w := max(1, h.Window); len(h.recs) > w {
+		h.recs = h.recs[len(h.recs)-w:]
+	}
+	out := make([]float64, len(x))
+	for j := range x {
+		if rec[j] >= x[j] {
+			out[j] = rec[j]
+			continue
+		}
+		hi := 0.0
+		for _, r := range h.recs {
+			hi = math.Max(hi, r[j])
+		}
+		out[j] = math.Min(x[j], hi)
+	}
+	return out
+}

@@ -41,3 +41,54 @@ func TestOPTM(t *testing.T) {
 		t.Fatalf("%d trials", used)
 	}
 }
+
+func TestHPA(t *testing.T) {
+	// 0.2 cores used of a 0.5 limit at an 80 % target: 0.25.
+	if l := HPA(0.5, 0.2, 0.8, 0.01); math.Abs(l-0.25) > 1e-12 {
+		t.Fatalf("down: %v", l)
+	}
+	// Throttled at its limit, it grows by 1/target: 0.1 → 0.125.
+	if l := HPA(0.1, 0.1, 0.8, 0.01); math.Abs(l-0.125) > 1e-12 {
+		t.Fatalf("up: %v", l)
+	}
+	// Within the 10 % tolerance the limit stays.
+	if l := HPA(0.25, 0.21, 0.8, 0.01); l != 0.25 {
+		t.Fatalf("tolerance: %v", l)
+	}
+	if l := HPA(0.5, 0.001, 0.8, 0.01); l != 0.01 {
+		t.Fatalf("floor: %v", l)
+	}
+}
+
+func TestTuneTarget(t *testing.T) {
+	var tried []float64
+	u, ok := TuneTarget([]float64{0.5, 0.9, 0.7}, func(u float64) bool { tried = append(tried, u); return u <= 0.7 })
+	if !ok || u != 0.7 || len(tried) != 2 || tried[0] != 0.9 {
+		t.Fatalf("got %v %v, tried %v", u, ok, tried)
+	}
+	if u, ok := TuneTarget([]float64{0.5, 0.9}, func(float64) bool { return false }); ok || u != 0.5 {
+		t.Fatalf("none holds: %v %v", u, ok)
+	}
+}
+
+// A cut waits for the window's highest recommendation; a raise does not.
+func TestHPARuleStabilises(t *testing.T) {
+	h := &HPARule{Target: 0.5, Floor: 0.01, Window: 3}
+	x := h.Next([]float64{1}, []float64{0.3}) // rec 0.6
+	if math.Abs(x[0]-0.6) > 1e-12 {
+		t.Fatalf("first cut: %v", x)
+	}
+	x = h.Next(x, []float64{0.1}) // rec 0.2, but 0.6 is in the window
+	if math.Abs(x[0]-0.6) > 1e-12 {
+		t.Fatalf("stabilised: %v", x)
+	}
+	x = h.Next(x, []float64{0.1})
+	x = h.Next(x, []float64{0.1}) // 0.6 has left the window
+	if math.Abs(x[0]-0.2) > 1e-12 {
+		t.Fatalf("after the window: %v", x)
+	}
+	x = h.Next(x, []float64{0.2}) // at its limit: up by 1/target at once
+	if math.Abs(x[0]-0.4) > 1e-12 {
+		t.Fatalf("raise: %v", x)
+	}
+}
