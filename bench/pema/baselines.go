@@ -31,7 +31,15 @@ func Rule(usage []float64, floor float64) float64 {
 // fits the bench's time; the stopping rule is the paper's at the finest
 // step. trials bounds the number of holds calls.
 func OPTM(x []float64, start, step, floor float64, trials int, holds func([]float64) bool) (best []float64, used int) {
+	best, used, _ = OPTMPath(x, start, step, floor, trials, holds)
+	return best, used
+}
+
+// OPTMPath is OPTM that also returns its path: the start and every
+// allocation it kept, in order (each cuts one service of the one before).
+func OPTMPath(x []float64, start, step, floor float64, trials int, holds func([]float64) bool) (best []float64, used int, path [][]float64) {
 	x = append([]float64(nil), x...)
+	path = [][]float64{append([]float64(nil), x...)}
 	for d := start; d >= step-1e-12 && used < trials; d /= 2 {
 		for changed := true; changed && used < trials; {
 			changed = false
@@ -43,6 +51,7 @@ func OPTM(x []float64, start, step, floor float64, trials int, holds func([]floa
 				used++
 				if holds(x) {
 					changed = true
+					path = append(path, append([]float64(nil), x...))
 				} else {
 					x[i] += d
 				}
@@ -52,7 +61,27 @@ func OPTM(x []float64, start, step, floor float64, trials int, holds func([]floa
 			break
 		}
 	}
-	return x, used
+	return x, used, path
+}
+
+// Settle is OPTM's answer to "satisfies the SLO" (PEMA §4.2) when one
+// trial is too short to say it: the last allocation on OPTM's path that
+// holds (holds: a longer run's verdict), found by bisection (the path
+// only cuts, so a later entry holds no more often than an earlier one).
+// path[0], the ample start, is taken to hold (PEMA §3.1). checks counts
+// the holds calls.
+func Settle(path [][]float64, holds func([]float64) bool) (x []float64, at, checks int) {
+	lo, hi := 0, len(path)-1 // path[lo] holds; entries after hi do not
+	for lo < hi {
+		m := (lo + hi + 1) / 2
+		checks++
+		if holds(path[m]) {
+			lo = m
+		} else {
+			hi = m - 1
+		}
+	}
+	return append([]float64(nil), path[lo]...), lo, checks
 }
 
 // HPATolerance is the Kubernetes horizontal pod autoscaler's default

@@ -92,3 +92,24 @@ func TestHPARuleStabilises(t *testing.T) {
 		t.Fatalf("raise: %v", x)
 	}
 }
+
+// Settle walks OPTM's path back to the last entry a longer verdict
+// holds, in log2 checks.
+func TestSettle(t *testing.T) {
+	var path [][]float64
+	for i := range 17 {
+		path = append(path, []float64{1 - 0.05*float64(i)})
+	}
+	holds := func(x []float64) bool { return x[0] >= 0.6-1e-9 } // entries 0..8
+	x, at, checks := Settle(path, holds)
+	if at != 8 || math.Abs(x[0]-0.6) > 1e-9 || checks > 5 {
+		t.Fatalf("at %d x %v after %d checks", at, x, checks)
+	}
+	if _, at, _ := Settle(path, func([]float64) bool { return false }); at != 0 {
+		t.Fatalf("nothing holds: at %d, want the start", at)
+	}
+	_, _, p := OPTMPath([]float64{1, 1}, 0.5, 0.25, 0, 100, func(x []float64) bool { return x[0]+x[1] >= 1 })
+	if len(p) < 2 || p[0][0] != 1 || p[0][1] != 1 {
+		t.Fatalf("path %v", p)
+	}
+}

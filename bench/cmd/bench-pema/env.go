@@ -28,6 +28,9 @@ type env struct {
 	slo   time.Duration
 	ctx   context.Context
 	phase int
+	// ruleTarget: the HPA target RULE was tuned to at the bench's SLO,
+	// for its daily curve.
+	ruleTarget float64
 }
 
 // Phase is one policy's run.
@@ -43,9 +46,12 @@ type Phase struct {
 	Final   []float64         `json:"final_x"` // per service at the end
 	Records []pemaloop.Record `json:"pema,omitempty"`
 	Trials  int               `json:"optm_trials,omitempty"`
-	Died    []string          `json:"died,omitempty"` // services whose container had stopped by the end
-	Rep     int               `json:"rep,omitempty"`  // repetition, 1-based (0: a run before repetitions)
-	Set     string            `json:"set,omitempty"`  // "slo2": at -slo2
+	Died    []string          `json:"died,omitempty"`          // services whose container had stopped by the end
+	Rep     int               `json:"rep,omitempty"`           // repetition, 1-based (0: a run before repetitions)
+	Set     string            `json:"set,omitempty"`           // "slo2": at -slo2
+	Target  float64           `json:"rule_target,omitempty"`   // RULE: the HPA target (0: rule-vpa)
+	Tried   [][2]float64      `json:"rule_tried,omitempty"`    // RULE's tuning: (target, % of intervals violated) per trial
+	TunedOK bool              `json:"rule_tuned_ok,omitempty"` // RULE: its target holds the SLO (or was fixed by -rule-target)
 }
 
 // removeOurs force-removes the containers this process started (by name

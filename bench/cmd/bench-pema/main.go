@@ -6,6 +6,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -66,6 +67,7 @@ type opts struct {
 	slo2         time.Duration
 	pemag        bool
 	throttlePoll time.Duration
+	ruleTarget   float64
 }
 
 func (o opts) want(phase string) bool {
@@ -91,7 +93,8 @@ func main() {
 	flag.Float64Var(&o.omega, "omega", 1.5, "the app's CPU budget Ω in cores (the ample start is Ω/6 each)")
 	flag.IntVar(&o.pemaSteps, "pema-steps", 36, "PEMA intervals at the fixed load (PEMA §3.3: \"a few tens of iterations\"; its CPU is the mean of the last third)")
 	flag.IntVar(&o.sloSteps, "slo-steps", 6, "further PEMA intervals after the SLO is cut to 0.6× (Fig 20)")
-	flag.IntVar(&o.ruleSteps, "rule-steps", 10, "RULE and Escra intervals at the fixed load")
+	flag.IntVar(&o.ruleSteps, "rule-steps", 10, "RULE and Escra intervals at the fixed load (and per RULE tuning trial)")
+	flag.Float64Var(&o.ruleTarget, "rule-target", 0, "RULE's HPA utilisation target in (0, 1] (PEMA §4.2); 0: tuned per SLO, the highest of 90 … 20 % whose trial holds the SLO")
 	flag.IntVar(&o.dailySteps, "daily-steps", 14, "intervals of the compressed daily curve per policy")
 	flag.DurationVar(&o.optmWindow, "optm-window", 4*time.Second, "OPTM: one measurement window (two per trial)")
 	flag.IntVar(&o.optmTrials, "optm-trials", 50, "OPTM: at most this many trials")
@@ -129,6 +132,10 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	if !(o.ruleTarget >= 0 && o.ruleTarget <= 1) {
+		fmt.Fprintln(os.Stderr, "bench-pema: -rule-target", o.ruleTarget, "outside [0, 1]")
+		os.Exit(2)
 	}
 	if !(o.burst >= 0 && o.burst <= 1) {
 		fmt.Fprintln(os.Stderr, "bench-pema: -burst", o.burst, "outside [0, 1]")
@@ -319,9 +326,16 @@ func run(o opts) error {
 		case s.policy == "optm":
 			p, err = e.optm(s.name)
 		case s.policy == "rule" && !s.daily:
-			p, err = e.rule(s.name, fixedRate(o.rps), o.ruleSteps)
+			p, err = e.ruleTuned(s.name)
+			if p != nil && s.set == "" {
+				e.ruleTarget = p.Target
+			}
 		case s.policy == "rule":
-			p, err = e.rule(s.name, rate, o.dailySteps)
+			p, err = e.rule(s.name, rate, o.dailySteps, cmp.Or(e.ruleTarget, o.ruleTarget, 0.8))
+		case s.policy == "rule-vpa" && !s.daily:
+			p, err = e.rule(s.name, fixedRate(o.rps), o.ruleSteps, 0)
+		case s.policy == "rule-vpa":
+			p, err = e.rule(s.name, rate, o.dailySteps, 0)
 		case s.policy == "escra" && !s.daily:
 			p, err = e.escra(s.name, fixedRate(o.rps), o.ruleSteps)
 		case s.policy == "escra":

@@ -110,3 +110,52 @@ func TestPooledKeys(t *testing.T) {
 		t.Errorf("reps %v, intervals %v; want 3, 11", s["pemag_reps"], s["pemag_intervals"])
 	}
 }
+
+// RULE is tuned per SLO: at -slo2 pema-guarded is judged against RULE's
+// own run there (rule-slo2), and against §5's rule (rule-vpa), run once,
+// at both. Hand-computed: pemag 0.5 and 0.3; RULE 0.5 and 0.4 → 0 % and
+// −25 %; rule-vpa 0.25 → +100 % and +20 %.
+func TestPooledKeysRuleSets(t *testing.T) {
+	e := &env{o: opts{rps: 60, interval: 10 * time.Second, slo2: 250 * time.Millisecond}, svcs: pemaapp.SixServices(), slo: 100 * time.Millisecond}
+	ph := func(name, policy, set string, cpu []float64, slo float64) *Phase {
+		p95, s := make([]float64, len(cpu)), make([]float64, len(cpu))
+		for i := range s {
+			p95[i], s[i] = 10, slo
+		}
+		return &Phase{Name: name, Policy: policy, Load: "fixed", Set: set, CPU: cpu, Usage: cpu, P95ms: p95, SLOms: s}
+	}
+	r2 := ph("rule-slo2", "rule", "slo2", []float64{1, 0.4}, 250)
+	r2.Target = 0.6
+	ps := []*Phase{
+		{Name: "optm", Policy: "optm", Final: []float64{0.2, 0.2}},
+		{Name: "optm-slo2", Policy: "optm", Final: []float64{0.1, 0.1}, Set: "slo2"},
+		ph("pemag", "pema-guarded", "", []float64{1, 1, 0.5}, 100),
+		ph("pemag-slo2", "pema-guarded", "slo2", []float64{1, 1, 0.3}, 250),
+		ph("rule", "rule", "", []float64{1, 0.5}, 100),
+		r2,
+		ph("rule-vpa", "rule-vpa", "", []float64{1, 0.25}, 100),
+	}
+	s := summarize(e, ps)
+	for k, want := range map[string]float64{
+		"pemag_cpu_vs_rule_pct": 0, "pemag_cpu_vs_rule_pct_slo250ms": -25,
+		"pemag_cpu_vs_rule_vpa_pct": 100, "pemag_cpu_vs_rule_vpa_pct_slo250ms": 20,
+		"rule_cpu_cores_slo250ms": 0.4, "rule_target_slo250ms": 0.6, "rule_vpa_cpu_cores": 0.25,
+	} {
+		if got, ok := s[k].(float64); !ok || math.Abs(got-want) > 1e-9 {
+			t.Errorf("%s = %v, want %v", k, s[k], want)
+		}
+	}
+}
+
+// The plan runs RULE at each SLO and §5's rule once, with their daily curves.
+func TestPlanRules(t *testing.T) {
+	var names []string
+	for _, s := range plan(opts{reps: 1, slo2: 250 * time.Millisecond, pemag: true}) {
+		if strings.HasPrefix(s.name, "rule") {
+			names = append(names, s.name)
+		}
+	}
+	if got := strings.Join(names, " "); got != "rule rule-vpa rule-daily rule-vpa-daily rule-slo2" {
+		t.Fatalf("rule phases: %s", got)
+	}
+}

@@ -10,18 +10,19 @@ import (
 // is told every app name at its start).
 type step struct {
 	name   string // the phase's name: its keys and its app's name
-	policy string // optm, pema, pema-guarded, rule, escra
+	policy string // optm, pema, pema-guarded, rule, rule-vpa, escra
 	daily  bool
 	rep    int    // 1-based repetition
 	set    string // "": the bench's SLO; "slo2": -slo2
 }
 
 // plan lists the run's phases in order: at the bench's SLO OPTM, then
-// each repetition of pema and pema-guarded at the fixed load, RULE and
-// Escra, then the daily curve (pema and pema-guarded repeated, RULE and
-// Escra once); at -slo2 the same for OPTM, pema and pema-guarded (RULE
-// and Escra do not read the SLO: their runs at the bench's SLO are
-// judged against -slo2 too).
+// each repetition of pema and pema-guarded at the fixed load, RULE (the
+// HPA, its target tuned to the SLO), §5's rule (rule-vpa) and Escra,
+// then the daily curve (pema and pema-guarded repeated, RULE at its
+// tuned target, rule-vpa and Escra once); at -slo2 the same for OPTM,
+// pema, pema-guarded and RULE (rule-vpa and Escra do not read the SLO:
+// their runs at the bench's SLO are judged against -slo2 too).
 func plan(o opts) []step {
 	var out []step
 	for _, set := range []string{"", "slo2"} {
@@ -49,8 +50,11 @@ func plan(o opts) []step {
 				out = append(out, step{name: "pemag" + rep(r) + sfx, policy: "pema-guarded", rep: r, set: set})
 			}
 		}
-		if set == "" && o.want("rule") {
-			out = append(out, step{name: "rule", policy: "rule", rep: 1})
+		if o.want("rule") {
+			out = append(out, step{name: "rule" + sfx, policy: "rule", rep: 1, set: set})
+			if set == "" {
+				out = append(out, step{name: "rule-vpa", policy: "rule-vpa", rep: 1})
+			}
 		}
 		if set == "" && o.escraEnabled && o.want("escra") {
 			out = append(out, step{name: "escra", policy: "escra", rep: 1})
@@ -65,7 +69,8 @@ func plan(o opts) []step {
 			}
 		}
 		if set == "" {
-			out = append(out, step{name: "rule-daily", policy: "rule", daily: true, rep: 1})
+			out = append(out, step{name: "rule-daily", policy: "rule", daily: true, rep: 1},
+				step{name: "rule-vpa-daily", policy: "rule-vpa", daily: true, rep: 1})
 			if o.escraEnabled {
 				out = append(out, step{name: "escra-daily", policy: "escra", daily: true, rep: 1})
 			}

@@ -87,9 +87,17 @@ func (e *env) optm(name string) (*Phase, error) {
 		SLOms: []float64{float64(e.slo) / 1e6}}, nil
 }
 
-// rule is RULE: every interval each container's limit becomes 1.15 × the
-// p90 of its usage over the last three intervals (1 s samples).
-func (e *env) rule(name string, rate func(time.Duration) float64, steps int) (*Phase, error) {
+// ruleTargets are the HPA targets ruleTuned tries, highest first, in
+// whole tens of per cent as HPA targets are written.
+var ruleTargets = []float64{0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2}
+
+// rule runs RULE for steps intervals. target > 0: PEMA §4.2's RULE, the
+// Kubernetes HPA's rule on each container's limit at that utilisation
+// target (bp.HPARule, from the mean of its 1 s usage samples over the
+// last interval). target 0: §5's description of the Kubernetes rule,
+// 1.15 × the p90 of the 1 s usage samples over the last three intervals
+// (bp.Rule; the bench's RULE until 2026-12-02, now rule-vpa).
+func (e *env) rule(name string, rate func(time.Duration) float64, steps int, target float64) (*Phase, error) {
 	r, err := e.start("")
 	if err != nil {
 		return nil, err
@@ -99,16 +107,40 @@ func (e *env) rule(name string, rate func(time.Duration) float64, steps int) (*P
 	if err != nil {
 		return nil, err
 	}
-	win := int(3 * e.o.interval / time.Second)
-	ph, err := e.measure(name, "rule", r, e.url(r.Entry()), rate, steps, func(i int, s *bp.Sampler) {
+	per := int(e.o.interval / time.Second)
+	win := 3 * per
+	x := make([]float64, len(gs))
+	for j := range x {
+		x[j] = e.o.omega / float64(len(gs))
+	}
+	h := &bp.HPARule{Target: target, Floor: floorCores, Window: 3}
+	pol := "rule"
+	if target == 0 {
+		pol = "rule-vpa"
+	}
+	ph, err := e.measure(name, pol, r, e.url(r.Entry()), rate, steps, func(i int, s *bp.Sampler) {
 		if i == 0 {
 			return
 		}
 		ticks := s.Ticks()
+		if target > 0 {
+			ticks = ticks[max(0, len(ticks)-per):]
+			used := make([]float64, len(gs))
+			for _, tk := range ticks {
+				for j := range used {
+					used[j] += tk.Usage[j] / float64(len(ticks))
+				}
+			}
+			x = h.Next(x, used)
+		}
 		if len(ticks) > win {
 			ticks = ticks[len(ticks)-win:]
 		}
 		for j, g := range gs {
+			if target > 0 {
+				e.setQuota(g, x[j])
+				continue
+			}
 			var u []float64
 			for _, tk := range ticks {
 				u = append(u, tk.Usage[j])
@@ -118,6 +150,47 @@ func (e *env) rule(name string, rate func(time.Duration) float64, steps int) (*P
 	})
 	if ph != nil {
 		ph.Load = load(name)
+		ph.Target = target
+	}
+	return ph, err
+}
+
+// ruleTuned is RULE as an operator sets it for this app and SLO (PEMA
+// §5: a rule's thresholds need "deep application knowledge"): trial runs
+// of 2 × -rule-steps intervals at ruleTargets from the highest down until
+// one has at most 5 % of its intervals after the first over the SLO (the
+// violation floor; bp.TuneTarget), then a separate measured run at that
+// target, so that the measurement is not the trial that happened to hold.
+// If none holds RULE runs at the lowest target and TunedOK is false: no
+// rule holds the SLO then, and a comparison with it says nothing.
+// -rule-target fixes the target instead.
+func (e *env) ruleTuned(name string) (*Phase, error) {
+	u := e.o.ruleTarget
+	var tried [][2]float64
+	ok := true
+	if u == 0 {
+		var err error
+		u, ok = bp.TuneTarget(ruleTargets, func(u float64) bool {
+			if err != nil {
+				return false
+			}
+			var ph *Phase
+			ph, err = e.rule(fmt.Sprintf("%s-try%02.0f", name, 100*u), fixedRate(e.o.rps), 2*e.o.ruleSteps, u)
+			if err != nil || len(ph.P95ms) < 2 {
+				return false
+			}
+			v := violPct(ph.P95ms[1:], ph.SLOms[1:])
+			tried = append(tried, [2]float64{u, v})
+			return v <= 5
+		})
+		if err != nil {
+			return nil, err
+		}
+		logf("%s: HPA target %.0f %% (tried %v, held: %v) at SLO %v", name, 100*u, tried, ok, e.slo)
+	}
+	ph, err := e.rule(name, fixedRate(e.o.rps), e.o.ruleSteps, u)
+	if ph != nil {
+		ph.Tried, ph.TunedOK = tried, ok
 	}
 	return ph, err
 }

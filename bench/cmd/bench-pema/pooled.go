@@ -12,6 +12,10 @@ package main
 //     (the descent included) and daily-curve intervals (the ramps and
 //     bursts included);
 //
+// and <p>_cpu_vs_rule_vpa_pct against §5's rule (rule-vpa, the bench's
+// RULE until 2026-12-02); RULE is the HPA tuned to each SLO (rule,
+// rule-slo2), rule-vpa runs once and is judged at both;
+//
 // with <p> pema (the paper's policy) and pemag (pema-guarded), and
 // <p>_reps, <p>_intervals, <p>_cpu_cores_mean, <p>_services_died beside
 // them. The pema_* keys of one run before repetitions existed keep
@@ -23,9 +27,16 @@ func pooled(e *env, ps []*Phase, out map[string]any) {
 			out["pema_run1_"+k[len("pema_"):]] = v
 		}
 	}
-	rl := findPhase(ps, "rule")
+	rv := findPhase(ps, "rule-vpa")
 	for _, set := range []string{"", "slo2"} {
 		sfx := setSuffix(e.o, set)
+		rl := findPhase(ps, "rule")
+		if r2 := findPhase(ps, "rule-slo2"); set == "slo2" && r2 != nil {
+			rl = r2
+			out["rule_cpu_cores"+sfx] = mean(r2.CPU[len(r2.CPU)/2:])
+			out["rule_target"+sfx] = r2.Target
+			out["rule_tuned_ok"+sfx] = r2.TunedOK
+		}
 		op := findPhase(ps, "optm"+map[string]string{"": "", "slo2": "-slo2"}[set])
 		if set == "slo2" {
 			if op == nil {
@@ -33,8 +44,12 @@ func pooled(e *env, ps []*Phase, out map[string]any) {
 			}
 			slo := float64(e.o.slo2) / 1e6
 			out["optm_cpu_cores"+sfx] = sum(op.Final)
-			for _, n := range []string{"rule", "escra", "rule-daily", "escra-daily"} {
-				if p := findPhase(ps, n); p != nil {
+			for _, n := range []string{"rule", "rule-vpa", "escra", "rule-daily", "rule-vpa-daily", "escra-daily"} {
+				p := findPhase(ps, n)
+				if r2 := findPhase(ps, "rule-slo2"); n == "rule" && r2 != nil {
+					p = r2 // RULE tuned to -slo2: its own run
+				}
+				if p != nil {
 					at := make([]float64, len(p.P95ms))
 					for i := range at {
 						at[i] = slo
@@ -75,6 +90,9 @@ func pooled(e *env, ps []*Phase, out map[string]any) {
 			out[k+"_services_died"+sfx] = died
 			if rl != nil && len(rl.CPU) > 0 {
 				out[k+"_cpu_vs_rule_pct"+sfx] = 100 * (cpu/mean(rl.CPU[len(rl.CPU)/2:]) - 1)
+			}
+			if rv != nil && len(rv.CPU) > 0 {
+				out[k+"_cpu_vs_rule_vpa_pct"+sfx] = 100 * (cpu/mean(rv.CPU[len(rv.CPU)/2:]) - 1)
 			}
 			if op != nil && sum(op.Final) > 0 {
 				out[k+"_cpu_vs_optm_ratio"+sfx] = cpu / sum(op.Final)

@@ -63,6 +63,14 @@ func summarize(e *env, ps []*Phase) map[string]any {
 		out["rule_cpu_cores"] = mean(rl.CPU[len(rl.CPU)/2:])
 		out["rule_usage_cores"] = mean(rl.Usage[len(rl.Usage)/2:])
 		out["rule_slo_violation_pct"] = violPct(rl.P95ms, rl.SLOms)
+		out["rule_target"] = rl.Target
+		out["rule_tune_trials"] = len(rl.Tried)
+		out["rule_tuned_ok"] = rl.TunedOK
+	}
+	if rv := get("rule-vpa"); rv != nil {
+		out["rule_vpa_cpu_cores"] = mean(rv.CPU[len(rv.CPU)/2:])
+		out["rule_vpa_usage_cores"] = mean(rv.Usage[len(rv.Usage)/2:])
+		out["rule_vpa_slo_violation_pct"] = violPct(rv.P95ms, rv.SLOms)
 	}
 	if es != nil {
 		out["escra_cpu_cores"] = mean(es.CPU[len(es.CPU)/2:])
@@ -72,7 +80,7 @@ func summarize(e *env, ps []*Phase) map[string]any {
 			out["escra_cpu_vs_rule_pct"] = 100 * (mean(es.CPU[len(es.CPU)/2:])/mean(rl.CPU[len(rl.CPU)/2:]) - 1)
 		}
 	}
-	for _, n := range []string{"pema-daily", "rule-daily", "escra-daily"} {
+	for _, n := range []string{"pema-daily", "rule-daily", "rule-vpa-daily", "escra-daily"} {
 		if p := get(n); p != nil {
 			k := strings.ReplaceAll(n, "-", "_")
 			out[k+"_cpu_cores"] = mean(p.CPU)
