@@ -17,9 +17,11 @@
 // Docker, no root), and Tables 3 and 5 replay its rows: Table 3 the
 // -function given (a row number, or a hash: the first row carrying it) or
 // else Fig. 2's median function; Table 5 the two most variable of the
-// top 10 by peak. Each trace minute lasts -minute-as; -scale multiplies
-// Table 3's counts (default: fitted to the machine). Every choice and
-// scaling step is printed and kept in summary.json.
+// top 10 by peak. The window is -start's, else the one whose per-minute
+// counts vary most (Table 5: both functions on one clock). Each trace
+// minute lasts -minute-as; -scale multiplies Table 3's counts (default:
+// fitted to the machine), -t5-load sets Table 5's (default ÷ 100).
+// Every choice and scaling step is printed and kept in summary.json.
 package main
 
 import (
@@ -57,7 +59,8 @@ func main() {
 	fn := flag.String("function", "", "Table 3's function: a row number (1..) or a hash; empty: Fig. 2's median function")
 	scale := flag.Float64("scale", 0, "multiplier of Table 3's per-minute counts (0: fit the machine)")
 	minuteAs := flag.Duration("minute-as", time.Second, "how long one trace minute lasts (whole seconds)")
-	start := flag.Int("start", 0, "first trace minute to replay (1..; 0: each function's busiest window)")
+	start := flag.Int("start", 0, "first trace minute to replay (1..; 0: "+mu.WindowRule+"; Table 5: of its two functions' summed counts)")
+	t5Load := flag.Float64("t5-load", 0, "scale Table 5's pair so that their mean is this share of the cluster's capacity (Mu Table 4: 0.78); 0: Mu §4.1's ÷ 100")
 	minInv := flag.Float64("min-invocations", mu.PaperMinInvocations, "Fig. 2 covers the functions with at least this many invocations in the file")
 	docs := flag.String("docs", "docs/mu", "also write Fig. 2 and Fig. 3's SVGs here (empty: only -out)")
 	flag.Parse()
@@ -65,8 +68,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench-mu: -minute-as %v: want whole seconds, at least 1s\n", *minuteAs)
 		os.Exit(2)
 	}
-	if *start < 0 || *scale < 0 || *minInv < 0 {
-		fmt.Fprintln(os.Stderr, "bench-mu: -start, -scale and -min-invocations must not be negative")
+	if *start < 0 || *scale < 0 || *minInv < 0 || *t5Load < 0 {
+		fmt.Fprintln(os.Stderr, "bench-mu: -start, -scale, -t5-load and -min-invocations must not be negative")
 		os.Exit(2)
 	}
 	if *trace == "" && *fn != "" {
@@ -79,7 +82,7 @@ func main() {
 		Hosts: envInt("MU_HOSTS", 2), Seed: 3, Reps: max(1, envInt("MU_REPS", 1)), WarmSeconds: envInt("MU_WARM_SECONDS", 20),
 		OrderSeed: int64(envInt("MU_ORDER_SEED", int(time.Now().UnixNano()%1_000_000_000))),
 		Log:       func(s string) { fmt.Printf("%s %s\n", time.Now().Format("15:04:05"), s) },
-		Trace: mu.TraceConfig{File: *trace, Function: *fn, Scale: *scale, MinuteAs: int(*minuteAs / time.Second), Start: *start - 1,
+		Trace: mu.TraceConfig{File: *trace, Function: *fn, Scale: *scale, MinuteAs: int(*minuteAs / time.Second), Start: *start - 1, T5Load: *t5Load,
 			MinInvocations: *minInv, DocsDir: *docs}}
 	if *trace == "" {
 		cfg.Trace.DocsDir = ""
