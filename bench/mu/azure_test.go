@@ -160,17 +160,6 @@ func TestPickTracesExcerpt(t *testing.T) {
 		sum["t5_w1_trace_start_minute"] != sum["t5_w2_trace_start_minute"] || sum["t5_w1_trace_window_by_rule"] != 1 {
 		t.Fatalf("peaks %.1f, %.1f (budget %.0f), scale %v, log %q", p1, p2, t5FitPeak, sum["t5_w1_trace_scale"], log)
 	}
-	// Loaded as the paper's pair: one factor for both, their mean
-	// together 78 % of the two budgets.
-	lc := cfg
-	lc.Parts, lc.Trace.T5Load = []string{"t5"}, 0.78
-	lsum := map[string]float64{}
-	lt, err := pickTraces(lc, tr, &med, lsum, func(string) {})
-	m1, _, _ := Stats(lt.w1)
-	m2, _, _ := Stats(lt.w2)
-	if err != nil || math.Abs(m1+m2-0.78*2*t5FitPeak) > 1e-6 || lsum["t5_w1_trace_scale"] != lsum["t5_w2_trace_scale"] || lsum["t5_trace_load"] != 0.78 {
-		t.Fatalf("-t5-load 0.78: means %.2f + %.2f, want %.2f; %v %v", m1, m2, 0.78*2*t5FitPeak, lsum, err)
-	}
 	cfg.Trace.Function = "af9ae6f6"
 	if _, err := pickTraces(cfg, tr, &med, sum, func(string) {}); err != nil || sum["t3_trace_row"] != 3 {
 		t.Fatalf("-function by hash: row %.0f, %v", sum["t3_trace_row"], err)

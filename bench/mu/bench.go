@@ -70,10 +70,6 @@ type TraceConfig struct {
 	Scale    float64 // Table 3's count multiplier; ≤ 0 = fit the machine
 	MinuteAs int     // seconds one trace minute lasts (Mu §3.3: 1)
 	Start    int     // first minute (0-based); < 0 = WindowRule's window
-	// T5Load > 0 scales Table 5's pair, both by one factor, so that their
-	// mean together is this share of the cluster's capacity (Mu Table 4:
-	// 154 + 146 req/s on 48 pods of 8 req/s, 0.78); 0 = ÷ 100.
-	T5Load float64
 	// MinInvocations selects Fig. 2's functions (default: the paper's 100,000).
 	MinInvocations float64
 	DocsDir        string // Fig. 2's SVG is also written here (docs/mu)

@@ -77,25 +77,13 @@ func pickTraces(cfg Config, tr *AzureTrace, median *PredAccuracy, sum map[string
 			logf(fmt.Sprintf("Table 5 window: minutes from %d, %s of rows %d and %d summed (sd %.1f invocations/min)", start+1, WindowRule, pair[0].Row, pair[1].Row, sd))
 			sum["t5_trace_start_minute"], sum["t5_trace_window_by_rule"] = float64(start+1), 1
 		}
-		loadScale := 0.0
-		if tc.T5Load > 0 {
-			loadScale = pairLoadScale(pair, cfg.T5Seconds, minuteAs, start, tc.T5Load)
-			sum["t5_trace_load"] = tc.T5Load
-		}
 		for i, f := range pair {
 			// ÷ 100 as the paper when the segment then fits the budget,
-			// else fitted to it; or the pair's load as the paper's.
-			var seg Segment
-			var err error
-			if loadScale > 0 {
-				seg, err = SegmentOf(f, cfg.T5Seconds, minuteAs, start, loadScale, 0)
-				seg.ScaleWhy = fmt.Sprintf("the pair's mean at %.0f%% of the cluster's %.0f req/s", 100*tc.T5Load, 2*t5FitPeak)
-			} else {
-				seg, err = SegmentOf(f, cfg.T5Seconds, minuteAs, start, t5PaperScale, 0)
-				seg.ScaleWhy = "Mu §4.1's ÷ 100"
-				if err == nil && seg.Peak > t5FitPeak {
-					seg, err = SegmentOf(f, cfg.T5Seconds, minuteAs, start, 0, t5FitPeak)
-				}
+			// else fitted to it.
+			seg, err := SegmentOf(f, cfg.T5Seconds, minuteAs, start, t5PaperScale, 0)
+			seg.ScaleWhy = "Mu §4.1's ÷ 100"
+			if err == nil && seg.Peak > t5FitPeak {
+				seg, err = SegmentOf(f, cfg.T5Seconds, minuteAs, start, 0, t5FitPeak)
 			}
 			seg.ByRule = byRule
 			if err != nil {
@@ -111,26 +99,6 @@ func pickTraces(cfg Config, tr *AzureTrace, median *PredAccuracy, sum map[string
 		}
 	}
 	return tt, nil
-}
-
-// pairLoadScale is the one count multiplier that puts the pair's summed
-// mean rate over their window at load × the cluster's capacity (both
-// functions' budgets, 2 × t5FitPeak req/s).
-func pairLoadScale(pair []AzureFunction, seconds, minuteAs, start int, load float64) float64 {
-	mins := max(1, (seconds+minuteAs-1)/minuteAs)
-	var perMin float64
-	for _, f := range pair {
-		end := min(start+mins, len(f.Counts))
-		for _, c := range f.Counts[min(start, end):end] {
-			perMin += c
-		}
-	}
-	perMin /= float64(mins)
-	if perMin <= 0 {
-		return 0
-	}
-	// A minute's count c lasts minuteAs seconds: c·scale/minuteAs req/s.
-	return load * 2 * t5FitPeak * float64(minuteAs) / perMin
 }
 
 // Table5Pair is Mu §4.1's choice: two functions "with variable invocation

@@ -20,7 +20,7 @@
 // top 10 by peak. The window is -start's, else the one whose per-minute
 // counts vary most (Table 5: both functions on one clock). Each trace
 // minute lasts -minute-as; -scale multiplies Table 3's counts (default:
-// fitted to the machine), -t5-load sets Table 5's (default ÷ 100).
+// fitted to the machine); Table 5's are ÷ 100 as Mu §4.1's.
 // Every choice and scaling step is printed and kept in summary.json.
 package main
 
@@ -60,7 +60,6 @@ func main() {
 	scale := flag.Float64("scale", 0, "multiplier of Table 3's per-minute counts (0: fit the machine)")
 	minuteAs := flag.Duration("minute-as", time.Second, "how long one trace minute lasts (whole seconds)")
 	start := flag.Int("start", 0, "first trace minute to replay (1..; 0: "+mu.WindowRule+"; Table 5: of its two functions' summed counts)")
-	t5Load := flag.Float64("t5-load", 0, "scale Table 5's pair so that their mean is this share of the cluster's capacity (Mu Table 4: 0.78); 0: Mu §4.1's ÷ 100")
 	minInv := flag.Float64("min-invocations", mu.PaperMinInvocations, "Fig. 2 covers the functions with at least this many invocations in the file")
 	docs := flag.String("docs", "docs/mu", "also write Fig. 2 and Fig. 3's SVGs here (empty: only -out)")
 	flag.Parse()
@@ -68,8 +67,8 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench-mu: -minute-as %v: want whole seconds, at least 1s\n", *minuteAs)
 		os.Exit(2)
 	}
-	if *start < 0 || *scale < 0 || *minInv < 0 || *t5Load < 0 {
-		fmt.Fprintln(os.Stderr, "bench-mu: -start, -scale, -t5-load and -min-invocations must not be negative")
+	if *start < 0 || *scale < 0 || *minInv < 0 {
+		fmt.Fprintln(os.Stderr, "bench-mu: -start, -scale and -min-invocations must not be negative")
 		os.Exit(2)
 	}
 	if *trace == "" && *fn != "" {
@@ -82,7 +81,7 @@ func main() {
 		Hosts: envInt("MU_HOSTS", 2), Seed: 3, Reps: max(1, envInt("MU_REPS", 1)), WarmSeconds: envInt("MU_WARM_SECONDS", 20),
 		OrderSeed: int64(envInt("MU_ORDER_SEED", int(time.Now().UnixNano()%1_000_000_000))),
 		Log:       func(s string) { fmt.Printf("%s %s\n", time.Now().Format("15:04:05"), s) },
-		Trace: mu.TraceConfig{File: *trace, Function: *fn, Scale: *scale, MinuteAs: int(*minuteAs / time.Second), Start: *start - 1, T5Load: *t5Load,
+		Trace: mu.TraceConfig{File: *trace, Function: *fn, Scale: *scale, MinuteAs: int(*minuteAs / time.Second), Start: *start - 1,
 			MinInvocations: *minInv, DocsDir: *docs}}
 	if *trace == "" {
 		cfg.Trace.DocsDir = ""
