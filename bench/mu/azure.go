@@ -159,14 +159,15 @@ type Segment struct {
 	Scale         float64 // applied to the counts
 	ScaleFit      bool    // Scale was chosen to fit the machine (not given)
 	ScaleWhy      string  // where a given scale comes from, for Describe
+	ByRule        bool    // Start chosen by WindowRule (not given)
+	WindowSD      float64 // standard deviation of the window's per-minute counts
 	Rates         []float64
 	MeanRPS, Peak float64 // of Rates
 }
 
-// SegmentOf cuts n seconds of f's trace. start < 0 picks the busiest
-// window (most invocations; the earliest on ties), so a function idle
-// most of the day is not replayed as silence. scale ≤ 0 fits the
-// segment's peak to fitPeak req/s.
+// SegmentOf cuts n seconds of f's trace. start < 0 picks the window by
+// WindowRule (MostVariedWindow). scale ≤ 0 fits the segment's peak to
+// fitPeak req/s.
 func SegmentOf(f AzureFunction, seconds, minuteAs, start int, scale, fitPeak float64) (Segment, error) {
 	if minuteAs < 1 {
 		return Segment{}, fmt.Errorf("minute-as %d s: want at least 1 s", minuteAs)
@@ -178,22 +179,17 @@ func SegmentOf(f AzureFunction, seconds, minuteAs, start int, scale, fitPeak flo
 	if start >= 0 && start+mins > len(f.Counts) {
 		return Segment{}, fmt.Errorf("row %d: minutes %d..%d are past the trace's %d minutes", f.Row, start+1, start+mins, len(f.Counts))
 	}
-	if start < 0 {
-		var sum, best float64
-		start = 0
-		for i, c := range f.Counts {
-			sum += c
-			if i >= mins {
-				sum -= f.Counts[i-mins]
-			}
-			if i >= mins-1 && sum > best {
-				best, start = sum, i-mins+1
-			}
-		}
+	byRule := start < 0
+	if byRule {
+		start, _ = MostVariedWindow(f.Counts, mins)
 	}
-	s := Segment{Row: f.Row, Hash: f.Hash, Start: start, Minutes: mins, MinuteAs: minuteAs, Scale: scale}
+	s := Segment{Row: f.Row, Hash: f.Hash, Start: start, Minutes: mins, MinuteAs: minuteAs, Scale: scale, ByRule: byRule}
 	raw := f.Counts[start : start+mins]
 	s.RawMean, _, s.RawPeak = Stats(raw)
+	for _, c := range raw {
+		s.WindowSD += (c - s.RawMean) * (c - s.RawMean)
+	}
+	s.WindowSD = math.Sqrt(s.WindowSD / float64(mins))
 	if s.RawPeak <= 0 {
 		return s, fmt.Errorf("row %d: no invocations in minutes %d..%d", f.Row, start+1, start+mins)
 	}
@@ -220,8 +216,12 @@ func (s Segment) Describe() string {
 	if s.ScaleFit {
 		how = "fitted to the machine"
 	}
-	return fmt.Sprintf("row %d (hash %.8s), minutes %d..%d (%d min, mean %.1f, peak %.0f invocations/min), each minute as %d s, counts × %.4g (%s) → mean %.1f, peak %.1f req/s over %d s",
-		s.Row, s.Hash, s.Start+1, s.Start+s.Minutes, s.Minutes, s.RawMean, s.RawPeak, s.MinuteAs, s.Scale, how, s.MeanRPS, s.Peak, len(s.Rates))
+	win := "given"
+	if s.ByRule {
+		win = WindowRule
+	}
+	return fmt.Sprintf("row %d (hash %.8s), minutes %d..%d (%s; %d min, mean %.1f, sd %.1f, peak %.0f invocations/min), each minute as %d s, counts × %.4g (%s) → mean %.1f, peak %.1f req/s over %d s",
+		s.Row, s.Hash, s.Start+1, s.Start+s.Minutes, win, s.Minutes, s.RawMean, s.WindowSD, s.RawPeak, s.MinuteAs, s.Scale, how, s.MeanRPS, s.Peak, len(s.Rates))
 }
 
 // Put stores the segment's steps in summary.json under prefix.
@@ -232,6 +232,8 @@ func (s Segment) Put(sum map[string]float64, prefix string) {
 	sum[prefix+"_minute_as_s"] = float64(s.MinuteAs)
 	sum[prefix+"_raw_mean_per_min"] = s.RawMean
 	sum[prefix+"_raw_peak_per_min"] = s.RawPeak
+	sum[prefix+"_raw_sd_per_min"] = s.WindowSD
+	sum[prefix+"_window_by_rule"] = b2f(s.ByRule)
 	sum[prefix+"_scale"] = s.Scale
 	sum[prefix+"_scale_fitted"] = b2f(s.ScaleFit)
 	sum[prefix+"_mean_rps"] = s.MeanRPS

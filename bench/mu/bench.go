@@ -69,7 +69,7 @@ type TraceConfig struct {
 	Function string  // Table 3's row or hash; "" = Fig. 2's median function
 	Scale    float64 // Table 3's count multiplier; ≤ 0 = fit the machine
 	MinuteAs int     // seconds one trace minute lasts (Mu §3.3: 1)
-	Start    int     // first minute (0-based); < 0 = the busiest window
+	Start    int     // first minute (0-based); < 0 = WindowRule's window
 	// MinInvocations selects Fig. 2's functions (default: the paper's 100,000).
 	MinInvocations float64
 	DocsDir        string // Fig. 2's SVG is also written here (docs/mu)
@@ -190,7 +190,8 @@ func quant(s []float64, q float64) float64 {
 type series struct {
 	Ready, Desired []int
 	Rate           []float64
-	Rows           []string // one CSV row a second: what the autoscaler saw and asked
+	ExecMs         []float64 // ET_avg the queue proxies report (0 before the first)
+	Rows           []string  // one CSV row a second: what the autoscaler saw and asked
 }
 
 // seriesHeader names the columns of series.Rows.
@@ -213,6 +214,7 @@ func sample(ctx context.Context, g *gateway.Gateway, names []string) map[string]
 				x.Ready = append(x.Ready, s.Ready)
 				x.Desired = append(x.Desired, s.Desired)
 				x.Rate = append(x.Rate, s.RateRPS)
+				x.ExecMs = append(x.ExecMs, s.ExecMs)
 				x.Rows = append(x.Rows, fmt.Sprintf("%d,%d,%d,%d,%.1f,%.1f,%d,%.2f,%.1f,%d,%d", len(x.Ready), s.Ready, s.Pending, s.Desired,
 					s.RateRPS, s.PredictedRPS, s.Queued, s.CapacityRPS, s.ExecMs, s.NIR, s.NQueue))
 			}
@@ -242,6 +244,7 @@ func (s *series) trim(warm int) {
 	}
 	n := min(warm, len(s.Ready))
 	s.Ready, s.Desired, s.Rate = s.Ready[n:], s.Desired[n:], s.Rate[n:]
+	s.ExecMs = s.ExecMs[min(n, len(s.ExecMs)):]
 	rows := s.Rows[min(n, len(s.Rows)):]
 	for i, r := range rows {
 		if _, rest, ok := strings.Cut(r, ","); ok {

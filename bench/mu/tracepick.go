@@ -67,14 +67,25 @@ func pickTraces(cfg Config, tr *AzureTrace, median *PredAccuracy, sum map[string
 		if len(pair) < 2 {
 			return tt, fmt.Errorf("%s: Table 5 needs two functions, the file has %d", tr.File, len(tr.Fns))
 		}
+		// One clock for both (Mu §4.1 replays the two over the same
+		// day): the window where their summed load varies most, unless
+		// -start gives it.
+		start, byRule := tc.Start, tc.Start < 0
+		if byRule {
+			var sd float64
+			start, sd = PairWindow(pair[0], pair[1], max(1, (cfg.T5Seconds+minuteAs-1)/minuteAs))
+			logf(fmt.Sprintf("Table 5 window: minutes from %d, %s of rows %d and %d summed (sd %.1f invocations/min)", start+1, WindowRule, pair[0].Row, pair[1].Row, sd))
+			sum["t5_trace_start_minute"], sum["t5_trace_window_by_rule"] = float64(start+1), 1
+		}
 		for i, f := range pair {
 			// ÷ 100 as the paper when the segment then fits the budget,
 			// else fitted to it.
-			seg, err := SegmentOf(f, cfg.T5Seconds, minuteAs, tc.Start, t5PaperScale, 0)
+			seg, err := SegmentOf(f, cfg.T5Seconds, minuteAs, start, t5PaperScale, 0)
 			seg.ScaleWhy = "Mu §4.1's ÷ 100"
 			if err == nil && seg.Peak > t5FitPeak {
-				seg, err = SegmentOf(f, cfg.T5Seconds, minuteAs, tc.Start, 0, t5FitPeak)
+				seg, err = SegmentOf(f, cfg.T5Seconds, minuteAs, start, 0, t5FitPeak)
 			}
+			seg.ByRule = byRule
 			if err != nil {
 				return tt, fmt.Errorf("%s: Table 5 W%d: %w", tr.File, i+1, err)
 			}

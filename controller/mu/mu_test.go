@@ -444,6 +444,35 @@ func TestMuAutoscalerEquations(t *testing.T) {
 	}
 }
 
+// Mu's replica target is Eq 1 + Eq 2 at the estimated capacity itself:
+// no target utilisation (Mu §3.3 gives none), unlike Knative's KPA,
+// whose rps target is the capacity × 0.7. At 140 req/s on 20 req/s
+// replicas, no queue: Mu 7, the KPA ⌈140/14⌉ = 10. One request queued
+// adds a replica (Eq 2's ceiling); a full SLO's worth
+// (Cap_e·(SLO − ET_avg) = 18) still one, 19 two.
+func TestMuTargetIsEq1PlusEq2WithoutHeadroom(t *testing.T) {
+	o := Observation{Ready: 8, Arrivals: 280, EpochSec: 2, CapE: 20, ExecSec: 0.1}
+	for _, c := range []struct {
+		queued float64
+		nQ     int
+	}{{0, 0}, {1, 1}, {18, 1}, {19, 2}} {
+		a := NewMuAutoscaler(MuConfig{SLO: time.Second, Grace: 1})
+		o.Queued = c.queued
+		got := a.Desired(o)
+		nIR, nQ := a.Terms()
+		if nIR != 7 || nQ != c.nQ || got != 7+c.nQ {
+			t.Errorf("queued %.0f: N_IR %d, N_Queue %d, N_des %d; want 7, %d, %d", c.queued, nIR, nQ, got, c.nQ, 7+c.nQ)
+		}
+	}
+	k, err := NewKPA(KPAConfig{Metric: ASRPS, Target: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := k.Desired(Observation{Ready: 10, Arrivals: 280, EpochSec: 2}); got != 10 {
+		t.Fatalf("KPA rps at target 20 × 0.7: %d, want 10", got)
+	}
+}
+
 func TestKPAStableAndPanic(t *testing.T) {
 	k, err := NewKPA(KPAConfig{Metric: ASRPS, Target: 10})
 	if err != nil {

@@ -17,9 +17,11 @@
 // Docker, no root), and Tables 3 and 5 replay its rows: Table 3 the
 // -function given (a row number, or a hash: the first row carrying it) or
 // else Fig. 2's median function; Table 5 the two most variable of the
-// top 10 by peak. Each trace minute lasts -minute-as; -scale multiplies
-// Table 3's counts (default: fitted to the machine). Every choice and
-// scaling step is printed and kept in summary.json.
+// top 10 by peak. The window is -start's, else the one whose per-minute
+// counts vary most (Table 5: both functions on one clock). Each trace
+// minute lasts -minute-as; -scale multiplies Table 3's counts (default:
+// fitted to the machine); Table 5's are ÷ 100 as Mu §4.1's.
+// Every choice and scaling step is printed and kept in summary.json.
 package main
 
 import (
@@ -57,7 +59,7 @@ func main() {
 	fn := flag.String("function", "", "Table 3's function: a row number (1..) or a hash; empty: Fig. 2's median function")
 	scale := flag.Float64("scale", 0, "multiplier of Table 3's per-minute counts (0: fit the machine)")
 	minuteAs := flag.Duration("minute-as", time.Second, "how long one trace minute lasts (whole seconds)")
-	start := flag.Int("start", 0, "first trace minute to replay (1..; 0: each function's busiest window)")
+	start := flag.Int("start", 0, "first trace minute to replay (1..; 0: "+mu.WindowRule+"; Table 5: of its two functions' summed counts)")
 	minInv := flag.Float64("min-invocations", mu.PaperMinInvocations, "Fig. 2 covers the functions with at least this many invocations in the file")
 	docs := flag.String("docs", "docs/mu", "also write Fig. 2 and Fig. 3's SVGs here (empty: only -out)")
 	flag.Parse()
