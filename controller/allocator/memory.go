@@ -35,35 +35,12 @@ func (a *Books) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome
 	if mayReclaim {
 		m.OOMRequests++ // the retry after reclaim is the same request
 	}
-	// The new limit starts from what the container holds: our limit, or
-	// its usage when that is higher (unassigned member, or our view is
-	// behind). Memory above our accounting must come from the pool too.
-	base := max(m.MemLimit, usage)
-	pool := a.MemUnallocated() - (base - m.MemLimit)
-	if a.HoldRaises {
-		pool = 0 // hosts that have not rejoined may hold it
-	}
-	step := a.Policy.OOMStep(OOMInput{P: a.P, LimitBytes: m.MemLimit, UsageBytes: usage,
-		WantBytes: want, Unallocated: pool})
-	need := max(want, 4096)
-	room := a.memRoom(m) - (base - m.MemLimit)
-	if room < need {
-		// Its host holds its share of the app (hostshare.go): another
-		// host's reclaim must not feed it.
+	g := a.oomGrant(m, usage, want)
+	if g.deny != "" {
 		m.OOMDenies++
-		return OOMOutcome{Action: OOMDeny, Reason: "the host holds its share of the application (host_max_share)"}
+		return OOMOutcome{Action: OOMDeny, Reason: g.deny}
 	}
-	step = min(step, room)
-	grant := min(step, pool)
-	if m.MaxMem > 0 && base+need > m.MaxMem {
-		// The container's max_memory: Escra grants no further, as a
-		// plain memory limit would not (the kernel acts at it).
-		m.OOMDenies++
-		return OOMOutcome{Action: OOMDeny, Reason: "at the container's max_memory"}
-	}
-	if m.MaxMem > 0 {
-		step, grant = min(step, m.MaxMem-base), min(grant, m.MaxMem-base)
-	}
+	base, step, grant, need := g.base, g.step, g.grant, g.need
 	if grant < step && a.creditTotal > 0 {
 		// Memory lent to hosts (memcredit.go) comes back for the next
 		// requests; this one takes what the pool has or reclaims.
@@ -81,6 +58,57 @@ func (a *Books) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome
 	m.OOMGrants++
 	d := a.decide(m, 0, base+grant, ReasonOOMGrant)
 	return OOMOutcome{Action: OOMGrant, Decision: d, Reason: "granted from pool"}
+}
+
+// oomSize is the arithmetic of one OOM request: what the container holds
+// (base), the step it should get, what the pool gives of it, and the
+// least that saves the allocation; deny, when set, refuses it outright.
+type oomSize struct {
+	base, step, grant, need int64
+	deny                    string
+}
+
+func (a *Books) oomGrant(m *Member, usage, want int64) oomSize {
+	// The new limit starts from what the container holds: our limit, or
+	// its usage when that is higher (unassigned member, or our view is
+	// behind). Memory above our accounting must come from the pool too.
+	base := max(m.MemLimit, usage)
+	pool := a.MemUnallocated() - (base - m.MemLimit)
+	if a.HoldRaises {
+		pool = 0 // hosts that have not rejoined may hold it
+	}
+	step := a.Policy.OOMStep(OOMInput{P: a.P, LimitBytes: m.MemLimit, UsageBytes: usage,
+		WantBytes: want, Unallocated: pool})
+	need := max(want, 4096)
+	room := a.memRoom(m) - (base - m.MemLimit)
+	if room < need {
+		// Its host holds its share of the app (hostshare.go): another
+		// host's reclaim must not feed it.
+		return oomSize{deny: "the host holds its share of the application (host_max_share)"}
+	}
+	step = min(step, room)
+	grant := min(step, pool)
+	if m.MaxMem > 0 && base+need > m.MaxMem {
+		// The container's max_memory: Escra grants no further, as a
+		// plain memory limit would not (the kernel acts at it).
+		return oomSize{deny: "at the container's max_memory"}
+	}
+	if m.MaxMem > 0 {
+		step, grant = min(step, m.MaxMem-base), min(grant, m.MaxMem-base)
+	}
+	return oomSize{base: base, step: step, grant: grant, need: need}
+}
+
+// OOMCovered reports whether the pool now gives member k's OOM request
+// (usage, want) its whole step: deciding it later, with more reclaimed,
+// could not give it more. It changes nothing.
+func (a *Books) OOMCovered(k Key, usage, want int64) bool {
+	m := a.members[k]
+	if m == nil || usage < 0 || want < 0 || want > 1<<40 {
+		return false
+	}
+	g := a.oomGrant(m, max(usage, 0), want)
+	return g.deny == "" && g.grant >= g.step
 }
 
 // UndoGrant returns a grant the daemon failed to apply.

@@ -43,9 +43,8 @@ func (s *App) oom(r oomReq, mayReclaim bool) {
 		s.recommendOOM(m, r)
 		return
 	}
-	want := int64(min(r.req.GetPagesWanted(), 1<<28)) * 4096
 	prev := m0(s.a.Member(r.key))
-	o := s.a.OOM(r.key, int64(min(r.req.GetUsageBytes(), 1<<50)), int64(min(r.req.GetLimitBytes(), 1<<50)), want,
+	o := s.a.OOM(r.key, oomUsage(r.req), int64(min(r.req.GetLimitBytes(), 1<<50)), oomWant(r.req),
 		mayReclaim && s.reclaiming == 0)
 	if s.lendsMemory() {
 		s.sendMemCredits(nil) // credit revoked for the pool (allocator/memcredit.go)
@@ -92,6 +91,12 @@ func (s *App) oom(r oomReq, mayReclaim bool) {
 		s.unlockInline()
 	})
 }
+
+// oomUsage and oomWant are an OOM request's usage and the bytes its
+// allocation wants, bounded as the allocator takes them.
+func oomUsage(req *pb.OomRequest) int64 { return int64(min(req.GetUsageBytes(), 1<<50)) }
+
+func oomWant(req *pb.OomRequest) int64 { return int64(min(req.GetPagesWanted(), 1<<28)) * 4096 }
 
 func m0(m *allocator.Member) int64 {
 	if m == nil {

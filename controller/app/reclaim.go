@@ -105,6 +105,7 @@ func (s *App) reclaimDone(h Host, res *pb.ReclaimResult, err error) {
 		s.afterReclaim()
 		return
 	}
+	s.grantCovered()
 	if err == nil && !s.answered {
 		// Live hosts answer within a grace of each other; one that has
 		// not by then (dead, partitioned) is not waited for.
@@ -126,6 +127,26 @@ func (s *App) reclaimDone(h Host, res *pb.ReclaimResult, err error) {
 // (a reclaim answer takes well under 1 ms on a healthy host; escrad's OOM
 // deadline is 200 ms).
 const reclaimGrace = 50 * time.Millisecond
+
+// grantCovered decides, in the order they came, the OOM requests waiting
+// for a reclaim that what came back so far covers with their whole step
+// (Books.OOMCovered), without waiting for the other hosts' answers: those
+// can only add to the pool, so the verdict would be the same, later. It
+// stops at the first request not covered yet, which waits for the rest
+// (or for reclaimGrace) with the ones behind it.
+func (s *App) grantCovered() {
+	n := 0
+	for _, r := range s.oomQueue {
+		if s.members[r.key] != nil && !s.a.OOMCovered(r.key, oomUsage(r.req), oomWant(r.req)) {
+			break
+		}
+		n++
+		s.oom(r, false)
+	}
+	if n > 0 {
+		s.oomQueue = append(s.oomQueue[:0], s.oomQueue[n:]...)
+	}
+}
 
 func (s *App) afterReclaim() {
 	q := s.oomQueue

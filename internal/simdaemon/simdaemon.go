@@ -52,6 +52,10 @@ type Daemon struct {
 	Mute atomic.Bool
 	// NoReclaim drops ReclaimRequests without an answer (a dead host).
 	NoReclaim atomic.Bool
+	// AnswerRevokes answers every CpuLease and MemCredit revoke at once
+	// with what is left of the credit, as escrad does; unset, revokes are
+	// only recorded and the test answers them (ReturnLease).
+	AnswerRevokes atomic.Bool
 	// HeartbeatsIn counts heartbeats the controller echoed.
 	HeartbeatsIn atomic.Uint64
 	// cpuPlacement answers the deployer's CpuPlacementQuery (WYSIWYG
@@ -73,6 +77,8 @@ type Daemon struct {
 
 	leases []*pb.CpuLease
 	credit map[string]*Credit
+	// Memory credit per app (MemCredit); Credit.Us holds bytes here.
+	memCredit map[string]*Credit
 }
 
 // Credit is a host-local lease as a daemon holds it.
@@ -369,6 +375,11 @@ func (d *Daemon) readLoop(r *wire.EnvelopeReader) {
 			d.HeartbeatsIn.Add(1)
 		case *pb.Envelope_CpuLease:
 			d.lease(b.CpuLease)
+			if b.CpuLease.Revoke && d.AnswerRevokes.Load() {
+				go d.ReturnLease(b.CpuLease.App, b.CpuLease.LeaseId)
+			}
+		case *pb.Envelope_MemCredit:
+			d.keepMemCredit(b.MemCredit)
 		case *pb.Envelope_CpuPlacementQuery:
 			d.mu.Lock()
 			f := d.cpuPlacement
@@ -441,6 +452,48 @@ func (d *Daemon) lease(l *pb.CpuLease) {
 		d.credit[l.App] = c
 	}
 	c.Us += l.AddUs
+}
+
+// keepMemCredit holds a MemCredit as escrad does (a grant with a new id
+// replaces the app's credit) without ever spending it: every OOM request
+// goes to the controller. A revoke is answered only with AnswerRevokes.
+func (d *Daemon) keepMemCredit(mc *pb.MemCredit) {
+	d.mu.Lock()
+	if d.memCredit == nil {
+		d.memCredit = map[string]*Credit{}
+	}
+	c := d.memCredit[mc.App]
+	if mc.Revoke {
+		var left int64
+		if c != nil && c.ID == mc.CreditId {
+			left = c.Us
+			delete(d.memCredit, mc.App)
+		}
+		d.mu.Unlock()
+		if d.AnswerRevokes.Load() {
+			go d.send(&pb.Envelope{Body: &pb.Envelope_MemCreditReturn{MemCreditReturn: &pb.MemCreditReturn{
+				App: mc.App, CreditId: mc.CreditId, RemainingBytes: left}}})
+		}
+		return
+	}
+	if mc.AddBytes > 0 {
+		if c == nil || c.ID != mc.CreditId {
+			c = &Credit{ID: mc.CreditId}
+			d.memCredit[mc.App] = c
+		}
+		c.Us += mc.AddBytes
+	}
+	d.mu.Unlock()
+}
+
+// MemCredit is app's memory credit (Us holds its bytes).
+func (d *Daemon) MemCredit(app string) Credit {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.memCredit[app]; c != nil {
+		return *c
+	}
+	return Credit{}
 }
 
 // Leases returns every CpuLease received.
