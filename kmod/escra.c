@@ -10,6 +10,11 @@
  *   groups), drain the rings into batched multicast messages on the
  *   "telemetry" group - the net/core/drop_monitor.c pattern, with irq_work
  *   so nothing here wakes a worker while the scheduler's locks are held.
+ * - Throttle events (patch 4 of the series): when a watched group is
+ *   throttled, or the runtime left in its pool falls to
+ *   throttle_near_permille, the scheduler calls escra_cfs_event() (runqueue
+ *   lock held, interrupts off) and the module puts a record of that kind
+ *   into the same ring, so escrad can grant quota inside the period.
  * - OOM: in a user page fault, try_charge_memcg() calls escra_oom_ask()
  *   before the OOM kill, with the fault's locks held. For a watched
  *   cgroup the module unicasts a request to the socket that owns the
@@ -80,11 +85,32 @@ static unsigned int drain_delay_ms = 2;
 module_param(drain_delay_ms, uint, 0644);
 MODULE_PARM_DESC(drain_delay_ms, "batching delay before telemetry is sent (ms, default 2)");
 
+#ifdef ESCRA_HAS_CFS_EVENTS
+static int escra_set_near(const char *val, const struct kernel_param *kp)
+{
+	int err = param_set_uint_minmax(val, kp, 0, 999);
+
+	if (!err)
+		escra_set_cfs_near(*(unsigned int *)kp->arg);
+	return err;
+}
+
+static const struct kernel_param_ops escra_near_ops = {
+	.set	= escra_set_near,
+	.get	= param_get_uint,
+};
+
+/* 950: Escra's sub-period reaction acts when 95 % of the quota is gone. */
+static unsigned int throttle_near_permille = 950;
+module_param_cb(throttle_near_permille, &escra_near_ops, &throttle_near_permille, 0644);
+MODULE_PARM_DESC(throttle_near_permille, "send a near-throttle event once this share of the quota is used (0..999 permille, 0: off, default 950)");
+#endif
+
 #define ESCRA_RING_SIZE		256	/* records per CPU, power of two */
 #define ESCRA_MAX_WATCHED	4096
 #define ESCRA_HASH_BITS		8
 
-/* One period of one cgroup, as copied out of the scheduler. */
+/* One period, or one event, of one cgroup, as copied out of the scheduler. */
 struct escra_rec {
 	u64 cgroup_id;
 	u64 seq;
@@ -96,11 +122,13 @@ struct escra_rec {
 	u64 timestamp_ns;
 	u32 nr_throttled;
 	u8 throttled;
+	u8 kind;	/* enum escra_rec_kind */
 };
 
 /*
- * Per-CPU ring. The producer is the CFS hook on this CPU (hard irq, never
- * nested); the consumer is the drain work (one at a time). head and tail
+ * Per-CPU ring. The producers are the CFS hooks on this CPU, the period
+ * hook in hard irq and the event hook with interrupts off, so they never
+ * nest; the consumer is the drain work (one at a time). head and tail
  * are free-running counters published with release/acquire. The counters
  * are written by the producer only; syncp keeps 32-bit readers untorn.
  */
@@ -113,6 +141,7 @@ struct escra_ring {
 	u64_stats_t dropped;
 	u64_stats_t hook_ns;
 	u64_stats_t hook_calls;
+	u64_stats_t events;
 };
 
 /* Allocated at init: too big for the module per-CPU reserve. */
@@ -191,6 +220,38 @@ static void escra_kick(struct irq_work *work)
 			   msecs_to_jiffies(drain_delay_ms));
 }
 
+/* A free slot at the ring's head, or NULL (counted as dropped). */
+static struct escra_rec *escra_ring_slot(struct escra_ring *ring)
+{
+	unsigned int head = ring->head;
+
+	/* Pairs with the consumer's release of tail: the slot is free. */
+	if (head - smp_load_acquire(&ring->tail) >= ESCRA_RING_SIZE) {
+		u64_stats_update_begin(&ring->syncp);
+		u64_stats_inc(&ring->dropped);
+		u64_stats_update_end(&ring->syncp);
+		return NULL;
+	}
+	return &ring->recs[head & (ESCRA_RING_SIZE - 1)];
+}
+
+static void escra_ring_publish(struct escra_ring *ring)
+{
+	/* Publish the record before the new head (acquired in escra_drain). */
+	smp_store_release(&ring->head, ring->head + 1);
+	irq_work_queue(&ring->kick);
+}
+
+static void escra_hook_account(struct escra_ring *ring, u64 start, bool event)
+{
+	u64_stats_update_begin(&ring->syncp);
+	u64_stats_add(&ring->hook_ns, local_clock() - start);
+	u64_stats_inc(&ring->hook_calls);
+	if (event)
+		u64_stats_inc(&ring->events);
+	u64_stats_update_end(&ring->syncp);
+}
+
 static void escra_cfs_period(const struct escra_cfs_period *p)
 {
 	struct escra_ring *ring = this_cpu_ptr(escra_rings);
@@ -198,7 +259,6 @@ static void escra_cfs_period(const struct escra_cfs_period *p)
 	u64 start = local_clock();
 	struct escra_watch *w;
 	struct escra_rec *r;
-	unsigned int head;
 
 	/* Called under rcu_read_lock() by __escra_cfs_period(). */
 	w = escra_find_watch(p->cgroup_id);
@@ -206,39 +266,69 @@ static void escra_cfs_period(const struct escra_cfs_period *p)
 		goto out;
 
 	w->seq += p->overrun ? p->overrun : 1;
-	head = ring->head;
-	/* Pairs with the consumer's release of tail: the slot is free. */
-	if (head - smp_load_acquire(&ring->tail) >= ESCRA_RING_SIZE) {
-		u64_stats_update_begin(&ring->syncp);
-		u64_stats_inc(&ring->dropped);
-		u64_stats_update_end(&ring->syncp);
-	} else {
-		r = &ring->recs[head & (ESCRA_RING_SIZE - 1)];
-		r->cgroup_id = p->cgroup_id;
-		r->seq = w->seq;
-		r->quota_ns = p->quota_ns;
-		r->period_ns = p->period_ns;
-		r->unused_ns = p->unused_ns;
-		r->used_ns = p->used_ns;
-		r->throttled_ns = p->throttled_ns;
-		r->nr_throttled = p->nr_throttled;
-		r->timestamp_ns = ktime_get_ns();
-		/*
-		 * The scheduler says whether the group was throttled in this
-		 * period; the counters lag (nr_throttled and throttled_time
-		 * move after the boundary) and would leak into the next one.
-		 */
-		r->throttled = p->throttled;
-		/* Publish the record before the new head (acquired in escra_drain). */
-		smp_store_release(&ring->head, head + 1);
-		irq_work_queue(&ring->kick);
-	}
+	r = escra_ring_slot(ring);
+	if (!r)
+		goto out;
+	r->cgroup_id = p->cgroup_id;
+	r->seq = w->seq;
+	r->quota_ns = p->quota_ns;
+	r->period_ns = p->period_ns;
+	r->unused_ns = p->unused_ns;
+	r->used_ns = p->used_ns;
+	r->throttled_ns = p->throttled_ns;
+	r->nr_throttled = p->nr_throttled;
+	r->timestamp_ns = ktime_get_ns();
+	/*
+	 * The scheduler says whether the group was throttled in this
+	 * period; the counters lag (nr_throttled and throttled_time move
+	 * after the boundary) and would leak into the next one.
+	 */
+	r->throttled = p->throttled;
+	r->kind = ESCRA_REC_KIND_PERIOD;
+	escra_ring_publish(ring);
 out:
-	u64_stats_update_begin(&ring->syncp);
-	u64_stats_add(&ring->hook_ns, local_clock() - start);
-	u64_stats_inc(&ring->hook_calls);
-	u64_stats_update_end(&ring->syncp);
+	escra_hook_account(ring, start, false);
 }
+
+#ifdef ESCRA_HAS_CFS_EVENTS
+/*
+ * A throttle, or nearly one, inside the period after record w->seq. The
+ * same cfs_b->lock that serializes the period hook is held, so w->seq is
+ * stable; escrad names the period in progress from it.
+ */
+static void escra_cfs_event(const struct escra_cfs_event *e)
+{
+	struct escra_ring *ring = this_cpu_ptr(escra_rings);
+	u64 start = local_clock();
+	struct escra_watch *w;
+	struct escra_rec *r;
+	bool sent = false;
+
+	/* Called under rcu_read_lock() by __escra_cfs_event(). */
+	w = escra_find_watch(e->cgroup_id);
+	if (!w)
+		goto out;
+	r = escra_ring_slot(ring);
+	if (!r)
+		goto out;
+	*r = (struct escra_rec) {
+		.cgroup_id	= e->cgroup_id,
+		.seq		= w->seq,
+		.quota_ns	= e->quota_ns,
+		.period_ns	= e->period_ns,
+		.used_ns	= e->used_ns,
+		.nr_throttled	= e->nr_throttled,
+		.timestamp_ns	= ktime_get_ns(),
+		.throttled	= e->kind == ESCRA_CFS_THROTTLE,
+		.kind		= e->kind == ESCRA_CFS_THROTTLE ?
+				  ESCRA_REC_KIND_THROTTLE : ESCRA_REC_KIND_NEAR,
+	};
+	escra_ring_publish(ring);
+	sent = true;
+out:
+	escra_hook_account(ring, start, sent);
+}
+#endif
 
 /* ---- telemetry: consumer (process context) ---- */
 
@@ -257,7 +347,8 @@ static int escra_put_rec(struct sk_buff *skb, const struct escra_rec *r)
 	    nla_put_u32(skb, ESCRA_REC_NR_THROTTLED, r->nr_throttled) ||
 	    nla_put_u64_64bit(skb, ESCRA_REC_THROTTLED_NS, r->throttled_ns, ESCRA_REC_PAD) ||
 	    nla_put_u64_64bit(skb, ESCRA_REC_TIMESTAMP_NS, r->timestamp_ns, ESCRA_REC_PAD) ||
-	    nla_put_u64_64bit(skb, ESCRA_REC_USED_NS, r->used_ns, ESCRA_REC_PAD)) {
+	    nla_put_u64_64bit(skb, ESCRA_REC_USED_NS, r->used_ns, ESCRA_REC_PAD) ||
+	    (r->kind && nla_put_u8(skb, ESCRA_REC_KIND, r->kind))) {
 		nla_nest_cancel(skb, nest);
 		return -EMSGSIZE;
 	}
@@ -675,7 +766,7 @@ static int escra_cmd_oom_reply(struct sk_buff *skb, struct genl_info *info)
 static int escra_cmd_get_stats(struct sk_buff *skb, struct genl_info *info)
 {
 	u64 dropped = atomic64_read(&escra_send_dropped);
-	u64 hook_ns = 0, hook_calls = 0;
+	u64 hook_ns = 0, hook_calls = 0, events = 0;
 	struct nlattr *nest;
 	struct sk_buff *msg;
 	unsigned int watched;
@@ -684,7 +775,7 @@ static int escra_cmd_get_stats(struct sk_buff *skb, struct genl_info *info)
 
 	for_each_possible_cpu(cpu) {
 		struct escra_ring *ring = per_cpu_ptr(escra_rings, cpu);
-		u64 d, ns, calls;
+		u64 d, ns, calls, ev;
 		unsigned int start;
 
 		do {
@@ -692,10 +783,12 @@ static int escra_cmd_get_stats(struct sk_buff *skb, struct genl_info *info)
 			d = u64_stats_read(&ring->dropped);
 			ns = u64_stats_read(&ring->hook_ns);
 			calls = u64_stats_read(&ring->hook_calls);
+			ev = u64_stats_read(&ring->events);
 		} while (u64_stats_fetch_retry(&ring->syncp, start));
 		dropped += d;
 		hook_ns += ns;
 		hook_calls += calls;
+		events += ev;
 	}
 	mutex_lock(&escra_watch_mutex);
 	watched = escra_nr_watched;
@@ -726,7 +819,8 @@ static int escra_cmd_get_stats(struct sk_buff *skb, struct genl_info *info)
 	    nla_put_u64_64bit(msg, ESCRA_STAT_OOM_UNSENT,
 			      atomic64_read(&escra_oom_unsent), ESCRA_STAT_PAD) ||
 	    nla_put_u64_64bit(msg, ESCRA_STAT_DRAIN_NS_TOTAL,
-			      atomic64_read(&escra_drain_ns), ESCRA_STAT_PAD))
+			      atomic64_read(&escra_drain_ns), ESCRA_STAT_PAD) ||
+	    nla_put_u64_64bit(msg, ESCRA_STAT_EVENTS, events, ESCRA_STAT_PAD))
 		goto nospace;
 	nla_nest_end(msg, nest);
 	genlmsg_end(msg, hdr);
@@ -795,6 +889,9 @@ static struct genl_family escra_family __ro_after_init = {
 
 static const struct escra_hook_ops escra_hooks = {
 	.cfs_period	= escra_cfs_period,
+#ifdef ESCRA_HAS_CFS_EVENTS
+	.cfs_event	= escra_cfs_event,
+#endif
 	.memcg_oom_ask	= escra_oom_ask,
 	.memcg_oom_wait	= escra_oom_wait,
 };
@@ -839,6 +936,9 @@ static int __init escra_init(void)
 		pr_err("cannot register hooks (%d): another module holds them\n", err);
 		goto unregister_notifier;
 	}
+#ifdef ESCRA_HAS_CFS_EVENTS
+	escra_set_cfs_near(throttle_near_permille);
+#endif
 	pr_info("loaded: genetlink family %s v%d, oom_timeout_ms=%u\n",
 		ESCRA_GENL_NAME, ESCRA_GENL_VERSION, oom_timeout_ms);
 	return 0;

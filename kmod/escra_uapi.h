@@ -7,7 +7,9 @@
  * module sends the cgroup's OOM requests to it alone (unicast), only it
  * can answer them, and its watches are dropped when it is closed. One
  * telemetry record per CFS bandwidth period of each watched cgroup is
- * multicast on the "telemetry" group (CAP_SYS_ADMIN to join). The daemon
+ * multicast on the "telemetry" group (CAP_SYS_ADMIN to join), and on a
+ * kernel with throttle events one record, of another kind, when a watched
+ * group throttles or nearly does inside a period. The daemon
  * answers an OOM request with ESCRA_CMD_OOM_REPLY; until then (or a
  * timeout) the faulting task waits at the end of its page fault.
  *
@@ -49,7 +51,18 @@ enum escra_attr {
 };
 #define ESCRA_A_MAX (__ESCRA_A_MAX - 1)
 
-/* One CFS bandwidth period of one cgroup (Escra §IV-B). */
+/*
+ * One CFS bandwidth period of one cgroup (Escra §IV-B), or an event inside
+ * the period that follows record SEQ: KIND says which. An event carries
+ * CGROUP_ID, SEQ, QUOTA_NS, PERIOD_NS, USED_NS (so far), THROTTLED (1 for
+ * a throttle), NR_THROTTLED and TIMESTAMP_NS (when it happened).
+ */
+enum escra_rec_kind {
+	ESCRA_REC_KIND_PERIOD,	/* the period ended (absent KIND means this) */
+	ESCRA_REC_KIND_THROTTLE,	/* a cfs_rq was throttled */
+	ESCRA_REC_KIND_NEAR,	/* runtime left fell to throttle_near_permille */
+};
+
 enum escra_rec_attr {
 	ESCRA_REC_UNSPEC,
 	ESCRA_REC_PAD,
@@ -63,6 +76,7 @@ enum escra_rec_attr {
 	ESCRA_REC_THROTTLED_NS,	/* u64: cumulative, added when a throttle ends */
 	ESCRA_REC_TIMESTAMP_NS,	/* u64: CLOCK_MONOTONIC at the period boundary */
 	ESCRA_REC_USED_NS,	/* u64: runtime consumed in the period (burst-safe) */
+	ESCRA_REC_KIND,		/* u8: enum escra_rec_kind, events only */
 	__ESCRA_REC_MAX,
 };
 #define ESCRA_REC_MAX (__ESCRA_REC_MAX - 1)
@@ -82,6 +96,7 @@ enum escra_stat_attr {
 	ESCRA_STAT_WATCHES_RELEASED,	/* u64: dropped as their owner closed */
 	ESCRA_STAT_OOM_UNSENT,		/* u64: requests the owner could not get */
 	ESCRA_STAT_DRAIN_NS_TOTAL,	/* u64: local_clock() time in the drain work */
+	ESCRA_STAT_EVENTS,		/* u64: throttle and near events queued */
 	__ESCRA_STAT_MAX,
 };
 #define ESCRA_STAT_MAX (__ESCRA_STAT_MAX - 1)

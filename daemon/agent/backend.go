@@ -60,6 +60,7 @@ func (a *Agent) chooseSource(cfg Config) error {
 			src, err := cfg.KernelSource(cfg.Period, cfg.Log)
 			if err == nil {
 				a.src = src
+				configureEvents(src, cfg, "kernel")
 			} else if !auto {
 				return fmt.Errorf("kernel backend: %w", err)
 			} else if errors.Is(err, kmod.ErrNoFamily) {
@@ -79,16 +80,7 @@ func (a *Agent) chooseSource(cfg Config) error {
 			src, err := cfg.BPFSource(cfg.Period, cfg.Log)
 			if err == nil {
 				a.src = src
-				// --throttle-poll 0 turns throttle events off here too.
-				if te, ok := src.(interface{ SetThrottleEvents(bool) }); ok {
-					te.SetThrottleEvents(cfg.ThrottlePoll > 0)
-				}
-				// --throttle-near applies to the program's near records.
-				if tn, ok := src.(interface{ SetThrottleNear(float64) error }); ok && cfg.ThrottleNear != 0 {
-					if err := tn.SetThrottleNear(max(cfg.ThrottleNear, 0)); err != nil {
-						cfg.Log.Warn("throttle-near not applied to the bpf backend; throttle records only", "err", err)
-					}
-				}
+				configureEvents(src, cfg, "bpf")
 			} else if !auto {
 				return err // already says "bpf backend: ..."
 			} else {
@@ -128,4 +120,18 @@ func (a *Agent) chooseSource(cfg Config) error {
 		a.sampler = cs
 	}
 	return nil
+}
+
+// configureEvents applies the throttle-event flags to a backend whose
+// scheduler hook sends the events itself (kernel, bpf): --throttle-poll 0
+// turns them off there too, and --throttle-near sets the near threshold.
+func configureEvents(src source.Source, cfg Config, backend string) {
+	if te, ok := src.(interface{ SetThrottleEvents(bool) }); ok {
+		te.SetThrottleEvents(cfg.ThrottlePoll > 0)
+	}
+	if tn, ok := src.(interface{ SetThrottleNear(float64) error }); ok && cfg.ThrottleNear != 0 {
+		if err := tn.SetThrottleNear(max(cfg.ThrottleNear, 0)); err != nil {
+			cfg.Log.Warn("throttle-near not applied; throttle events only", "backend", backend, "err", err)
+		}
+	}
 }

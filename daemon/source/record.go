@@ -1,10 +1,27 @@
 package source
 
+// Kind says what a Record reports.
+type Kind uint8
+
+const (
+	// KindPeriod: a CFS bandwidth period ended.
+	KindPeriod Kind = iota
+	// KindThrottle: a cfs_rq of the group was throttled inside the
+	// period in progress (TimestampNs is when).
+	KindThrottle
+	// KindNear: the runtime left in the group's pool fell to the
+	// near-throttle threshold inside the period in progress.
+	KindNear
+)
+
 // Record is one CFS bandwidth period of one watched cgroup, taken by the
-// scheduler hook before the refill (Escra §IV-B). An idle group's period
-// timer stops, so idle periods produce no record: a gap in Seq or
-// TimestampNs is a run of fully unused periods.
+// scheduler hook before the refill (Escra §IV-B), or, when Kind is not
+// KindPeriod, a throttle event inside a period: then only CgroupID,
+// QuotaNs, PeriodNs, UsedNs (so far), NrThrottled and TimestampNs are set.
+// An idle group's period timer stops, so idle periods produce no record:
+// a gap in Seq or TimestampNs is a run of fully unused periods.
 type Record struct {
+	Kind        Kind
 	CgroupID    uint64
 	Seq         uint64 // per-cgroup period counter; advances by the periods elapsed
 	QuotaNs     uint64

@@ -21,8 +21,9 @@ func (w *SeqState) InProgress(nowNs, periodNs uint64) uint64 {
 	}
 	step := uint64(1)
 	if nowNs > w.s.lastTs && periodNs > 0 {
-		// Idle periods since the last record are skipped too.
-		step = max((nowNs-w.s.lastTs)/periodNs, 1)
+		// The last record ended period seq at lastTs; whole periods
+		// since then were idle (no record) and are skipped too.
+		step = (nowNs-w.s.lastTs)/periodNs + 1
 	}
 	return w.s.seq + step
 }

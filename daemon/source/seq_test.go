@@ -62,3 +62,30 @@ func TestSeqStateUsesMeasuredUsage(t *testing.T) {
 		t.Errorf("unmeasured period: usage %d unused %d µs, want 15000 and 5000", st.UsageUs, st.UnusedUs)
 	}
 }
+
+// An event names the period in progress as its record will be numbered:
+// the one after the last record, plus the idle periods since.
+func TestSeqStateEventNamesThePeriodInProgress(t *testing.T) {
+	const period = 100e6
+	var w SeqState
+	var st pb.CpuStat
+	if got := w.InProgress(5e9, period); got != 0 {
+		t.Fatalf("before any record: %d, want 0", got)
+	}
+	w.Fill(&st, Record{QuotaNs: 20e6, PeriodNs: period, TimestampNs: 1e9})
+	for _, c := range []struct {
+		now  uint64
+		want uint64
+	}{
+		{1e9 + 1, 1}, {1e9 + period - 1, 1}, {1e9 + period + 1, 2}, {1e9 + 3*period + 5, 4},
+	} {
+		if got := w.InProgress(c.now, period); got != c.want {
+			t.Errorf("%d ns after the record: period %d, want %d", c.now-1e9, got, c.want)
+		}
+	}
+	// The record of the period that held the event gets that number.
+	w.Fill(&st, Record{QuotaNs: 20e6, PeriodNs: period, TimestampNs: 1e9 + 4*period})
+	if st.PeriodSeq != 4 {
+		t.Fatalf("record after the idle gap: seq %d, want 4", st.PeriodSeq)
+	}
+}

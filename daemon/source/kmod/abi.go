@@ -58,7 +58,16 @@ const (
 	RecThrottledNs = 9
 	RecTimestampNs = 10
 	RecUsedNs      = 11 // runtime consumed in the period; correct with CFS burst
-	RecMax         = 11
+	RecKind        = 12 // u8, events only (enum escra_rec_kind)
+	RecMax         = 12
+)
+
+// What a record reports (enum escra_rec_kind): the period's end, or a
+// throttle or near-throttle inside the period in progress.
+const (
+	RecKindPeriod   = 0
+	RecKindThrottle = 1
+	RecKindNear     = 2
 )
 
 // Module counters, nested in AttrStats (enum escra_stat_attr).
@@ -76,5 +85,6 @@ const (
 	StatWatchesReleased = 10
 	StatOOMUnsent       = 11
 	StatDrainNsTotal    = 12
-	StatMax             = 12
+	StatEvents          = 13
+	StatMax             = 13
 )

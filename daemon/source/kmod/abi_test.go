@@ -117,7 +117,12 @@ func TestGoConstantsMatchUAPIHeader(t *testing.T) {
 		"ESCRA_REC_THROTTLED_NS": strconv.Itoa(RecThrottledNs),
 		"ESCRA_REC_TIMESTAMP_NS": strconv.Itoa(RecTimestampNs),
 		"ESCRA_REC_USED_NS":      strconv.Itoa(RecUsedNs),
-		"ESCRA_REC_MAX":          strconv.Itoa(RecMax),
+		"ESCRA_REC_KIND":         strconv.Itoa(RecKind),
+
+		"ESCRA_REC_KIND_PERIOD":   strconv.Itoa(RecKindPeriod),
+		"ESCRA_REC_KIND_THROTTLE": strconv.Itoa(RecKindThrottle),
+		"ESCRA_REC_KIND_NEAR":     strconv.Itoa(RecKindNear),
+		"ESCRA_REC_MAX":           strconv.Itoa(RecMax),
 
 		"ESCRA_STAT_UNSPEC":           strconv.Itoa(StatUnspec),
 		"ESCRA_STAT_PAD":              strconv.Itoa(StatPad),
@@ -132,6 +137,7 @@ func TestGoConstantsMatchUAPIHeader(t *testing.T) {
 		"ESCRA_STAT_WATCHES_RELEASED": strconv.Itoa(StatWatchesReleased),
 		"ESCRA_STAT_OOM_UNSENT":       strconv.Itoa(StatOOMUnsent),
 		"ESCRA_STAT_DRAIN_NS_TOTAL":   strconv.Itoa(StatDrainNsTotal),
+		"ESCRA_STAT_EVENTS":           strconv.Itoa(StatEvents),
 		"ESCRA_STAT_MAX":              strconv.Itoa(StatMax),
 	}
 	for name, w := range want {

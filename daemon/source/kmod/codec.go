@@ -34,6 +34,9 @@ type Stats struct {
 	// DrainNsTotal is the time the drain work spent batching and
 	// multicasting records (local_clock(), kernel CPU outside the hook).
 	DrainNsTotal uint64
+	// Events counts throttle and near-throttle records queued (a
+	// kernel with patch 4 of the series).
+	Events uint64
 }
 
 // ErrMalformed marks a message from the kernel that does not follow the ABI.
@@ -118,6 +121,10 @@ func decodeRecord(ad *netlink.AttributeDecoder, r *source.Record) error {
 			r.ThrottledNs = ad.Uint64()
 		case RecTimestampNs:
 			r.TimestampNs = ad.Uint64()
+		case RecKind:
+			// The module's enum is source.Kind's; a kind a newer
+			// module adds is passed on and ignored by the Source.
+			r.Kind = source.Kind(ad.Uint8())
 		case RecUsedNs:
 			// The kernel's own count of the period's runtime: with
 			// cpu.max.burst the pool can hold more than the quota,
@@ -206,6 +213,8 @@ func DecodeStats(b []byte) (Stats, error) {
 					s.HookCalls = nad.Uint64()
 				case StatDrainNsTotal:
 					s.DrainNsTotal = nad.Uint64()
+				case StatEvents:
+					s.Events = nad.Uint64()
 				}
 			}
 			return nad.Err()

@@ -33,6 +33,9 @@ func kernelRecord(ae *netlink.AttributeEncoder, r source.Record, pad, extra bool
 		if r.HasUsed {
 			n.Uint64(RecUsedNs, r.UsedNs)
 		}
+		if r.Kind != source.KindPeriod {
+			n.Uint8(RecKind, uint8(r.Kind))
+		}
 		if extra {
 			n.Uint32(RecMax+1, 7)
 		}
@@ -47,11 +50,19 @@ func TestDecodeTelemetryBatch(t *testing.T) {
 		// CFS burst: the pool carried 30 ms over a 50 ms quota; the group
 		// ran 40 ms. Only the kernel's own count says so.
 		{CgroupID: 44, Seq: 2, QuotaNs: 50e6, PeriodNs: 100e6, UnusedNs: 60e6, TimestampNs: 5e9 + 2, UsedNs: 40e6, HasUsed: true},
+		// Events inside the period after seq 2: a near-throttle, then the
+		// throttle itself, each with the runtime used so far.
+		{Kind: source.KindNear, CgroupID: 44, Seq: 2, QuotaNs: 50e6, PeriodNs: 100e6, TimestampNs: 5e9 + 40e6, UsedNs: 48e6, HasUsed: true},
+		{Kind: source.KindThrottle, CgroupID: 44, Seq: 2, QuotaNs: 50e6, PeriodNs: 100e6, Throttled: true, NrThrottled: 1, TimestampNs: 5e9 + 41e6, UsedNs: 50e6, HasUsed: true},
+		// A kind from a newer module is passed on for the Source to skip.
+		{Kind: 9, CgroupID: 44, QuotaNs: 50e6, PeriodNs: 100e6, TimestampNs: 5e9 + 42e6},
 	}
 	ae := netlink.NewAttributeEncoder()
 	kernelRecord(ae, want[0], false, false)
 	kernelRecord(ae, want[1], true, true)
-	kernelRecord(ae, want[2], false, false)
+	for _, r := range want[2:] {
+		kernelRecord(ae, r, false, false)
+	}
 	ae.Uint32(AttrMax+1, 1) // unknown top-level attribute: skipped
 	b, err := ae.Encode()
 	if err != nil {
@@ -161,6 +172,15 @@ func TestEncodeRequests(t *testing.T) {
 	}
 }
 
+// The module's record kinds are source.Kind's values: the codec passes
+// the byte through.
+func TestRecordKindsMatchSource(t *testing.T) {
+	if RecKindPeriod != int(source.KindPeriod) || RecKindThrottle != int(source.KindThrottle) || RecKindNear != int(source.KindNear) {
+		t.Fatalf("escra_rec_kind %d/%d/%d, source.Kind %d/%d/%d", RecKindPeriod, RecKindThrottle, RecKindNear,
+			source.KindPeriod, source.KindThrottle, source.KindNear)
+	}
+}
+
 func TestDecodeStats(t *testing.T) {
 	ae := netlink.NewAttributeEncoder()
 	ae.Nested(AttrStats, func(n *netlink.AttributeEncoder) error {
@@ -173,6 +193,7 @@ func TestDecodeStats(t *testing.T) {
 		n.Uint64(StatHookNsTotal, 123456)
 		n.Uint64(StatHookCalls, 1002)
 		n.Uint64(StatDrainNsTotal, 7890)
+		n.Uint64(StatEvents, 17)
 		return nil
 	})
 	b, _ := ae.Encode()
@@ -180,7 +201,7 @@ func TestDecodeStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Stats{Watched: 3, RecordsSent: 1000, RecordsDropped: 2, OOMRequests: 5, OOMGranted: 4, OOMTimeouts: 1, HookNsTotal: 123456, HookCalls: 1002, DrainNsTotal: 7890}
+	want := Stats{Watched: 3, RecordsSent: 1000, RecordsDropped: 2, OOMRequests: 5, OOMGranted: 4, OOMTimeouts: 1, HookNsTotal: 123456, HookCalls: 1002, DrainNsTotal: 7890, Events: 17}
 	if got != want {
 		t.Fatalf("got %+v, want %+v", got, want)
 	}

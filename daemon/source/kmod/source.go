@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"math"
+	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
@@ -19,10 +24,11 @@ import (
 // per-period records taken in the scheduler (Escra §IV-B) and OOM
 // requests from page faults that hit memory.max (the faulting task waits
 // for the verdict at the end of the fault). Wire it with
-// agent.Config.KernelSource = kmod.NewSource. It sends no throttle events
-// (CpuStat.mid_period) yet: the cgroupfs backend's watcher polls cpu.stat,
-// and the module would report the throttle from the scheduler instead;
-// --throttle-poll does not apply here.
+// agent.Config.KernelSource = kmod.NewSource. On a kernel with throttle
+// events (patch 4 of the series) the scheduler reports a throttle, and a
+// pool nearly spent, when it happens; they become CpuStat.mid_period
+// events for the period in progress, as the bpf backend sends them and
+// the cgroupfs watcher's poll finds them (nothing here polls).
 type Source struct {
 	events *Conn  // the telemetry group only
 	ctl    *Owner // owns the watches; OOM requests come here, not with telemetry
@@ -33,6 +39,46 @@ type Source struct {
 	byH     map[uint32]uint64
 	pending map[uint32]*pendingOOM // handle -> requests awaiting a verdict
 	buf     [512]byte              // UsageProbe reads, under mu
+
+	noThrottleEvents atomic.Bool
+}
+
+// NearParam is the module parameter that sets the near-throttle threshold
+// (permille of the quota used; 0: throttle events only).
+const NearParam = "/sys/module/escra/parameters/throttle_near_permille"
+
+// SetThrottleEvents turns the throttle events (CpuStat.mid_period) on or
+// off; on by default.
+func (s *Source) SetThrottleEvents(on bool) { s.noThrottleEvents.Store(!on) }
+
+// SetThrottleNear sets the share of its quota a group may use within a
+// period before the module sends a near event (0: none). The threshold is
+// module-wide: it applies to every socket's watches.
+func (s *Source) SetThrottleNear(share float64) error {
+	return setNear(NearParam, share)
+}
+
+func setNear(path string, share float64) error {
+	if !(share >= 0 && share <= 1) {
+		return fmt.Errorf("kernel backend: throttle-near %v: want 0..1", share)
+	}
+	// The module takes 0..999: a group at 100 % is throttled already.
+	pm := min(int(math.Round(share*1000)), 999)
+	// A parameter file is never created: its absence means no events.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return errors.New("kernel backend: this escra.ko or kernel has no throttle events (patch 4 of the series)")
+	}
+	if err == nil {
+		_, err = f.Write([]byte(strconv.Itoa(pm)))
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("kernel backend: throttle-near: %w", err)
+	}
+	return nil
 }
 
 // pendingOOM is what the kernel waits for in one group.
@@ -181,15 +227,7 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 			for _, ev := range b.evs {
 				for _, r := range ev.Records {
 					// The sink runs unlocked: it may call back (Unwatch).
-					s.mu.Lock()
-					w, ok := s.byID[r.CgroupID]
-					if ok {
-						w.probe.Measure(&r, s.buf[:])
-						w.seq.Fill(&st, r)
-						st.Handle = w.h
-					}
-					s.mu.Unlock()
-					if ok {
+					if s.fill(&st, r) {
 						sink.CPU(&st)
 					}
 				}
@@ -197,6 +235,38 @@ func (s *Source) Run(ctx context.Context, sink source.Sink) error {
 			sink.Flush()
 		}
 	}
+}
+
+// fill turns a record of a watched group into st; false when there is
+// nothing to send (unwatched group, events off, a kind this escrad does
+// not know).
+func (s *Source) fill(st *pb.CpuStat, r source.Record) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w, ok := s.byID[r.CgroupID]
+	if !ok {
+		return false
+	}
+	switch r.Kind {
+	case source.KindPeriod:
+		w.probe.Measure(&r, s.buf[:])
+		w.seq.Fill(st, r)
+		st.Handle = w.h
+	case source.KindThrottle, source.KindNear:
+		if s.noThrottleEvents.Load() {
+			return false
+		}
+		// The period in progress, numbered as its record will be.
+		st.Reset()
+		st.Handle = w.h
+		st.PeriodSeq = w.seq.InProgress(r.TimestampNs, r.PeriodNs)
+		st.QuotaUs = int64(r.QuotaNs / 1000)
+		st.NrThrottled = uint64(r.NrThrottled)
+		st.MidPeriod = true
+	default:
+		return false
+	}
+	return true
 }
 
 func (s *Source) oom(req OOMRequest, sink source.Sink) {
