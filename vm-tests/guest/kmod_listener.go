@@ -15,7 +15,8 @@ import (
 // a request's acknowledgement must not race a blocked Receive.
 type listener struct {
 	c       *kmod.Conn
-	recs    chan source.Record
+	recs    chan source.Record // period records
+	events  chan source.Record // throttle and near events
 	oom     chan kmod.OOMRequest
 	overrun chan struct{}
 	done    chan struct{}
@@ -36,6 +37,7 @@ func listen(groups ...string) (*listener, error) {
 	l := &listener{
 		c:       c,
 		recs:    make(chan source.Record, 1<<16),
+		events:  make(chan source.Record, 1<<12),
 		oom:     make(chan kmod.OOMRequest, 1024),
 		overrun: make(chan struct{}, 1),
 		done:    make(chan struct{}),
@@ -64,8 +66,12 @@ func (l *listener) loop() {
 		}
 		for _, ev := range evs {
 			for _, r := range ev.Records {
+				ch := l.recs
+				if r.Kind != source.KindPeriod {
+					ch = l.events
+				}
 				select {
-				case l.recs <- r:
+				case ch <- r:
 				default:
 				}
 			}
@@ -84,11 +90,12 @@ func (l *listener) close() {
 	<-l.done
 }
 
-// drainRecords discards buffered records.
+// drainRecords discards buffered records and events.
 func (l *listener) drainRecords() {
 	for {
 		select {
 		case <-l.recs:
+		case <-l.events:
 		default:
 			return
 		}

@@ -15,24 +15,31 @@ import (
 	"github.com/escra-dev/escra/vm-tests/harness"
 )
 
-// recSink records what escrad's kernel backend hands the agent.
+// recSink records what escrad's kernel backend hands the agent, and when.
 type recSink struct {
 	mu    sync.Mutex
 	stats []*pb.CpuStat
+	at    []time.Time
 	onOOM func(rescue.Event)
 }
 
 func (s *recSink) CPU(st *pb.CpuStat) {
 	s.mu.Lock()
 	c := &pb.CpuStat{Handle: st.Handle, PeriodSeq: st.PeriodSeq, QuotaUs: st.QuotaUs, PeriodUs: st.PeriodUs,
-		UnusedUs: st.UnusedUs, Throttled: st.Throttled, NrThrottled: st.NrThrottled, ThrottledUs: st.ThrottledUs, UsageUs: st.UsageUs}
+		UnusedUs: st.UnusedUs, Throttled: st.Throttled, NrThrottled: st.NrThrottled, ThrottledUs: st.ThrottledUs,
+		UsageUs: st.UsageUs, MidPeriod: st.MidPeriod}
 	s.stats = append(s.stats, c)
+	s.at = append(s.at, time.Now())
 	s.mu.Unlock()
 }
 
 func (s *recSink) Flush() {}
 
-func (s *recSink) OOM(ev rescue.Event) { s.onOOM(ev) }
+func (s *recSink) OOM(ev rescue.Event) {
+	if s.onOOM != nil {
+		s.onOOM(ev)
+	}
+}
 
 func (s *recSink) snapshot() []*pb.CpuStat {
 	s.mu.Lock()
@@ -134,7 +141,8 @@ func scenarioKernelSource(*harness.Env) error {
 	time.Sleep(2 * time.Second)
 	var mine []*pb.CpuStat
 	for _, st := range sink.snapshot() {
-		if st.Handle == hCPU {
+		// Throttle events (mid-period) are kmod-throttle-events' subject.
+		if st.Handle == hCPU && !st.MidPeriod {
 			mine = append(mine, st)
 		}
 	}

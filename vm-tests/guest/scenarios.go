@@ -19,6 +19,7 @@ var scenarios = []harness.Scenario{
 	{Name: "oom-rounds-decay", Fn: scenarioOOMRoundsDecay},
 	{Name: "bad-input", Fn: scenarioBadInput},
 	{Name: "kernel-source", Fn: scenarioKernelSource},
+	{Name: "kmod-throttle-events", Fn: scenarioThrottleEvents},
 	{Name: "escrad-e2e", Fn: scenarioEscradE2E},
 	{Name: "kmod-oom-pages", Fn: scenarioKmodOOMPages},
 	{Name: "cgroupfs-telemetry", Fn: scenarioCgroupfsTelemetry, NoModule: true},

@@ -15,6 +15,7 @@ import (
 // Escrad is escrad's agent with the kernel backend (escra.ko), run in the
 // guest's own process against a controller, for the whole-path scenarios.
 type Escrad struct {
+	a      *agent.Agent
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -35,7 +36,7 @@ func StartEscrad(ctx context.Context, addr string, deadline time.Duration, group
 		return nil, fmt.Errorf("agent picked backend %s", a.Backend())
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	e := &Escrad{cancel: cancel, done: make(chan error, 1)}
+	e := &Escrad{a: a, cancel: cancel, done: make(chan error, 1)}
 	go func() { e.done <- a.Run(ctx) }()
 	return e, nil
 }
@@ -55,4 +56,24 @@ func (e *Escrad) Early() error {
 	default:
 		return nil
 	}
+}
+
+// Counter is the value of one of the agent's Prometheus counters (summed
+// over its labels); an error when the agent has no counter of that name.
+func (e *Escrad) Counter(name string) (float64, error) {
+	mfs, err := e.a.Registry().Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		var v float64
+		for _, m := range mf.GetMetric() {
+			v += m.GetCounter().GetValue()
+		}
+		return v, nil
+	}
+	return 0, fmt.Errorf("escrad has no counter %s", name)
 }

@@ -87,7 +87,7 @@ func benchTelemetry(sum map[string]any) error {
 			st, _ := ctl.Stats()
 			return telebench.Counters{KernelNs: st.HookNsTotal + st.DrainNsTotal, Dropped: st.RecordsDropped,
 				PartsNs: map[string]uint64{"hook": st.HookNsTotal, "drain": st.DrainNsTotal},
-				Counts:  map[string]uint64{"hook_calls": st.HookCalls, "records_sent": st.RecordsSent}}
+				Counts:  map[string]uint64{"hook_calls": st.HookCalls, "records_sent": st.RecordsSent, "events": st.Events}}
 		}}, nil
 	}, CFSPeriods: true}
 	cgroupfs := func(watcher bool) telebench.Spec {
