@@ -15,6 +15,7 @@ var scenarios = []harness.Scenario{
 	{Name: "oom-grant", Fn: scenarioOOMGrant},
 	{Name: "oom-deny", Fn: scenarioOOMDeny},
 	{Name: "oom-timeout", Fn: scenarioOOMTimeout},
+	{Name: "oom-late-verdict", Fn: scenarioOOMLateVerdict},
 	{Name: "oom-noraise", Fn: scenarioOOMGrantNoRaise},
 	{Name: "oom-rounds-decay", Fn: scenarioOOMRoundsDecay},
 	{Name: "bad-input", Fn: scenarioBadInput},
