@@ -54,13 +54,14 @@ kernel: ## build the patched 6.1 kernel (cached by input hash; ESCRA_KERNEL_VERS
 kernel-deb: ## linux-image/linux-headers-*-escra .debs (bindeb-pkg) into dist/kernel/VER-CONFIG/; ESCRA_KERNEL_VERSION=6.12; KERNEL_DEB_CONFIG=host: Debian's config, for real hosts (hours)
 	@scripts/kernel-deb.sh
 
-vm-test: ## the kernel-path scenarios in QEMU on 6.1 and 6.12: patched, stock, and patched-debug (lockdep, SLUB, THP, tmpfs, ext4)
+vm-test: ## the kernel-path scenarios in QEMU on 6.1 and 6.12: patched, stock, patched-debug (lockdep, SLUB, THP, tmpfs, ext4) and patched-KASAN
 	@ok=0; line=""; \
 	for v in 6.1 6.12; do \
 		ESCRA_KERNEL_VERSION=$$v vm-tests/run.sh; rc=$$?; \
 		ESCRA_KERNEL_VERSION=$$v VMTEST_DEBUG=1 VMTEST_STOCK=0 vm-tests/run.sh; rc2=$$?; \
-		line="$$line $$v patched+stock $$( [ $$rc = 0 ] && echo PASS || echo FAIL ), $$v patched-debug $$( [ $$rc2 = 0 ] && echo PASS || echo FAIL );"; \
-		[ $$rc = 0 ] && [ $$rc2 = 0 ] || ok=1; \
+		ESCRA_KERNEL_VERSION=$$v VMTEST_KASAN=1 VMTEST_STOCK=0 vm-tests/run.sh; rc3=$$?; \
+		line="$$line $$v patched+stock $$( [ $$rc = 0 ] && echo PASS || echo FAIL ), $$v patched-debug $$( [ $$rc2 = 0 ] && echo PASS || echo FAIL ), $$v patched-kasan $$( [ $$rc3 = 0 ] && echo PASS || echo FAIL );"; \
+		[ $$rc = 0 ] && [ $$rc2 = 0 ] && [ $$rc3 = 0 ] || ok=1; \
 	done; \
 	echo "vm-test matrix:$$line"; \
 	exit $$ok

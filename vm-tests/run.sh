@@ -64,7 +64,10 @@ if [ -n "${VMTEST_BENCH:-}" ]; then
 	say "static benchmark guest"
 	CGO_ENABLED=0 go build -trimpath -o "$work/bench-kernel-guest" ./bench/cmd/bench-kernel-guest
 else
-	say "static guest driver"
+	# The bpf backend's object (cached), embedded for bpf-telemetry on
+	# the stock boot.
+	say "BPF object, then the static guest driver"
+	scripts/bpf.sh >/dev/null
 	CGO_ENABLED=0 go build -trimpath -o "$work/escra-vmtest" ./vm-tests/guest
 fi
 say "static escrad (the cgroupfs-* scenarios run it with --backend=cgroupfs)"
@@ -180,7 +183,7 @@ elif [ "${VMTEST_STOCK:-1}" != 0 ] && [ -z "${VMTEST_RUN:-}" ]; then
 		initramfs stock "$stock_ko"
 		# escrad's stock-kernel backend where it is meant to run: Debian's
 		# own kernel on cgroup v2, no module.
-		if boot stock "$stock" "escra_run=stock-refusal,cgroupfs-telemetry,cgroupfs-oom-grant,cgroupfs-oom-deny,cgroupfs-oom-absent"; then
+		if boot stock "$stock" "escra_run=stock-refusal,cgroupfs-telemetry,cgroupfs-oom-grant,cgroupfs-oom-deny,cgroupfs-oom-absent,bpf-telemetry"; then
 			results+=("vm-test $kver stock: PASS")
 		else
 			results+=("vm-test $kver stock: FAIL")

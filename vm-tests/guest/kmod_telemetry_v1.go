@@ -22,7 +22,14 @@ import (
 // group's when the id spaces allow it: the CFS hook must not be called
 // for v1 groups at all (hook_calls unchanged) and no record may carry the
 // watched id.
-func scenarioV1ID(*harness.Env) (err error) {
+func scenarioV1ID(*harness.Env) error {
+	return withCPUOnV1(v1IDCheck)
+}
+
+// withCPUOnV1 moves the cpu controller from cgroup v2 to a v1 hierarchy
+// mounted at a temporary root, runs fn with that root, and moves cpu back
+// for the scenarios after it.
+func withCPUOnV1(fn func(v1root string) error) (err error) {
 	const v1root = "/tmp/v1cpu"
 	rootCtl := filepath.Join(harness.CgroupRoot, "cgroup.subtree_control")
 	if err := retry(10*time.Second, func() error { return os.WriteFile(rootCtl, []byte("-cpu"), 0o644) }); err != nil {
@@ -34,10 +41,9 @@ func scenarioV1ID(*harness.Env) (err error) {
 	if err := retry(10*time.Second, func() error { return unix.Mount("none", v1root, "cgroup", 0, "cpu") }); err != nil {
 		return fmt.Errorf("mount cgroup v1 cpu: %w", err)
 	}
-	// Back to v2 for the scenarios after this one. The v1 root goes away
-	// (and releases cpu) only when unmounted with no child left, and a
-	// removed child lingers until its last reference drops: remount and
-	// unmount until cpu can be enabled on v2 again.
+	// The v1 root goes away (and releases cpu) only when unmounted with
+	// no child left, and a removed child lingers until its last reference
+	// drops: remount and unmount until cpu can be enabled on v2 again.
 	defer func() {
 		_ = unix.Unmount(v1root, 0)
 		rerr := retry(20*time.Second, func() error {
@@ -53,7 +59,10 @@ func scenarioV1ID(*harness.Env) (err error) {
 			err = fmt.Errorf("cpu back to cgroup v2: %w", rerr)
 		}
 	}()
+	return fn(v1root)
+}
 
+func v1IDCheck(v1root string) error {
 	// A v2 cgroup and a v1 group with the same id. Every kernfs node takes
 	// an id (files too), so a new cgroup advances its hierarchy's ids by
 	// one plus its files; recreate whichever is behind. v2 cgroups

@@ -23,10 +23,13 @@ var scenarios = []harness.Scenario{
 	{Name: "kmod-throttle-events", Fn: scenarioThrottleEvents},
 	{Name: "escrad-e2e", Fn: scenarioEscradE2E},
 	{Name: "kmod-oom-pages", Fn: scenarioKmodOOMPages},
+	{Name: "oom-mthp", Fn: scenarioOOMMTHP},
+	{Name: "oom-swap", Fn: scenarioOOMSwap},
 	{Name: "cgroupfs-telemetry", Fn: scenarioCgroupfsTelemetry, NoModule: true},
 	{Name: "cgroupfs-oom-grant", Fn: scenarioCgroupfsOOMGrant, NoModule: true},
 	{Name: "cgroupfs-oom-deny", Fn: scenarioCgroupfsOOMDeny, NoModule: true},
 	{Name: "cgroupfs-oom-absent", Fn: scenarioCgroupfsOOMAbsent, NoModule: true},
+	{Name: "bpf-telemetry", Fn: scenarioBPFTelemetry, NoModule: true, Explicit: true}, // stock boot only: needs BTF
 	{Name: "throttle-alternate", Fn: scenarioThrottleAlternate},
 	{Name: "owner", Fn: scenarioOwner},
 	{Name: "pagecache-oom", Fn: scenarioPageCacheOOM},

@@ -19,4 +19,5 @@ var workloads = map[string]harness.Workload{
 	"ballast":          ballast,
 	"hog-rounds":       hogRounds,
 	"hog-rounds-child": hogRoundsChild,
+	"hog-mmap":         hogMmap,
 }
