@@ -28,6 +28,18 @@ func (w *SeqState) InProgress(nowNs, periodNs uint64) uint64 {
 	return w.s.seq + step
 }
 
+// FillEvent turns a throttle or near event of group h into st: a
+// mid-period stat for the period in progress, numbered as its record
+// will be, as the cgroupfs watcher sends it.
+func (w *SeqState) FillEvent(st *pb.CpuStat, h uint32, r Record) {
+	st.Reset()
+	st.Handle = h
+	st.PeriodSeq = w.InProgress(r.TimestampNs, r.PeriodNs)
+	st.QuotaUs = int64(r.QuotaNs / 1000)
+	st.NrThrottled = uint64(r.NrThrottled)
+	st.MidPeriod = true
+}
+
 // UsageProbe corrects the usage of a period record whose quota was
 // written during the period. Both backends derive usage as quota −
 // runtime left at the boundary, but a quota write refills the runtime

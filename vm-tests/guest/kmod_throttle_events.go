@@ -73,20 +73,26 @@ func collect(l *listener, id uint64, d time.Duration) (recs, evs []source.Record
 	}
 }
 
-func throttleEventsBusy() error {
-	cg, l, done, err := watchedCgroup("thr-busy", map[string]string{"cpu.max": "20000 100000"})
+// watchedHog runs a hog in a watched cgroup at a 20 ms quota and returns
+// its period records and events over d, after it settled.
+func watchedHog(name string, d time.Duration) (recs, evs []source.Record, err error) {
+	cg, l, done, err := watchedCgroup(name, map[string]string{"cpu.max": "20000 100000"})
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer done()
 	hog, err := cg.Start("hog-cpu")
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	defer func() { _ = hog.Process.Kill(); _, _ = hog.Process.Wait() }()
 	time.Sleep(500 * time.Millisecond)
 	l.drainRecords()
-	recs, evs, err := collect(l, cg.ID, 5*time.Second)
+	return collect(l, cg.ID, d)
+}
+
+func throttleEventsBusy() error {
+	recs, evs, err := watchedHog("thr-busy", 5*time.Second)
 	if err != nil {
 		return err
 	}
@@ -193,19 +199,7 @@ func throttleEventsNearOff() error {
 		return err
 	}
 	defer func() { _ = os.WriteFile(kmod.NearParam, []byte(old), 0o644) }()
-	cg, l, done, err := watchedCgroup("thr-nonear", map[string]string{"cpu.max": "20000 100000"})
-	if err != nil {
-		return err
-	}
-	defer done()
-	hog, err := cg.Start("hog-cpu")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = hog.Process.Kill(); _, _ = hog.Process.Wait() }()
-	time.Sleep(300 * time.Millisecond)
-	l.drainRecords()
-	_, evs, err := collect(l, cg.ID, 2*time.Second)
+	_, evs, err := watchedHog("thr-nonear", 2*time.Second)
 	if err != nil {
 		return err
 	}

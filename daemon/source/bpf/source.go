@@ -488,15 +488,8 @@ func (s *Source) deliver(b []byte, st *pb.CpuStat, sink source.Sink) bool {
 			w.seq.Fill(st, r)
 			st.Handle = w.h
 		case kindThrottle, kindNear:
-			// A throttle event for the period in progress, as the
-			// cgroupfs watcher sends it (a near record is its
-			// --throttle-near event).
-			st.Reset()
-			st.Handle = w.h
-			st.PeriodSeq = w.seq.InProgress(r.TimestampNs, r.PeriodNs)
-			st.QuotaUs = int64(r.QuotaNs / 1000)
-			st.NrThrottled = uint64(r.NrThrottled)
-			st.MidPeriod = true
+			// A near record is the cgroupfs watcher's --throttle-near event.
+			w.seq.FillEvent(st, w.h, r)
 		default:
 			ok = false
 		}

@@ -256,13 +256,7 @@ func (s *Source) fill(st *pb.CpuStat, r source.Record) bool {
 		if s.noThrottleEvents.Load() {
 			return false
 		}
-		// The period in progress, numbered as its record will be.
-		st.Reset()
-		st.Handle = w.h
-		st.PeriodSeq = w.seq.InProgress(r.TimestampNs, r.PeriodNs)
-		st.QuotaUs = int64(r.QuotaNs / 1000)
-		st.NrThrottled = uint64(r.NrThrottled)
-		st.MidPeriod = true
+		w.seq.FillEvent(st, w.h, r)
 	default:
 		return false
 	}
