@@ -30,7 +30,7 @@ if [ -x vm-tests/run.sh ]; then
 	stage "kernel path in QEMU (vm-tests)"
 	# One kernel build fits the cold budget: the 6.1 patched and stock boots
 	# run here; the debug flavour (a second build) only in make vm-test.
-	echo "make test runs the vm-test subset: 6.1 patched, 6.1 stock (make vm-test adds 6.1 patched-debug)"
+	echo "make test runs the vm-test subset: 6.1 patched, 6.1 stock (make vm-test adds 6.12 and the debug and KASAN flavours of both)"
 	vm-tests/run.sh 2>&1 | tee /tmp/escra-vmtest.log
 	vm_passed=$(grep -c -- '^--- PASS' /tmp/escra-vmtest.log || true)
 fi

@@ -123,6 +123,14 @@ func benchOOMEscrad(sum map[string]any, prefix string, raised bool) error {
 	if err != nil {
 		return err
 	}
+	// A grant after the module gave up raised memory.max for a task
+	// already on the kill path: escrad counts each one (kept also when
+	// the hog was killed: it may say why).
+	late, err := esc.Counter("escrad_oom_late_grants_total")
+	if err != nil {
+		return err
+	}
+	sum[prefix+"oom_late_grants"] = late
 	var grants uint64
 	for _, c := range srv.Snapshot().Containers {
 		if c.Name == "bench-e2e" {
@@ -158,13 +166,6 @@ func benchOOMEscrad(sum map[string]any, prefix string, raised bool) error {
 	sum[prefix+"oom_rescue_p50_us"] = pct(0.50)
 	sum[prefix+"oom_rescue_p99_us"] = pct(0.99)
 	sum[prefix+"oom_rescue_module_timeouts"] = st1.OOMTimeouts - st0.OOMTimeouts
-	// A grant after the module gave up raised memory.max for a task
-	// already on the kill path: escrad counts each one.
-	late, err := esc.Counter("escrad_oom_late_grants_total")
-	if err != nil {
-		return err
-	}
-	sum[prefix+"oom_late_grants"] = late
 	fmt.Printf("bench: %d OOM rescues through escrad and the controller (module timeout %v ms), p50 %.0f us, p99 %.0f us, %d module timeouts\n",
 		grants, sum[prefix+"oom_rescue_timeout_ms"], pct(0.5), pct(0.99), st1.OOMTimeouts-st0.OOMTimeouts)
 	return nil
