@@ -314,9 +314,13 @@ func checkEventStream(backend string, sink *recSink) error {
 	stats, at := append([]*pb.CpuStat(nil), sink.stats...), append([]time.Time(nil), sink.at...)
 	sink.mu.Unlock()
 	periods := map[uint64]int{} // seq -> index of its record
+	first := -1                 // the first period record: the watch began inside it
 	for i, st := range stats {
 		if !st.MidPeriod {
 			periods[st.PeriodSeq] = i
+			if first < 0 {
+				first = i
+			}
 		}
 	}
 	var leads []time.Duration
@@ -327,8 +331,10 @@ func checkEventStream(backend string, sink *recSink) error {
 		}
 		mid++
 		j, ok := periods[st.PeriodSeq]
-		if !ok || j < i {
-			continue // the last period, or named wrong (counted below)
+		if !ok || j < i || j == first {
+			// The last period, a partial first one (its flag may predate
+			// the watch), or named wrong: counted below.
+			continue
 		}
 		if !stats[j].Throttled {
 			return fmt.Errorf("%s: event for period %d, whose record says not throttled", backend, st.PeriodSeq)

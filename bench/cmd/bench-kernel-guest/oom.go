@@ -138,6 +138,7 @@ func benchOOMEscrad(sum map[string]any, prefix string, raised bool) error {
 		}
 	}
 	if !ps.Success() {
+		harness.PrintOOMReport()
 		var ks kmod.Stats
 		if c, err := kmod.Dial(); err == nil {
 			ks, _ = c.Stats()
