@@ -116,11 +116,11 @@ func (s *App) run() {
 	// than on telemetry: an idle app (no datagrams) still lends its pool,
 	// and a period's stats arrive spread over the period from many hosts,
 	// so "the first stat of a period" is no cleaner a moment.
-	var tick <-chan time.Time
+	var tick <-chan struct{}
 	if s.a.LeaseFraction() > 0 || s.a.MemCreditFraction() > 0 {
-		t := time.NewTicker(s.a.P.Period)
-		defer t.Stop()
-		tick = t.C
+		ch, stop := sharedClock.subscribe(s.a.P.Period)
+		defer stop()
+		tick = ch
 	}
 	for {
 		select {

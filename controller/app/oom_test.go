@@ -73,10 +73,15 @@ func TestOOMGrantIsLoggedAtInfo(t *testing.T) {
 	if !v.Granted {
 		t.Fatalf("verdict %v, want a grant", v)
 	}
+	// The line is written once the verdict has left, so it may follow
+	// the verdict by a moment.
 	var lines []string
-	for _, ln := range strings.Split(buf.String(), "\n") {
-		if strings.Contains(ln, "OOM granted") {
-			lines = append(lines, ln)
+	for deadline := time.Now().Add(5 * time.Second); len(lines) == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		for _, ln := range strings.Split(buf.String(), "\n") {
+			if strings.Contains(ln, "OOM granted") {
+				lines = append(lines, ln)
+			}
 		}
 	}
 	if len(lines) != 1 {
