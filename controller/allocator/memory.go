@@ -13,14 +13,17 @@ const (
 type OOMOutcome struct {
 	Action   OOMAction
 	Decision Decision // OOMGrant: the raised limit
-	Reclaim  []Key    // OOMReclaim: members with limit > usage + δ
-	Reason   string
+	// OOMReclaim: members with limit > usage + δ to reclaim first; with
+	// OOMGrant of less than the step: to reclaim after it (refill).
+	Reclaim []Key
+	Reason  string
 }
 
 // OOM handles an out-of-memory request (Escra §IV-D-2): grant a step
-// from the unallocated pool; when the pool cannot cover it and mayReclaim,
-// ask for a reclaim of the app's other members first (§IV-C); otherwise
-// grant what the allocation needs if the pool holds that, else deny.
+// from the unallocated pool; when the pool cannot cover it, grant what
+// it holds if that covers the allocation (with mayReclaim, the app's
+// other members are reclaimed after it, §IV-C); when it cannot cover the
+// allocation either and mayReclaim, reclaim first; otherwise deny.
 func (a *Books) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome {
 	m := a.members[k]
 	if m == nil {
@@ -46,9 +49,16 @@ func (a *Books) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome
 		// requests; this one takes what the pool has or reclaims.
 		a.queueRevokeAllCredit()
 	}
+	var refill []Key
 	if grant < step && mayReclaim {
 		if ks := a.ReclaimCandidates(k); len(ks) > 0 {
-			return OOMOutcome{Action: OOMReclaim, Reclaim: ks, Reason: "pool empty: reclaiming"}
+			if grant < need {
+				return OOMOutcome{Action: OOMReclaim, Reclaim: ks, Reason: "pool empty: reclaiming"}
+			}
+			// The pool holds what the allocation needs: it goes on now,
+			// and the reclaim refills the pool for the next request
+			// instead of holding this one for every host's answer.
+			refill = ks
 		}
 	}
 	if grant < need {
@@ -57,7 +67,11 @@ func (a *Books) OOM(k Key, usage, limit, want int64, mayReclaim bool) OOMOutcome
 	}
 	m.OOMGrants++
 	d := a.decide(m, 0, base+grant, ReasonOOMGrant)
-	return OOMOutcome{Action: OOMGrant, Decision: d, Reason: "granted from pool"}
+	reason := "granted from pool"
+	if grant < step {
+		reason = "granted what the pool held"
+	}
+	return OOMOutcome{Action: OOMGrant, Decision: d, Reclaim: refill, Reason: reason}
 }
 
 // oomSize is the arithmetic of one OOM request: what the container holds
@@ -109,19 +123,6 @@ func (a *Books) OOMCovered(k Key, usage, want int64) bool {
 	}
 	g := a.oomGrant(m, max(usage, 0), want)
 	return g.deny == "" && g.grant >= g.step
-}
-
-// UndoGrant returns a grant the daemon failed to apply.
-func (a *Books) UndoGrant(k Key, gen uint64, prevLimit int64) {
-	m := a.members[k]
-	if m == nil || m.Gen != gen {
-		return // superseded: the newer decision owns the limit
-	}
-	a.memAlloc += prevLimit - m.MemLimit
-	m.MemLimit = prevLimit
-	a.refresh(m)
-	m.OOMGrants--
-	m.OOMDenies++
 }
 
 // ReclaimCandidates are the members other than except whose limit exceeds

@@ -131,6 +131,9 @@ func Replay(p Params, pol Policy, reclaimEvery time.Duration, events []Event) ([
 				reclaimAll(ev.At, a, ev.Key)
 				o = a.OOM(ev.Key, ev.Usage, ev.Limit, ev.Want, false)
 			}
+			if o.Action == OOMGrant && len(o.Reclaim) > 0 {
+				reclaimAll(ev.At, a, ev.Key) // the refill after a partial grant
+			}
 			r := Record{At: ev.At, App: a.Name, Verdict: "denied"}
 			if o.Action == OOMGrant {
 				r.Verdict, r.Decision = "granted", o.Decision

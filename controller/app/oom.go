@@ -17,8 +17,8 @@ type oomReq struct {
 	received time.Time
 }
 
-// OOM handles a blocking OOM request (§IV-D-2). The verdict is sent only
-// after the daemon acked the raised limit. The request is decided from
+// OOM handles a blocking OOM request (§IV-D-2). A grant's SetLimits and
+// its verdict leave together, the limit first. The request is decided from
 // the books on the caller's goroutine (the session's reader) under the
 // app's lock, as telemetry is: it waits for one decision at most, not
 // for the app's queue, and the raised limit leaves with one write from
@@ -43,7 +43,6 @@ func (s *App) oom(r oomReq, mayReclaim bool) {
 		s.recommendOOM(m, r)
 		return
 	}
-	prev := m0(s.a.Member(r.key))
 	o := s.a.OOM(r.key, oomUsage(r.req), int64(min(r.req.GetLimitBytes(), 1<<50)), oomWant(r.req),
 		mayReclaim && s.reclaiming == 0)
 	if s.lendsMemory() {
@@ -64,32 +63,29 @@ func (s *App) oom(r oomReq, mayReclaim bool) {
 		s.verdict(m, r, false, m0(s.a.Member(r.key)), o.Reason)
 		return
 	}
+	// The raise and the verdict leave in this order on the host's one
+	// stream, and the daemon applies a SetLimits before it reads what
+	// follows: the limit is in force when the verdict arrives, so the
+	// verdict does not wait for the acknowledgement (one round trip, as
+	// in Escra §IV-D-2, not two).
 	d := o.Decision
-	done := func(err error) {
-		mm := s.members[r.key]
-		if mm == nil {
-			return
+	defer func() {
+		if len(o.Reclaim) > 0 && s.reclaiming == 0 {
+			s.startReclaim(o.Reclaim) // refills the pool; nothing waits for it
 		}
-		if err != nil {
-			s.a.UndoGrant(r.key, d.Gen, max(prev, 0))
-			s.verdict(mm, r, false, m0(s.a.Member(r.key)), "limit not applied: "+err.Error())
-			return
-		}
-		s.verdict(mm, r, true, d.MemLimit, o.Reason)
-	}
+	}()
 	s.apply(d, 0, func(err error) {
-		// Callbacks come from session goroutines, never with s.mu held,
-		// except ErrClosed, which Queue on a closed session passes from
-		// this goroutine: that one is handed over asynchronously.
-		if errors.Is(err, session.ErrClosed) {
-			go s.do(func() { done(err) })
+		if err == nil || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrTimeout) ||
+			errors.Is(err, session.ErrNotAcked) {
 			return
 		}
-		s.mu.Lock()
-		s.deferWake = true
-		done(err)
-		s.unlockInline()
+		// Refused: the daemon may still raise the limit from the
+		// verdict's new_limit_bytes, so the grant stays counted (the
+		// larger limit, as for any unanswered raise) until the member's
+		// next decision is acknowledged.
+		s.log.Warn("OOM grant's limit refused by the daemon; kept counted", "handle", m.Handle, "err", err)
 	})
+	s.verdict(m, r, true, d.MemLimit, o.Reason)
 }
 
 // oomUsage and oomWant are an OOM request's usage and the bytes its

@@ -119,7 +119,8 @@ func (r *Rescuer) OOM(ev Event) {
 		case v.Granted:
 			if lim, ok := raised(); ok {
 				// The grant's SetLimits came first (the controller sends
-				// the verdict once it is acknowledged). Writing the
+				// it ahead of the verdict on the same stream, and the
+				// session's reader applies it before reading on). Writing the
 				// verdict's limit again could undo a reclaim the
 				// controller sent in between and has counted (the sum
 				// applied would exceed the host's memory budget).

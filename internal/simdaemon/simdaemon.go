@@ -44,7 +44,8 @@ type Daemon struct {
 	cont    map[uint32]*Container
 	waiting map[uint64]chan *pb.Envelope
 	nextID  uint64
-	// AckDelay delays SetLimitsAck (tests of ordering and timeouts).
+	// AckDelay delays SetLimitsAck (tests of ordering and timeouts); the
+	// limits are applied at once.
 	AckDelay time.Duration
 	// NoAck drops SetLimits without acking.
 	NoAck atomic.Bool
@@ -365,7 +366,9 @@ func (d *Daemon) readLoop(r *wire.EnvelopeReader) {
 		case *pb.Envelope_SetLimits:
 			d.SetLimits.Add(1)
 			d.LimitsTerm.Store(env.GetTerm())
-			go d.applyLimits(env.RequestId, b.SetLimits)
+			// Applied before the next envelope is read, as escrad does: an
+			// OOM verdict behind a SetLimits finds its limit in place.
+			d.applyLimits(env.RequestId, b.SetLimits)
 		case *pb.Envelope_Reclaim:
 			d.Reclaims.Add(1)
 			if !d.NoReclaim.Load() {
@@ -400,9 +403,6 @@ func (d *Daemon) readLoop(r *wire.EnvelopeReader) {
 }
 
 func (d *Daemon) applyLimits(id uint64, sl *pb.SetLimits) {
-	if d.AckDelay > 0 {
-		time.Sleep(d.AckDelay)
-	}
 	if d.NoAck.Load() {
 		return
 	}
@@ -431,7 +431,15 @@ func (d *Daemon) applyLimits(id uint64, sl *pb.SetLimits) {
 		ack.Applied = append(ack.Applied, &pb.SetLimitsAck_Applied{Handle: u.Handle, Generation: c.Gen, AppliedUnixNs: now})
 	}
 	d.mu.Unlock()
-	d.send(&pb.Envelope{RequestId: id, Body: &pb.Envelope_SetLimitsAck{SetLimitsAck: ack}})
+	reply := &pb.Envelope{RequestId: id, Body: &pb.Envelope_SetLimitsAck{SetLimitsAck: ack}}
+	if d.AckDelay > 0 {
+		go func() {
+			time.Sleep(d.AckDelay)
+			d.send(reply)
+		}()
+		return
+	}
+	d.send(reply)
 }
 
 // lease keeps credit as escrad does: a grant with a new id replaces it.

@@ -381,7 +381,7 @@ The controller ran as its own process (PID %d, started with prefix %q); its CPU 
 | decisions per second | %.0f | |
 | CPU statistics per second | %.0f | |
 | telemetry wire bytes per statistic (UDP payload) | %.1f | ≤ 40 |
-| OOM verdict p50 / p99 (request read → verdict written, incl. set-limits ack) | %d / %d µs | |
+| OOM verdict p50 / p99 (request read → verdict written, its set-limits ahead of it) | %d / %d µs | |
 | OOM requests sent / granted / failed | %d / %d / %d | |
 | generator errors by kind | %s | |
 | input dropped | %d | |
