@@ -93,6 +93,10 @@ func TestTelemetryLoss20Percent(t *testing.T) {
 	relay := newLossyRelay(t, udp)
 	cfg.TCPAddr, cfg.UDPAddr, cfg.AdminAddr, cfg.TelemetryAdvertise = "127.0.0.1:0", udp, "", relay.Addr()
 	cfg.ReclaimEvery, cfg.TLS = 0, sc
+	// The simulated daemon does not spend host-local leases (escrad raises
+	// its throttled containers from them): a lease would hold the pool the
+	// controller's own raises, which this test measures, need.
+	cfg.Params.LeaseFraction = 0
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	s, err := Start(context.Background(), cfg)
 	if err != nil {
