@@ -3,7 +3,7 @@
 # process on loopback, drive it with bench/cmd/bench-loadgen (N simulated
 # containers on M simulated hosts), write results/controller/summary.json
 # and report.md. Knobs: CONTAINERS HOSTS APPS DURATION WARMUP OOM_RATE
-# CONTROLLER_PREFIX; BENCH_TLS=1: mutual TLS and tagged telemetry (writes
+# CONTROLLER_PREFIX CONTROLLER_CPU; BENCH_TLS=1: mutual TLS and tagged telemetry (writes
 # results/controller-tls instead).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,6 +30,20 @@ CGO_ENABLED=0 go build -trimpath -o bin/escra-loadgen ./bench/cmd/bench-loadgen
 # CONTROLLER_PREFIX= (empty) to measure at nice 0.
 default_prefix=""
 [ "$(id -u)" = 0 ] && default_prefix="nice -n -10"
+# The simulated hosts stand in for other machines: on a machine with two
+# or more CPUs the controller gets the last one to itself and the load
+# generator the others (CONTROLLER_CPU= (empty) shares them all). The Go
+# runtime sizes GOMAXPROCS to the CPUs it may run on.
+ncpu=$(nproc)
+default_cpu=""
+[ "$ncpu" -ge 2 ] && default_cpu=$((ncpu - 1))
+ctl_cpu=${CONTROLLER_CPU-$default_cpu}
+gen_pin=()
+if [ -n "$ctl_cpu" ]; then
+	default_prefix="taskset -c $ctl_cpu $default_prefix"
+	others=$(seq -s, 0 $((ncpu - 1)) | tr ',' '\n' | grep -vx "$ctl_cpu" | paste -sd,)
+	gen_pin=(taskset -c "$others")
+fi
 prefix=${CONTROLLER_PREFIX-$default_prefix}
 echo "bench-controller: load average $(cut -d' ' -f1-3 /proc/loadavg); controller prefix: '${prefix}'"
 
@@ -41,7 +55,7 @@ pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; [ -n "${certs:-}" ] && rm -rf "$certs"' EXIT
 wait_controller_ready bench-controller "$out/controller.log" "$pid"
 
-bin/escra-loadgen "${certargs[@]}" --controller "$tcp" --admin "$admin" --pid "$pid" \
+${gen_pin[@]+"${gen_pin[@]}"} bin/escra-loadgen "${certargs[@]}" --controller "$tcp" --admin "$admin" --pid "$pid" \
 	--containers "${CONTAINERS:-5000}" --hosts "${HOSTS:-10}" --apps "${APPS:-50}" \
 	--duration "${DURATION:-30s}" --warmup "${WARMUP:-10s}" --oom-rate "${OOM_RATE:-50}" \
 	--clk-tck "$(getconf CLK_TCK)" --out "$out" --controller-prefix "${prefix}"
