@@ -183,37 +183,40 @@ func TestOOMGrantReclaimDeny(t *testing.T) {
 // granted at once; the reclaim that refills it comes with the grant, not
 // before it (§IV-D-2, §IV-C).
 func TestOOMPartialGrantReclaimsAfter(t *testing.T) {
-	a := newApp(t, 1, gib, 0.5)
-	join(t, a, 1, 1) // 512 MiB
-	join(t, a, 2, 1) // 256 MiB; pool 256 MiB
-	a.Usage(1, 100*MiB)
-	for range 3 {
-		if o := a.OOM(2, 0, 0, 0, true); o.Action != OOMGrant || len(o.Reclaim) != 0 {
-			t.Fatalf("whole step: %+v", o)
+	// Pool 256 MiB, step 96 MiB: two grants leave 64 MiB, less than a step.
+	setup := func() *Books {
+		a := newApp(t, 1, gib, 0.5)
+		join(t, a, 1, 1) // 512 MiB
+		join(t, a, 2, 1) // 256 MiB
+		a.Usage(1, 100*MiB)
+		a.P.OOMStepBytes = 96 * MiB
+		for range 2 {
+			if o := a.OOM(2, 0, 0, 0, true); o.Action != OOMGrant || len(o.Reclaim) != 0 {
+				t.Fatalf("whole step: %+v", o)
+			}
 		}
+		if a.MemUnallocated() != 64*MiB {
+			t.Fatalf("pool %d, want 64 MiB", a.MemUnallocated())
+		}
+		return a
 	}
-	// 64 MiB left: a request for 16 MiB with a 64 MiB step.
-	a.OOM(2, 0, 0, 0, true)
-	for a.MemUnallocated() >= 64*MiB {
-		a.OOM(2, 0, 0, 0, true)
-	}
-	a.memAlloc += a.MemUnallocated() - 32*MiB // 32 MiB left (another member's raise)
+	a := setup()
 	before := a.Member(2).MemLimit
 	o := a.OOM(2, before, before, 16*MiB, true)
-	if o.Action != OOMGrant || o.Decision.MemLimit != before+32*MiB {
-		t.Fatalf("want the pool's 32 MiB granted at once: %+v", o)
+	if o.Action != OOMGrant || o.Decision.MemLimit != before+64*MiB {
+		t.Fatalf("want the pool's 64 MiB granted at once: %+v", o)
 	}
 	if !reflect.DeepEqual(o.Reclaim, []Key{1}) {
 		t.Fatalf("want member 1 reclaimed after the grant: %+v", o.Reclaim)
 	}
-	// Without reclaim allowed (one in flight): the same grant, no refill.
-	a.memAlloc += a.MemUnallocated() - 32*MiB
+	// A reclaim already in flight (mayReclaim false): the same grant, no refill.
+	a = setup()
 	if o := a.OOM(2, 0, 0, 16*MiB, false); o.Action != OOMGrant || len(o.Reclaim) != 0 {
 		t.Fatalf("with a reclaim in flight: %+v", o)
 	}
 	// Less than the allocation wants: reclaim first.
-	a.memAlloc += a.MemUnallocated() - 8*MiB
-	if o := a.OOM(2, 0, 0, 16*MiB, true); o.Action != OOMReclaim {
+	a = setup()
+	if o := a.OOM(2, 0, 0, 80*MiB, true); o.Action != OOMReclaim || !reflect.DeepEqual(o.Reclaim, []Key{1}) {
 		t.Fatalf("want reclaim first: %+v", o)
 	}
 }

@@ -69,11 +69,6 @@ func (s *App) oom(r oomReq, mayReclaim bool) {
 	// verdict does not wait for the acknowledgement (one round trip, as
 	// in Escra §IV-D-2, not two).
 	d := o.Decision
-	defer func() {
-		if len(o.Reclaim) > 0 && s.reclaiming == 0 {
-			s.startReclaim(o.Reclaim) // refills the pool; nothing waits for it
-		}
-	}()
 	s.apply(d, 0, func(err error) {
 		if err == nil || errors.Is(err, session.ErrClosed) || errors.Is(err, session.ErrTimeout) ||
 			errors.Is(err, session.ErrNotAcked) {
@@ -86,6 +81,9 @@ func (s *App) oom(r oomReq, mayReclaim bool) {
 		s.log.Warn("OOM grant's limit refused by the daemon; kept counted", "handle", m.Handle, "err", err)
 	})
 	s.verdict(m, r, true, d.MemLimit, o.Reason)
+	if len(o.Reclaim) > 0 && s.reclaiming == 0 {
+		s.startReclaim(o.Reclaim) // refills the pool; nothing waits for it
+	}
 }
 
 // oomUsage and oomWant are an OOM request's usage and the bytes its
