@@ -41,7 +41,7 @@ ctl_cpu=${CONTROLLER_CPU-$default_cpu}
 gen_pin=()
 if [ -n "$ctl_cpu" ]; then
 	default_prefix="taskset -c $ctl_cpu $default_prefix"
-	others=$(seq -s, 0 $((ncpu - 1)) | tr ',' '\n' | grep -vx "$ctl_cpu" | paste -sd,)
+	others=$(seq 0 $((ncpu - 1)) | grep -vx "$ctl_cpu" | paste -sd,)
 	gen_pin=(taskset -c "$others")
 fi
 prefix=${CONTROLLER_PREFIX-$default_prefix}
