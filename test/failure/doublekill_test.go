@@ -172,9 +172,12 @@ func TestRestartedDaemonRestoresBeforeRearming(t *testing.T) {
 	if !oomKilled || took > 3*time.Second {
 		t.Fatalf("hog not OOM-killed at escrad's restart (oom_killed=%v after %v)", oomKilled, took)
 	}
+	// The controller restores its members from its store and escrad arms a
+	// group just before it logs "managing container": wait for the line too.
 	within(t, "idle container registered and re-armed", 5*time.Second, func() bool {
 		ms, _ := c.members()
-		return len(ms) == 1 && ms[0].ContainerID == idle && oomKillDisabled(t, idleP)
+		return len(ms) == 1 && ms[0].ContainerID == idle && oomKillDisabled(t, idleP) &&
+			strings.Contains(d.logText(), "managing container")
 	})
 	lines := strings.Split(d.logText(), "\n")
 	restored, managed := -1, -1
