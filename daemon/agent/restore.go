@@ -6,6 +6,7 @@ import (
 
 	"github.com/escra-dev/escra/daemon/containers"
 	"github.com/escra-dev/escra/daemon/limits"
+	"github.com/escra-dev/escra/internal/wallclock"
 )
 
 // dockerPeriodUs is the CFS period Docker uses for docker run --cpus.
@@ -39,7 +40,7 @@ func dockerLimits(l containers.Limits, found limits.Current) limits.Current {
 // decisions win over a restore, limits.Applier.Restore).
 func (a *Agent) restoreLoop(ctx context.Context) {
 	tick := min(max(a.cfg.RestoreAfter/10, 50*time.Millisecond), time.Second)
-	t := time.NewTicker(tick)
+	t := wallclock.NewTicker(tick) // with a period's sample (wallclock)
 	defer t.Stop()
 	down := time.Now() // no session yet
 	restored := false
@@ -50,6 +51,7 @@ func (a *Agent) restoreLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		t.Next()
 		if a.link.Connected() {
 			if restored {
 				a.log.Info("controller session back: normal control resumes")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/internal/auth"
+	"github.com/escra-dev/escra/internal/wallclock"
 	"github.com/escra-dev/escra/proto/escrapb"
 	"github.com/escra-dev/escra/proto/wire"
 )
@@ -251,7 +252,9 @@ func (c *Client) drop() {
 }
 
 func (c *Client) heartbeats(done chan struct{}) {
-	t := time.NewTicker(c.cfg.Heartbeat)
+	// On the wall-clock grid: the beat and its usage snapshot share the
+	// wake-up of a period's sample (wallclock).
+	t := wallclock.NewTicker(c.cfg.Heartbeat)
 	defer t.Stop()
 	var seq uint64
 	for {
@@ -260,6 +263,7 @@ func (c *Client) heartbeats(done chan struct{}) {
 			return
 		case <-t.C:
 		}
+		t.Next()
 		seq++
 		_ = c.send(0, &escrapb.Envelope_Heartbeat{Heartbeat: &escrapb.Heartbeat{Seq: seq, SentUnixNs: time.Now().UnixNano()}})
 		if mu := c.h.MemoryUsage(); mu != nil && len(mu.Samples) > 0 {

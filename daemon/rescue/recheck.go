@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
+	"github.com/escra-dev/escra/internal/wallclock"
 )
 
 // recheck delivers an OOM event for m if it needs a verdict now and none
@@ -55,7 +56,7 @@ func (r *Rescuer) recheck(m *Container) {
 // source set released traps again (v1 oom_kill_disable, v2 brakes),
 // until ctx ends. Only the stock-kernel backends need it.
 func (r *Rescuer) Watchdog(ctx context.Context) {
-	t := time.NewTicker(2 * time.Second)
+	t := wallclock.NewTicker(2 * time.Second) // with a period's sample (wallclock)
 	defer t.Stop()
 	f, _ := r.src.(Maintainer)
 	r.beat.Store(time.Now().UnixNano())
@@ -65,6 +66,7 @@ func (r *Rescuer) Watchdog(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		t.Next()
 		r.beat.Store(time.Now().UnixNano())
 		for _, m := range r.list() {
 			if f != nil && m.Armed.Load() && !m.pending.Load() {

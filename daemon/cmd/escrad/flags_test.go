@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Bad --restore-after, --controller, --cfs-burst and --controller-dead-after values end in one clear error
+// Bad --restore-after, --controller, --cfs-burst, --controller-dead-after and --procs values end in one clear error
 // before anything starts.
 func TestBadFlagsRefused(t *testing.T) {
 	for _, c := range []struct {
@@ -20,6 +20,7 @@ func TestBadFlagsRefused(t *testing.T) {
 		{[]string{"--cfs-burst", "1.5"}, "--cfs-burst"},
 		{[]string{"--controller-dead-after", "-1s"}, "--controller-dead-after"},
 		{[]string{"--cfs-burst", "NaN"}, "--cfs-burst"},
+		{[]string{"--procs", "-1"}, "--procs"},
 	} {
 		err := run(c.args, false)
 		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -102,6 +103,7 @@ func run(args []string, restoreOnly bool) error {
 		metrics     = fs.String("metrics-listen", "", "serve Prometheus /metrics on this address (e.g. 127.0.0.1:9470)")
 		apps        = fs.String("apps", "", "comma-separated escra.app values to manage (default: every labelled container)")
 		parentCheck = fs.Bool("idle-parent-check", true, "cgroupfs: skip a period's per-container reads when the containers' common parent cgroup did not run")
+		procs       = fs.Int("procs", 1, "Go scheduler Ps (GOMAXPROCS) for escrad's own work; each wake-up of an idle daemon costs more with more Ps, and one keeps up with a period's sampling (0: one per CPU; the GOMAXPROCS variable wins when this flag is not given)")
 		cpuProfile  = fs.String("cpuprofile", "", "write a CPU profile to this file until exit (diagnostics)")
 		showVersion = fs.Bool("version", false, "print the version and exit")
 		checkCfg    = fs.Bool("check-config", false, "check the config file and flags (TLS files, addresses, cgroups, apps), print one line and exit: 0 when escrad would start (systemd runs it as ExecStartPre)")
@@ -181,6 +183,9 @@ func run(args []string, restoreOnly bool) error {
 			}
 			*d.dst = v
 		}
+	}
+	if *procs < 0 {
+		return fmt.Errorf("--procs %d: must be >= 0 (0: one per CPU)", *procs)
 	}
 	if *ctlDead < 0 {
 		return fmt.Errorf("--controller-dead-after %v: must be >= 0 (0: 3s)", *ctlDead)
@@ -274,6 +279,13 @@ func run(args []string, restoreOnly bool) error {
 		return nil
 	}
 	restoreOOM(log, src, time.Second)
+	if set["procs"] || os.Getenv("GOMAXPROCS") == "" {
+		n := *procs
+		if n == 0 {
+			n = runtime.NumCPU()
+		}
+		runtime.GOMAXPROCS(n)
+	}
 	var tc *tls.Config
 	var id *auth.Identity
 	if *insecure {
@@ -358,7 +370,7 @@ func run(args []string, restoreOnly bool) error {
 	}
 	log.Info("escrad starting", "version", version.Version, "backend", a.Backend(), "cgroup", a.CgroupVersion().String(),
 		"engine", engine, "controller", *controller, "period", *period, "throttle_poll", *thrPoll, "oom_deadline", a.OOMDeadline(), "tls", tc != nil,
-		"oom_guard_pid", g.Pid(), "oom_state", *oomState)
+		"oom_guard_pid", g.Pid(), "oom_state", *oomState, "procs", runtime.GOMAXPROCS(0))
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

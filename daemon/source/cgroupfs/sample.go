@@ -2,10 +2,12 @@ package cgroupfs
 
 import (
 	"context"
+	"runtime"
 	"time"
 
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/source"
+	"github.com/escra-dev/escra/internal/wallclock"
 	pb "github.com/escra-dev/escra/proto/escrapb"
 )
 
@@ -16,7 +18,7 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 	if period <= 0 {
 		period = 100 * time.Millisecond
 	}
-	t := time.NewTimer(untilNext(time.Now(), period))
+	t := time.NewTimer(wallclock.Until(time.Now(), period))
 	defer t.Stop()
 	// The throttle watcher runs on this goroutine, between period samples:
 	// it reads the period state (seq) without a lock and the sink, which is
@@ -113,7 +115,7 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 		}
 		now := time.Now()
 		c.lastTick.Store(now.UnixNano())
-		t.Reset(untilNext(now, period))
+		t.Reset(wallclock.Until(now, period))
 		refresh()
 		hot := 0
 		for _, pg := range parents {
@@ -126,12 +128,15 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 				}
 				continue
 			}
-			for _, s := range pg.members {
+			for i, s := range pg.members {
 				if c.sample(s, &st, buf, period, now) {
 					sink.CPU(&st)
 				}
 				if s.hot {
 					hot++
+				}
+				if i%yieldEvery == yieldEvery-1 {
+					runtime.Gosched()
 				}
 			}
 		}
@@ -146,6 +151,12 @@ func (c *Source) sampleLoop(ctx context.Context, sink source.Sink) error {
 		}
 	}
 }
+
+// yieldEvery is how many groups a period's pass reads (about 5 µs each)
+// before it lets other goroutines run: escrad runs on one P by default
+// (--procs), and an OOM event or a SetLimits arriving during a pass over
+// thousands of groups must not wait for the whole pass.
+const yieldEvery = 16
 
 // pollUsage is a group's cumulative CPU time in ns: v2 from the cpu.stat
 // just read, v1 from cpuacct.usage (one more pread).
@@ -162,16 +173,6 @@ func (c *Source) pollUsage(s *sampled, stat, buf []byte) (uint64, bool) {
 		return 0, false
 	}
 	return uint64(v), true
-}
-
-// untilNext is the time to the next multiple of period (wall clock), so all
-// containers are sampled at the same phase every period.
-func untilNext(now time.Time, period time.Duration) time.Duration {
-	d := period - time.Duration(now.UnixNano()%int64(period))
-	if d < period/20 {
-		d += period
-	}
-	return d
 }
 
 // sample fills st for one period; false when there is nothing to report

@@ -127,18 +127,6 @@ func TestCgroupfsRecordsBusyAndIdleGroups(t *testing.T) {
 	}
 }
 
-func TestUntilNextIsAligned(t *testing.T) {
-	p := 100 * time.Millisecond
-	now := time.Unix(0, 1_000_000_000+30_000_000)
-	if d := untilNext(now, p); d != 70*time.Millisecond {
-		t.Fatalf("got %v", d)
-	}
-	now = time.Unix(0, 1_000_000_000+99_000_000)
-	if d := untilNext(now, p); d != 101*time.Millisecond {
-		t.Fatalf("just before the edge: got %v, want the next one", d)
-	}
-}
-
 // Groups under an idle parent are skipped with one read of the parent; a
 // member that starts running is still reported in the next periods.
 func TestIdleParentShortcutStillSeesWakeUps(t *testing.T) {
