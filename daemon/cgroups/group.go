@@ -382,9 +382,21 @@ func (g *Group) Write(f File, b []byte) error {
 	if fd < 0 {
 		return ErrNoFile
 	}
-	_, err := unix.Pwrite(fd, b, 0)
+	// A limit write that has to reclaim, or a v1 memory.limit_in_bytes
+	// write at all, checks for a pending signal and fails with EINTR: the
+	// Go runtime's preemption signal (SIGURG) is one. SA_RESTART does not
+	// cover it, so try again, as package os does for its files.
+	var err error
+	for range maxEINTR {
+		if _, err = unix.Pwrite(fd, b, 0); err != unix.EINTR {
+			break
+		}
+	}
 	return err
 }
+
+// maxEINTR bounds the retries of a write a signal interrupted.
+const maxEINTR = 16
 
 // WriteInt writes n; Max is written as "max" on v2 and -1 on v1.
 func (g *Group) WriteInt(f File, n int64) error {

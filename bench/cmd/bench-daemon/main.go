@@ -416,7 +416,18 @@ func oomRound(ctx context.Context, srv *server.Server, memhog, app string, r int
 	if ws.Signaled() {
 		return 128 + int(ws.Signal())
 	}
+	if ws.ExitStatus() != 0 {
+		// Empty: the runtime's own write failed too, a charge inside a
+		// system call at the limit (docs/daemon.md, OOM rescue, cgroup v1).
+		say("round %d, %s: hog exit %d, its stderr: %q", r, app, ws.ExitStatus(), lastLines(proc.Stderr(), 6))
+	}
 	return ws.ExitStatus()
+}
+
+// lastLines is the end of s, n lines at most, on one line.
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(l[max(0, len(l)-n):], " | ")
 }
 
 func benchCPU(ctx context.Context, cli *client.Client, img string, sum map[string]any) {

@@ -5,7 +5,6 @@ package cgtest
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -122,6 +121,7 @@ type Proc struct {
 	Cmd  *exec.Cmd
 	done chan error
 	out  outBuf
+	errs outBuf
 }
 
 // outBuf keeps what the process printed, for WaitOutput.
@@ -153,7 +153,7 @@ func Start(rel, bin string, args ...string) (*Proc, error) {
 		return nil, err
 	}
 	p := &Proc{Cmd: cmd, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = &p.out, io.Discard
+	cmd.Stdout, cmd.Stderr = &p.out, &p.errs
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -200,6 +200,13 @@ func (p *Proc) WaitOutput(s string, d time.Duration) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
+}
+
+// Stderr is what the process wrote to its standard error so far.
+func (p *Proc) Stderr() string {
+	p.errs.mu.Lock()
+	defer p.errs.mu.Unlock()
+	return string(p.errs.b)
 }
 
 // Kill ends the process.
