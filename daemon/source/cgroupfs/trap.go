@@ -17,6 +17,10 @@ type watch struct {
 	h  uint32
 	g  *cgroups.Group
 	fd int // eventfd (v1) or our own memory.events descriptor (v2)
+	// v1 usage threshold (threshold.go), under the Watcher's mu: its
+	// eventfd (-1: none), where it sits and where it should.
+	tfd        int
+	tAt, tWant int64
 
 	mu       sync.Mutex // v2 state below: Run's goroutine and the agent's
 	high     uint64     // v2: last seen "high" count
@@ -26,14 +30,16 @@ type watch struct {
 
 // Watcher multiplexes every watched group on one epoll descriptor.
 type Watcher struct {
-	// HighMargin is the v2 gap between memory.high and memory.max.
+	// HighMargin is the v2 gap between memory.high and memory.max, and
+	// the v1 gap between the usage threshold and the limit.
 	HighMargin int64
 
-	epfd int
-	wake int // eventfd to stop Run
-	mu   sync.Mutex
-	byFD map[int]*watch
-	byH  map[uint32]*watch
+	epfd  int
+	wake  int           // eventfd to stop Run
+	moves chan struct{} // a v1 threshold to move (threshold.go)
+	mu    sync.Mutex
+	byFD  map[int]*watch
+	byH   map[uint32]*watch
 }
 
 // NewWatcher creates the epoll set.
@@ -52,7 +58,7 @@ func NewWatcher() (*Watcher, error) {
 		unix.Close(wk)
 		return nil, err
 	}
-	return &Watcher{HighMargin: 8 << 20, epfd: ep, wake: wk, byFD: map[int]*watch{}, byH: map[uint32]*watch{}}, nil
+	return &Watcher{HighMargin: 8 << 20, epfd: ep, wake: wk, moves: make(chan struct{}, 1), byFD: map[int]*watch{}, byH: map[uint32]*watch{}}, nil
 }
 
 // Add starts watching h's group.
@@ -77,7 +83,7 @@ func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
 	if err != nil {
 		return err
 	}
-	wt := &watch{h: h, g: g, fd: fd}
+	wt := &watch{h: h, g: g, fd: fd, tfd: -1}
 	if g.Paths.Version == cgroups.V2 {
 		wt.high, wt.kills = readEvents(g)
 	}
@@ -86,6 +92,11 @@ func (w *Watcher) Add(h uint32, g *cgroups.Group) error {
 		w.dropLocked(old, old.g.Paths.Memory != g.Paths.Memory)
 	}
 	w.byFD[fd], w.byH[h] = wt, wt
+	if g.Paths.Version == cgroups.V1 {
+		if max, err := g.ReadInt(cgroups.MemLimit); err == nil {
+			w.wantThresholdLocked(wt, max)
+		}
+	}
 	w.mu.Unlock()
 	events := uint32(unix.EPOLLIN)
 	if g.Paths.Version == cgroups.V2 {
@@ -132,6 +143,7 @@ func (w *Watcher) dropLocked(wt *watch, restore bool) {
 		_ = wt.g.Write(cgroups.OOMControl, []byte("0"))
 		currentGuard().Disarmed(oomControlPath(wt.g))
 	}
+	w.dropThresholdLocked(wt)
 	_ = unix.EpollCtl(w.epfd, unix.EPOLL_CTL_DEL, wt.fd, nil)
 	unix.Close(wt.fd)
 	delete(w.byFD, wt.fd)
@@ -175,10 +187,18 @@ func (w *Watcher) Granted(h uint32, newMax int64) error { return w.Follow(h, new
 
 // Follow sets h's v2 brake for memory.max = newMax after any limit write
 // (a grant, the controller's SetLimits, a reclaim); it also ends a
-// release. Nothing to do on v1.
+// release. On v1 the usage threshold follows (threshold.go).
 func (w *Watcher) Follow(h uint32, newMax int64) error {
 	wt := w.get(h)
-	if wt == nil || wt.g.Paths.Version != cgroups.V2 {
+	if wt == nil {
+		return nil
+	}
+	if wt.g.Paths.Version == cgroups.V1 {
+		w.mu.Lock()
+		if w.byH[h] == wt {
+			w.wantThresholdLocked(wt, newMax)
+		}
+		w.mu.Unlock()
 		return nil
 	}
 	wt.mu.Lock()
@@ -252,11 +272,21 @@ func (w *Watcher) RestoreAll() {
 	}
 }
 
-// Run delivers events to fn until Close. fn runs on the watcher's goroutine
-// and must not block for long.
-func (w *Watcher) Run(fn func(rescue.Event)) error {
+// Run delivers events to deliver until Close, one call at a time, from
+// the watcher's goroutines; deliver must not block for long.
+func (w *Watcher) Run(deliver func(rescue.Event)) error {
 	evs := make([]unix.EpollEvent, 64)
 	var buf [512]byte
+	// fn is called from here and from the threshold mover, one at a time.
+	var fnMu sync.Mutex
+	fn := func(e rescue.Event) {
+		fnMu.Lock()
+		defer fnMu.Unlock()
+		deliver(e)
+	}
+	moverDone := make(chan struct{})
+	defer close(moverDone)
+	go w.moveThresholds(fn, moverDone)
 	for {
 		n, err := unix.EpollWait(w.epfd, evs, -1)
 		if err != nil {
@@ -275,8 +305,20 @@ func (w *Watcher) Run(fn func(rescue.Event)) error {
 			}
 			w.mu.Lock()
 			wt := w.byFD[fd]
+			threshold, at := wt != nil && fd == wt.tfd, int64(0)
+			if threshold {
+				at = wt.tAt
+			}
 			w.mu.Unlock()
 			if wt == nil {
+				continue
+			}
+			if threshold {
+				_, _ = unix.Read(fd, buf[:]) // drain the eventfd counter
+				if e, ok := w.checkThreshold(wt, at); ok {
+					e.At = now
+					fn(e)
+				}
 				continue
 			}
 			if wt.g.Paths.Version == cgroups.V2 {
