@@ -5,9 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/daemon/cgroups/cgtest"
-	"github.com/escra-dev/escra/daemon/rescue"
 )
 
 // cgroup v1: after a denial (Release) the kernel OOM killer takes the hog,
@@ -17,25 +15,7 @@ func TestV1TrapRearmedAfterRelease(t *testing.T) {
 	rel := cgtest.New(t, "oom-rearm")
 	hog := cgtest.Workload(t, "memhog")
 	cgtest.Write(t, "memory", rel, "memory.limit_in_bytes", "33554432")
-	paths, err := cgroups.PathsForCgroup(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := cgroups.Open(paths)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
-	w, err := NewWatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close) // restores oom_kill_disable 0 even on failure
-	events := make(chan rescue.Event, 16)
-	go w.Run(func(e rescue.Event) { events <- e })
-	if err := w.Add(1, g); err != nil {
-		t.Fatal(err)
-	}
+	w, events := watchOne(t, cgtest.Open(t, rel), 0)
 	disabled := func() string {
 		return strings.Fields(cgtest.Read(t, "memory", rel, "memory.oom_control"))[1]
 	}

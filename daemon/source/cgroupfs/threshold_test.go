@@ -18,26 +18,8 @@ func TestV1ThresholdAsksBeforeTheLimit(t *testing.T) {
 	rel := cgtest.New(t, "oom-threshold")
 	hog := cgtest.Workload(t, "memhog")
 	cgtest.Write(t, "memory", rel, "memory.limit_in_bytes", "67108864") // 64 MiB
-	paths, err := cgroups.PathsForCgroup(rel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := cgroups.Open(paths)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(g.Close)
-	w, err := NewWatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(w.Close)
-	w.HighMargin = 16 * mib // room either side for the hogs' own few MiB
-	events := make(chan rescue.Event, 16)
-	go w.Run(func(e rescue.Event) { events <- e })
-	if err := w.Add(1, g); err != nil {
-		t.Fatal(err)
-	}
+	// Margin room either side for the hogs' own few MiB.
+	w, events := watchOne(t, cgtest.Open(t, rel), 16*mib)
 	underOOM := func() bool {
 		return strings.Contains(cgtest.Read(t, "memory", rel, "memory.oom_control"), "under_oom 1")
 	}
@@ -100,4 +82,25 @@ func TestV1ThresholdAsksBeforeTheLimit(t *testing.T) {
 	if underOOM() {
 		t.Fatal("the group waited at its raised limit")
 	}
+}
+
+// watchOne watches g as handle 1 with a Watcher of its own (margin 0:
+// the default HighMargin) and returns the channel its events arrive on.
+// The Watcher is closed when the test ends, which also restores the trap.
+func watchOne(t *testing.T, g *cgroups.Group, margin int64) (*Watcher, chan rescue.Event) {
+	t.Helper()
+	w, err := NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	if margin > 0 {
+		w.HighMargin = margin
+	}
+	events := make(chan rescue.Event, 16)
+	go w.Run(func(e rescue.Event) { events <- e })
+	if err := w.Add(1, g); err != nil {
+		t.Fatal(err)
+	}
+	return w, events
 }
