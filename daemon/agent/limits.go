@@ -88,8 +88,9 @@ func (a *Agent) applyPlaced(u *pb.LimitUpdate) error {
 }
 
 // followLimit tells the source that m's memory limit was written (cgroupfs
-// on v2 moves its memory.high brake with it; a limit lowered by reclaim
-// must not leave the brake above memory.max, where it never fires).
+// moves its v2 memory.high brake or its v1 usage threshold with it; a
+// limit lowered by reclaim must not leave either above the limit, where it
+// never fires).
 func (a *Agent) followLimit(m *managed) {
 	if f, ok := a.src.(source.LimitFollower); ok {
 		cur, _ := m.e.Current()

@@ -47,7 +47,8 @@ type Sink interface {
 }
 
 // LimitFollower is a Source whose OOM trap depends on the memory limit:
-// cgroupfs on cgroup v2 keeps memory.high a margin below memory.max. The
+// cgroupfs keeps memory.high (v2) or a usage threshold (v1) a margin below
+// the limit. The
 // agent calls MemoryLimitChanged after every memory-limit write it makes
 // (SetLimits, grants, reclaim) and Maintain from its watchdog.
 type LimitFollower interface {

@@ -174,7 +174,8 @@ func (c *Source) Resolve(ev rescue.Event, granted bool, newLimit int64) error {
 	return c.OOM.Release(ev.Handle)
 }
 
-// MemoryLimitChanged implements LimitFollower: the v2 brake follows.
+// MemoryLimitChanged implements LimitFollower: the v2 brake or the v1
+// usage threshold follows.
 func (c *Source) MemoryLimitChanged(h uint32, limit int64) {
 	if err := c.OOM.Follow(h, limit); err != nil && c.Log != nil {
 		c.Log.Warn("memory.high not moved with memory.max", "handle", h, "err", err)
