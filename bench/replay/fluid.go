@@ -38,6 +38,14 @@ type Result struct {
 	// QuotaCores is the mean Σ quotas (for Escra below the budget when
 	// the pool holds some back).
 	QuotaCores float64 `json:"quota_cores"`
+	// PeakServedCores is the most the app's containers were served
+	// together in one period. For a static policy it is the oracle
+	// budget: an allocator that knew every period's demand would serve
+	// every container exactly as this policy does with that budget, so
+	// PeakServedCores ÷ ReservedCores is the least share of the static
+	// reservation that moving budget between containers alone can match
+	// it with, period by period (Escra §VI-C's claim, at its limit).
+	PeakServedCores float64 `json:"peak_served_cores"`
 }
 
 const periodUs = 100000
@@ -61,6 +69,15 @@ type tally struct {
 
 func newTally(name string, n int) *tally {
 	return &tally{r: Result{Policy: name}, backlg: make([]float64, n)}
+}
+
+// period closes one period: Σ served of the app's containers (µs).
+func (t *tally) period(served []float64) {
+	sum := 0.0
+	for _, s := range served {
+		sum += s
+	}
+	t.r.PeakServedCores = max(t.r.PeakServedCores, sum/periodUs)
 }
 
 func (t *tally) step(i int, want, served, limitUs float64, throttled bool) {
@@ -120,6 +137,7 @@ func (m Model) Static(name string, limits []float64) (Result, error) {
 			served[i] = min(want[i], l*periodUs)
 		}
 		m.shareCPU(served)
+		t.period(served)
 		for i, l := range limits {
 			t.step(i, want[i], served[i], l*periodUs, want[i] > l*periodUs+1)
 		}
@@ -137,6 +155,9 @@ type EscraOptions struct {
 	// at an even arrival rate.
 	Events       bool
 	ReactionFrac float64 // 0: 0.02 (2 ms of a 100 ms period)
+	// Trace, if set, sees every period: per container the want, what was
+	// served and the quota at the period's end (µs).
+	Trace func(period int, want, served, quota []float64)
 }
 
 // Escra runs the real allocator (controller/allocator.Books) with app
@@ -168,6 +189,7 @@ func (m Model) Escra(name string, budget float64, o EscraOptions) (Result, error
 	want := make([]float64, k)
 	served := make([]float64, k)
 	q0 := make([]float64, k)
+	limits := make([]float64, k)
 	frac := make([]float64, k) // period fraction gone when an event raised the quota (1: none)
 	var quotaSum float64
 	for p := range n {
@@ -201,12 +223,23 @@ func (m Model) Escra(name string, budget float64, o EscraOptions) (Result, error
 				limit = q
 			}
 			served[i] = min(want[i], limit)
+			limits[i] = limit
 		}
 		m.shareCPU(served)
+		t.period(served)
+		if o.Trace != nil {
+			qs := make([]float64, k)
+			for i := range k {
+				qs[i] = float64(a.Member(allocator.Key(i + 1)).QuotaUs)
+			}
+			o.Trace(p, want, served, qs)
+		}
 		for i := range k {
 			q := a.Member(allocator.Key(i + 1)).QuotaUs
 			quotaSum += float64(q)
-			th := want[i] > served[i]+1
+			// Throttled when the quota bound, not the cpuset: CFS counts
+			// nr_throttled only when a group's runtime runs out.
+			th := want[i] > limits[i]+1
 			t.step(i, want[i], served[i], float64(q), th)
 			st := allocator.Stat{Seq: seq, QuotaUs: q, PeriodUs: periodUs,
 				UnusedUs: int64(math.Max(0, float64(q)-served[i])), Throttled: th, UsageUs: int64(served[i])}

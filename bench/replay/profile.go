@@ -3,6 +3,7 @@ package replay
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 )
 
@@ -54,6 +55,20 @@ func WriteProfiles(path string, ps []Profile) error {
 	return os.WriteFile(path, b, 0o644)
 }
 
+// Limits are rule r's limits (cores) for the profile's containers, at
+// least 0.01 and capped at the app's CPUs, as the matrix caps them.
+func Limits(p Profile, appCores float64, r Rule) []float64 {
+	var l []float64
+	for _, c := range p.CPU {
+		x := max(0.01, r.Limit(c, p.Load))
+		if appCores > 0 {
+			x = min(x, appCores)
+		}
+		l = append(l, x)
+	}
+	return l
+}
+
 // CellResult is every policy's figures on one cell.
 type CellResult struct {
 	Cell    string   `json:"cell"`
@@ -66,17 +81,7 @@ type CellResult struct {
 func Evaluate(p Profile, appCores float64, o EscraOptions) (CellResult, error) {
 	m := Model{Demand: p.CPU, AppCores: appCores}
 	out := CellResult{Cell: p.Cell()}
-	limits := func(r Rule) []float64 {
-		var l []float64
-		for _, c := range p.CPU {
-			x := max(0.01, r.Limit(c, p.Load))
-			if appCores > 0 {
-				x = min(x, appCores)
-			}
-			l = append(l, x)
-		}
-		return l
-	}
+	limits := func(r Rule) []float64 { return Limits(p, appCores, r) }
 	add := func(r Result, err error) error {
 		if err == nil {
 			out.Results = append(out.Results, r)
@@ -109,4 +114,16 @@ func Evaluate(p Profile, appCores float64, o EscraOptions) (CellResult, error) {
 		}
 	}
 	return out, nil
+}
+
+// OracleShare is static15's most served together in one period over its
+// reservation (Result.PeakServedCores): the least share of static15's
+// cores at which moving budget between the containers every period, and
+// nothing else, serves each as static15 does. NaN without samples.
+func OracleShare(p Profile, appCores float64) float64 {
+	r, err := Model{Demand: p.CPU, AppCores: appCores}.Static("static15", Limits(p, appCores, Rules[0]))
+	if err != nil || !(r.ReservedCores > 0) || len(p.CPU) == 0 || len(p.CPU[0]) == 0 {
+		return math.NaN()
+	}
+	return r.PeakServedCores / r.ReservedCores
 }

@@ -94,13 +94,16 @@ func (a *Books) CPU(k Key, s Stat) (Decision, error) {
 // policy may raise the quota at once; a scale-down of k is never taken
 // here. An event for a period whose statistic already arrived is stale.
 //
-// With P.FairShareOnThrottle, a member below its equal share Ω/λ whose
-// raise the pool cannot cover takes the rest from members above Ω/λ, down
-// to Ω/λ (takeCPU): the cuts come first in the result, and under
-// AckGated the raise beyond the pool follows their acknowledgements
-// (wantQuota, Redistribute). So a throttled container can always reach
-// what an equal static split would give it, as a sibling that hoards its
-// last peak's quota no longer leaves it throttled to the period's end.
+// With P.FairShareOnThrottle, a member below its equal share Ω/λ that the
+// pool cannot lift to Ω/λ takes the rest from members above Ω/λ, down to
+// Ω/λ (takeCPU), even when the policy's own raise would fit the pool: a
+// doubling from a few ms takes periods to reach what a sibling that burst
+// before it holds (Escra §VI-C, containers that peak apart). The cuts
+// come first in the result, and under AckGated the raise beyond the pool
+// follows their acknowledgements (wantQuota, Redistribute). So a
+// throttled container can always reach what an equal static split would
+// give it, as a sibling that hoards its last peak's quota no longer
+// leaves it throttled to the period's end.
 // Only members below Ω/λ take and only members above it give: no cycle.
 func (a *Books) Throttle(k Key, seq uint64) ([]Decision, error) {
 	m := a.members[k]
@@ -123,7 +126,7 @@ func (a *Books) Throttle(k Key, seq uint64) ([]Decision, error) {
 	}
 	var out []Decision
 	if fair := min(a.omegaUs/int64(len(a.order)), m.HostMaxUs); a.P.FairShareOnThrottle && m.QuotaUs < fair &&
-		!a.HoldRaises && m.QuotaUs+a.CPUUnallocatedUs() < min(want, fair) {
+		!a.HoldRaises && m.QuotaUs+a.CPUUnallocatedUs() < fair {
 		target := fair // what an equal split gives; one round trip, not a doubling per event
 		if need := target - m.QuotaUs - a.targetFreeUs(); need > 0 {
 			out = a.takeCPU(need, fair)

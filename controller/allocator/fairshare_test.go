@@ -115,3 +115,30 @@ func TestThrottleEqualShareWaitsForTheCutsAcknowledgement(t *testing.T) {
 		t.Fatalf("counted %d > Ω %d", a.CountedCPUUs(), a.OmegaUs())
 	}
 }
+
+// A throttled member far below Ω/λ whose own doubling the pool could
+// cover still reaches Ω/λ in one event: when a sibling that bursts
+// apart holds most of the budget, doubling from a few ms would take
+// several periods to reach what an equal static split gives at once.
+func TestThrottleReachesEqualShareWhenThePoolCoversTheDoubling(t *testing.T) {
+	a, q1 := fairShareApp(t, true, false)
+	// Member 2 gives back part of the budget: the pool then covers member
+	// 1's doubling but not its equal share.
+	if d := a.decide(a.Member(2), 100000-4*q1, 0, ReasonUnused); d.Gen == 0 {
+		t.Fatal("set-up: cutting member 2 sent nothing")
+	}
+	pool := a.CPUUnallocatedUs()
+	if pool < q1 || q1+pool >= 50000 {
+		t.Fatalf("set-up: pool %d, member 1 at %d: want the doubling covered, the equal share not", pool, q1)
+	}
+	ds, err := a.Throttle(1, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Member(1).QuotaUs != 50000 || a.Member(2).QuotaUs != 50000 {
+		t.Fatalf("after the event: quotas %d and %d (%+v): want both at Ω/λ = 50000", a.Member(1).QuotaUs, a.Member(2).QuotaUs, ds)
+	}
+	if got := a.CPUAllocatedUs(); got > a.OmegaUs() {
+		t.Fatalf("Σ quotas %d > Ω %d", got, a.OmegaUs())
+	}
+}

@@ -53,7 +53,7 @@ type Params struct {
 	// hosts as host-local memory credit every period (0: none), by the
 	// same apps as LeaseFraction: escrad then answers an OOM from it with
 	// no round trip. Ours (Escra §IV-D-2 always asks the controller);
-	// docs/allocator.md, "Host-local memory credit".
+	// docs/host-credit.md, "Host-local memory credit".
 	MemCreditFraction float64 `json:"mem_credit_fraction" yaml:"mem_credit_fraction"`
 	// FairShareOnThrottle: a member throttled below its equal share Ω/λ
 	// whose raise the pool cannot cover takes the rest from members above
@@ -77,7 +77,7 @@ const MiB = 1 << 20
 // are the paper's; n = 10 (one second of history), a 2 ms floor (0.02
 // core; 5 ms until the benchmark showed it was most of a quiet container's
 // slack, docs/allocator.md), a 10 % headroom over the window's peak usage, a 100 µs minimum
-// step, a 64 MiB OOM step and a release after 3 quiet periods
+// step, a 64 MiB OOM step and a release after 2 quiet periods
 // (release.go) are ours (the paper gives no values).
 func DefaultParams() Params {
 	return Params{
@@ -93,7 +93,7 @@ func DefaultParams() Params {
 		SafeMarginBytes: 50 * MiB,
 
 		FairShareOnThrottle: true,
-		ReleasePeriods:      3,
+		ReleasePeriods:      2,
 		LeaseFraction:       0.5,
 		// Half the unassigned memory, as for CPU: the controller keeps
 		// the other half for joins, reclaim-less grants to hosts whose

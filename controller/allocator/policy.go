@@ -140,7 +140,7 @@ func paperStep(in CPUInput, headroom float64, peakUs int64) (int64, Reason) {
 func paperOOMStep(in OOMInput) int64 { return max(in.P.OOMStepBytes, in.WantBytes) }
 
 // Escra is the default policy: the Escra paper's rules plus what the benchmark
-// showed they lack (docs/allocator.md, "The escra policy"):
+// showed they lack (docs/escra-policy.md):
 //   - a scale-down never goes below (1 + headroom) × the larger of the
 //     window's peak usage and a peak that decays with half-life
 //     P.PeakHalfLife, so a container whose usage swings keeps its recent

@@ -4,12 +4,14 @@
 //
 //	bench-replay -profiles results/bench/profiles.json [-cells c1,c2] [-app-cores 1] [-release 0,3] [-json]
 //	bench-replay -model [-cells ...] [-duration 18s] [-cycle 6s] [-seed 1] [-write-profiles f.json]
+//	bench-replay ... -trace 1   (also Escra's every period at 1 × the ideal profile)
 //
 // -model builds the profiles from the cells' own request schedules and
 // nominal CPU per request (matrix.DemandModel) instead of a run, with the
 // profiling seed bench-run uses. It prints, per cell and policy, the
 // reserved cores, the share of container-periods the limit bound, the
-// demand that waited (core-seconds) and the longest backlog (seconds).
+// demand that waited (core-seconds), the longest backlog (seconds) and the
+// most served together in one period; then each cell's oracle share.
 package main
 
 import (
@@ -51,6 +53,7 @@ func run(args []string) error {
 	seed := fs.Int64("seed", 1, "-model: bench-run's -seed (the profile uses seed + matrix.ProfileSeedOffset)")
 	write := fs.String("write-profiles", "", "-model: also write the profiles in profiles.json format here")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	trace := fs.Float64("trace", 0, "also print, per cell, Escra's every period at k × the ideal profile's total (e.g. 1): each container's want, served and quota (ms per period)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,8 +102,16 @@ func run(args []string) error {
 			rels = append(rels, n)
 		}
 	}
+	if *trace < 0 {
+		return fmt.Errorf("-trace %v: want k > 0", *trace)
+	}
 	var out []replay.CellResult
 	for _, p := range ps {
+		if *trace > 0 {
+			if err := printTrace(p, *appCores, *trace, *events); err != nil {
+				return err
+			}
+		}
 		var merged replay.CellResult
 		for ri, r := range rels {
 			par := allocator.DefaultParams()
@@ -129,13 +140,48 @@ func run(args []string) error {
 		return e.Encode(out)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "cell\tpolicy\treserved cores\tthrottled %\twaiting core-s\tmax backlog s\tmean Σ quota\t")
+	fmt.Fprintln(tw, "cell\tpolicy\treserved cores\tthrottled %\twaiting core-s\tmax backlog s\tmean Σ quota\tpeak Σ served\t")
 	for _, c := range out {
 		for _, r := range c.Results {
-			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.1f\t%.3f\t%.2f\t%.3f\t\n", c.Cell, r.Policy, r.ReservedCores, 100*r.ThrottledShare, r.WaitingCoreS, r.MaxBacklogS, r.QuotaCores)
+			fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.1f\t%.3f\t%.2f\t%.3f\t%.3f\t\n", c.Cell, r.Policy, r.ReservedCores, 100*r.ThrottledShare, r.WaitingCoreS, r.MaxBacklogS, r.QuotaCores, r.PeakServedCores)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// The oracle share: static15's peak Σ served over its reservation.
+	fmt.Println("\noracle share of static15 (the budget that serves every container as static15 does, period by period, ÷ static15's):")
+	for _, c := range out {
+		for _, r := range c.Results {
+			if r.Policy == "static15" && r.ReservedCores > 0 {
+				fmt.Printf("  %-24s %.3f\n", c.Cell, r.PeakServedCores/r.ReservedCores)
+			}
+		}
+	}
+	return nil
+}
+
+// printTrace prints Escra's periods on one cell at k × Σ Peak1s.
+func printTrace(p replay.Profile, appCores, k float64, events bool) error {
+	budget := 0.0
+	for _, l := range replay.Limits(p, appCores, replay.StaticK(k)) {
+		budget += l
+	}
+	fmt.Printf("%s: Escra at %.3f cores (%g × the ideal profile); per container want/served/quota, ms per period\n", p.Cell(), budget, k)
+	m := replay.Model{Demand: p.CPU, AppCores: appCores}
+	_, err := m.Escra("trace", budget, replay.EscraOptions{Params: allocator.DefaultParams(), Events: events,
+		Trace: func(period int, want, served, quota []float64) {
+			fmt.Printf("%5d", period)
+			for i := range want {
+				fmt.Printf("  %6.1f/%6.1f/%6.1f", want[i]/1000, served[i]/1000, quota[i]/1000)
+			}
+			fmt.Println()
+		}})
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.Cell(), err)
+	}
+	fmt.Println()
+	return nil
 }
 
 func list(s string) []string {
