@@ -31,6 +31,8 @@ type FrontierPoint struct {
 type Frontier struct {
 	Cell
 	Static, Escra []FrontierPoint
+	// OracleShare is the cell's CellBudget.OracleShare (0: unknown).
+	OracleShare float64
 }
 
 // OffsetCells are the cells the results mark as peaking apart.
@@ -50,12 +52,16 @@ func OffsetCells(r *Results) map[Cell]bool {
 // escra); the full one every k of both curves.
 func Frontiers(r *Results, aggs map[Key]*Agg) []Frontier {
 	off := OffsetCells(r)
+	oracle := map[Cell]float64{}
+	for _, b := range r.Budgets {
+		oracle[Cell{b.Workload, b.Load}] = b.OracleShare
+	}
 	var out []Frontier
 	for _, c := range Cells(aggs) {
 		if !off[c] {
 			continue
 		}
-		f := Frontier{Cell: c}
+		f := Frontier{Cell: c, OracleShare: oracle[c]}
 		for p, a := range aggs {
 			if p.Cell != c || !a.HasClient {
 				continue
@@ -141,6 +147,18 @@ func frontierSummary(s map[string]any, r *Results, aggs map[Key]*Agg, ds []Delta
 	// The worst offset cell, and only when every cell's curve reached it.
 	if len(fs) > 0 && unreached == 0 {
 		s["offset_escra_budget_ratio_at_static15_p999"] = worst
+	}
+	// Beside each ratio, the oracle's: no allocator that only moves budget
+	// matches static15 period by period with less (bench/replay).
+	worstOracle := 0.0
+	for _, b := range r.Budgets {
+		if b.Offset && b.OracleShare > 0 {
+			s[KeyName(b.Workload)+"_"+KeyName(b.Load)+"_oracle_share_of_static15"] = b.OracleShare
+			worstOracle = max(worstOracle, b.OracleShare)
+		}
+	}
+	if worstOracle > 0 {
+		s["offset_oracle_share_of_static15"] = worstOracle
 	}
 	off := OffsetCells(r)
 	var offDs []Delta

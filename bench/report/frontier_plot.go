@@ -99,6 +99,9 @@ func writeFrontier(w func(string, ...any), fs []Frontier, plots map[Cell]string)
 		} else {
 			w("\nEscra reaches static15's p99.9 with **%.2f ×** static15's reserved cores.\n\n", r)
 		}
+		if f.OracleShare > 0 {
+			w("An oracle that knew every period's demand and moved the budget between the containers would serve each as static15 does with %.2f × static15's reserved cores (bench/replay, on this run's profile): below that share only serving a container faster than static15 does can help.\n\n", f.OracleShare)
+		}
 		if p, ok := plots[f.Cell]; ok {
 			w("![frontier of %s/%s](%s)\n\n", f.Workload, f.Load, p)
 		}

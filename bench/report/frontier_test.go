@@ -98,6 +98,18 @@ func TestFrontierKeys(t *testing.T) {
 	if v := s["escra_batch_cores_ratio"]; math.Abs(v.(float64)-2.5) > 1e-9 {
 		t.Errorf("escra_batch_cores_ratio = %v, want 0.5/0.2", v)
 	}
+	// The oracle share: per offset cell, and the worst; none without it.
+	if s["offset_oracle_share_of_static15"] != nil {
+		t.Errorf("oracle share %v without a profile's figure", s["offset_oracle_share_of_static15"])
+	}
+	r.Budgets[0].OracleShare = 0.6
+	r.Budgets = append(r.Budgets, CellBudget{Workload: "fanout", Load: "shift", Static15LimitCores: 0.8, EscraBudgetCores: 0.8, Offset: true, OracleShare: 0.7})
+	s = Summary(r)
+	if s["offset_pair_burst_oracle_share_of_static15"] != 0.6 || s["fanout_shift_oracle_share_of_static15"] != 0.7 || s["offset_oracle_share_of_static15"] != 0.7 {
+		t.Errorf("oracle shares %v, %v, worst %v: want 0.6, 0.7 and 0.7", s["offset_pair_burst_oracle_share_of_static15"],
+			s["fanout_shift_oracle_share_of_static15"], s["offset_oracle_share_of_static15"])
+	}
+	r.Budgets = r.Budgets[:2]
 	// A curve that never reaches static15's p99.9 leaves the key out.
 	for i := range r.Runs {
 		if _, ok := frontierEscra[r.Runs[i].Policy]; ok && r.Runs[i].Workload == "offset-pair" {

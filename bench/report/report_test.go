@@ -21,7 +21,7 @@ func synthetic() *Results {
 		Overheads: map[string]float64{"apply_latency_direct_us": 35, "apply_latency_docker_update_us": 21000},
 		Pinning:   Pinning{ClientCPUs: "0", AppCPUs: "1", EscraCPUs: "0"},
 		// burst is deliberately unfair: Escra got 0.1 core more.
-		Budgets: []CellBudget{{"demo-http", "fixed", 1.5, 1.5, false}, {"demo-http", "burst", 1.5, 1.6, false}}}
+		Budgets: []CellBudget{{Workload: "demo-http", Load: "fixed", Static15LimitCores: 1.5, EscraBudgetCores: 1.5}, {Workload: "demo-http", Load: "burst", Static15LimitCores: 1.5, EscraBudgetCores: 1.6}}}
 	batch := map[string]float64{"escra": 0.6, "static15": 0.2, "autopilot": 0.4}
 	type pol struct {
 		name           string

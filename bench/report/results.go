@@ -47,6 +47,10 @@ type CellBudget struct {
 	// Offset: the cell's containers peak apart (the frontier cells);
 	// the report keeps them apart from the cells that peak together.
 	Offset bool `json:"offset,omitempty"`
+	// OracleShare (offset cells): the least share of Static15LimitCores
+	// at which a clairvoyant allocator, moving budget between the
+	// containers every period, serves each as static15 does (bench/replay).
+	OracleShare float64 `json:"oracle_share,omitempty"`
 }
 
 // Pinning is the CPU placement of the benchmark's parts (cpuset lists).

@@ -34,6 +34,7 @@ import (
 
 	"github.com/escra-dev/escra/bench/matrix"
 	"github.com/escra-dev/escra/bench/overhead"
+	"github.com/escra-dev/escra/bench/replay"
 	"github.com/escra-dev/escra/bench/report"
 	"github.com/escra-dev/escra/daemon/cgroups"
 	"github.com/escra-dev/escra/internal/workloadimages"
@@ -244,7 +245,13 @@ func run() error {
 		res.Notes = append(res.Notes, fmt.Sprintf("Profiled peak of %s/%s: %s.", cell.Workload, cell.Load, describe(profiles[cell].Peaks)))
 		st := cfg.Static15Cores(profiles[cell].Peaks)
 		w, _ := matrix.WorkloadByName(cell.Workload)
-		res.Budgets = append(res.Budgets, report.CellBudget{Workload: cell.Workload, Load: cell.Load, Static15LimitCores: st, EscraBudgetCores: st, Offset: w.Offset})
+		b := report.CellBudget{Workload: cell.Workload, Load: cell.Load, Static15LimitCores: st, EscraBudgetCores: st, Offset: w.Offset}
+		if w.Offset {
+			if o := replay.OracleShare(replay.Profile{Workload: cell.Workload, Load: cell.Load, CPU: profiles[cell].CPU}, cfg.AppCores); o > 0 {
+				b.OracleShare = o
+			}
+		}
+		res.Budgets = append(res.Budgets, b)
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("Baselines and how each was profiled, all on one profiling run per cell without limits, its requests seeded %d + %d, a seed no measured repetition uses (they use %d + rep): "+
 		"static15, static10, static075, static05 are 1.5, 1, 0.75, 0.5 × each container's largest 1 s sliding mean of its 100 ms usage; "+
