@@ -157,7 +157,7 @@ func TestApplySendsBudget(t *testing.T) {
 	want := adminclient.AppBudget{Name: "shop", CPUCores: 2, MemoryBytes: 1536 << 20, Sigma: 0.1,
 		Params: &allocator.Params{Kappa: 0.8, Gamma: 0.2, Upsilon: 20, Window: 10,
 			Period: 100 * time.Millisecond, CPUFloorUs: 2000, OOMStepBytes: 64 << 20, SafeMarginBytes: 50 << 20,
-			Headroom: 0.1, MinStepUs: 100, FairShareOnThrottle: true, ReleasePeriods: 3, LeaseFraction: 0.5, MemCreditFraction: 0.5}, Policy: "escra",
+			Headroom: 0.1, MinStepUs: 100, FairShareOnThrottle: true, ReleasePeriods: 2, LeaseFraction: 0.5, MemCreditFraction: 0.5}, Policy: "escra",
 		// The fields the section names; the controller keeps its own for the rest.
 		ParamsNamed: []string{"gamma", "kappa", "period", "reclaim_margin", "upsilon", "window"}}
 	if b.Params == nil || *b.Params != *want.Params {
