@@ -7,7 +7,7 @@ import (
 )
 
 // MemCreditHandler is implemented by a Handler that takes the host-local
-// memory credit messages (docs/allocator.md); others count them as
+// memory credit messages (docs/host-credit.md); others count them as
 // unexpected.
 type MemCreditHandler interface {
 	MemCreditUse(s *Session, u *pb.MemCreditUse)

@@ -45,7 +45,7 @@ func (r *Redirect) Error() string {
 }
 
 // LeaseHandler is implemented by a Handler that takes the host-local CPU
-// lease messages (docs/allocator.md); others count them as unexpected.
+// lease messages (docs/host-credit.md); others count them as unexpected.
 type LeaseHandler interface {
 	LeaseUse(s *Session, u *pb.CpuLeaseUse)
 	LeaseReturn(s *Session, r *pb.CpuLeaseReturn)
