@@ -189,7 +189,7 @@ var Workloads = []Workload{
 		// accepts each of wrk's 4 connections is a coin flip, and a 1:3
 		// split halves one worker's share per connection (p99 ≈ 33 ms
 		// against 20 ms for 4:0 or 2:2 under the same static limit;
-		// docs/benchmarks.md, run M).
+		// docs/benchmark-runs-2026-11-27.md, run M).
 		Name: "nginx", Image: workloadimages.Nginx, Replicas: 1,
 		Cmd: func(_, port, cpus int) []string {
 			return []string{"-listen", fmt.Sprintf("127.0.0.1:%d", port), "-workers", fmt.Sprint(max(1, cpus))}
