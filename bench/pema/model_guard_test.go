@@ -218,7 +218,7 @@ func violPct(p95 []float64, slo float64) float64 {
 // PEMA_MODEL_RHDB=file writes the RHDb of variant PEMA_MODEL_RHDB_VARIANT
 // (pema+3: the fit alone, which walks to the cliff) on the quiet seed 0
 // at the bench's SLO (controller/pema/testdata/rhdb.json).
-// docs/pema.md, "PEMA guarded", has its output.
+// docs/pema-guarded.md has its output.
 func TestModelGuarded(t *testing.T) {
 	if os.Getenv("PEMA_MODEL") == "" {
 		t.Skip("PEMA_MODEL=1 runs the model")

@@ -59,7 +59,7 @@ const (
 	PolicyEscraPaper = "escra-paper"
 	PolicyPEMA       = "pema"
 	// PolicyPEMAGuarded is pema with Escra's in-period rule left on and the
-	// PEMA layer guarded (controller/pema, docs/pema.md "PEMA guarded").
+	// PEMA layer guarded (controller/pema, docs/pema-guarded.md).
 	PolicyPEMAGuarded = "pema-guarded"
 )
 

@@ -9,7 +9,7 @@ import (
 
 // GuardConfig is what the pema-guarded policy adds to PEMA, each answer
 // to a limitation PEMA's own last section (§6) names. Nil in Config: PEMA
-// exactly as the paper (policy pema). docs/pema.md, "PEMA guarded", has
+// exactly as the paper (policy pema). docs/pema-guarded.md has
 // what each does on the model.
 type GuardConfig struct {
 	// Margin: no cut whose predicted p95 exceeds Margin × R (the target
@@ -36,8 +36,8 @@ type GuardConfig struct {
 	RaiseShare float64
 }
 
-// DefaultGuard is what the model's ablation kept (docs/pema.md, "PEMA
-// guarded"): the fit (Margin 0.85) and the raise signal (RaiseShare 0.3:
+// DefaultGuard is what the model's ablation kept (docs/pema-guarded.md,
+// "Ablation on the model"): the fit (Margin 0.85) and the raise signal (RaiseShare 0.3:
 // at 0.02 it undid cuts Escra's rule covered at 12 ms of a 36 ms SLO).
 // Degree is off: on the model it only ever added CPU (DegreeStep 0.5 and
 // 2 alike) for no fewer violations. The sliding p95 (controller/pemaloop)

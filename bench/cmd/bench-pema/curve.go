@@ -24,7 +24,7 @@ type CurvePoint struct {
 }
 
 // Curve is the `-only curve` phase: p95 against allocation, the shape
-// PEMA walks down (PEMA Fig 7b assumes a slope; docs/pema.md, "The
+// PEMA walks down (PEMA Fig 7b assumes a slope; docs/pema-runs.md, "The
 // latency curve PEMA walks", found a cliff). Not part of `make bench-pema`.
 type Curve struct {
 	UsageCores []float64    `json:"usage_cores"` // per service, ample start
