@@ -23,7 +23,7 @@ func t3Sim(pol string, startup time.Duration, seed int64) ScaleSim {
 // its published formula asks for the trace's peak (⌈140/(20·0.7)⌉ = 10,
 // one more from its panic window), neither starved nor inflated, and Mu
 // serves more requests within the SLO. The log shows what asked for Mu's
-// peak (docs/mu.md, "Why Mu peaks at 16").
+// peak (docs/mu-runs.md, "Why Mu peaks at 16").
 func TestScaleSimTable3(t *testing.T) {
 	_, _, peak := Stats(t3Trace(Config{T3Seconds: 120, Seed: 3}))
 	kpa := int(math.Ceil(peak / (float64(t3CC) * 1000 / t3HoldMs * 0.7)))
