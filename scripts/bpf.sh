@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bpf.sh: build the bpf backend's BPF object (docs/kernel.md, "BPF
-# backend") from daemon/source/bpf/c/ with clang, into
+# bpf.sh: build the bpf backend's BPF object (docs/kernel-bpf.md)
+# from daemon/source/bpf/c/ with clang, into
 # daemon/source/bpf/obj/cfs_bpfel.o (not tracked), which go:embed puts
 # into escrad. make build (so make run and make deb), make bench-bpf and
 # scripts/test.sh run it before building escrad; a build without it still

@@ -47,7 +47,7 @@ func (w *SeqState) FillEvent(st *pb.CpuStat, h uint32, r Record) {
 // period in which escrad raised a throttled group (the controller's
 // answer to a throttle event) or applied a decision a few ms after the
 // boundary, and the allocator would cut the group it had just raised
-// (docs/kernel.md, "Usage after a quota write"). For such a period the
+// (docs/kernel-bpf.md, "Usage after a quota write"). For such a period the
 // usage is the group's CPU time since the previous record, read when the
 // record is handled: usage may shift between neighbouring periods by
 // that delay, none is lost. Other periods keep quota − runtime left,

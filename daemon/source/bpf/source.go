@@ -62,7 +62,7 @@ func privileged() bool {
 // are watched: period records reach the controller at most this late
 // (escra.ko sends each at once; throttle events wake the reader at once).
 // A tenth of the default period, like the cgroupfs throttle watcher's
-// poll: one wake-up for many groups' records (docs/kernel.md).
+// poll: one wake-up for many groups' records (docs/kernel-bpf.md).
 const DrainEvery = 10 * time.Millisecond
 
 // unknownGridDrain is how often a group with no record yet is looked
