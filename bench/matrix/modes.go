@@ -48,8 +48,8 @@ var (
 //     static15's p99.9 (offset_escra_budget_ratio_at_static15_p999):
 //     static15, the point it is read at, and Escra at k = 1.5 (escra)
 //     and 1 (escra-k100), between which the offline model puts the
-//     crossing (docs/allocator.md: at k = 0.75 Escra is throttled in
-//     8–18 % of periods against static15's 1–7 %);
+//     crossing (docs/escra-policy.md: at k = 0.75 Escra is throttled in
+//     6–17 % of periods against static's 51–56 %);
 //   - static15+batch and escra+batch on QuickBatch: the batch keys.
 //
 // The full matrix keeps escra-paper, VPA, the rest of the frontier

@@ -134,7 +134,7 @@ func TestHeadroomFloorOnBurstModel(t *testing.T) {
 	}
 }
 
-// The figures docs/allocator.md quotes for throttle events (-v prints
+// The figures docs/escra-policy.md quotes for throttle events (-v prints
 // them): on the same model, the escra policy with near-throttle events
 // throttles less and delays less than without, for one member and for
 // six sharing one budget (one fair share per event does not starve the

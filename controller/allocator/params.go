@@ -46,7 +46,7 @@ type Params struct {
 	SafeMarginBytes int64 `json:"safe_margin_bytes" yaml:"safe_margin_bytes"`
 	// LeaseFraction is the share of the unallocated CPU lent to hosts as
 	// host-local leases every period (0: no leases), by apps
-	// whose policy reacts inside a period (escra). Ours; docs/allocator.md,
+	// whose policy reacts inside a period (escra). Ours; docs/host-credit.md,
 	// "Host-local leases".
 	LeaseFraction float64 `json:"lease_fraction" yaml:"lease_fraction"`
 	// MemCreditFraction is the share of the unassigned memory lent to
