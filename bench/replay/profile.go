@@ -121,7 +121,13 @@ func Evaluate(p Profile, appCores float64, o EscraOptions) (CellResult, error) {
 // cores at which moving budget between the containers every period, and
 // nothing else, serves each as static15 does. NaN without samples.
 func OracleShare(p Profile, appCores float64) float64 {
-	r, err := Model{Demand: p.CPU, AppCores: appCores}.Static("static15", Limits(p, appCores, Rules[0]))
+	var static15 Rule
+	for _, r := range Rules {
+		if r.Name == "static15" {
+			static15 = r
+		}
+	}
+	r, err := Model{Demand: p.CPU, AppCores: appCores}.Static(static15.Name, Limits(p, appCores, static15))
 	if err != nil || !(r.ReservedCores > 0) || len(p.CPU) == 0 || len(p.CPU[0]) == 0 {
 		return math.NaN()
 	}

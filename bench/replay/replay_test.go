@@ -135,3 +135,18 @@ func TestEscraThrottledOnlyWhenTheQuotaBinds(t *testing.T) {
 		t.Errorf("peak Σ served: static %v, Escra %v; want the cpuset's 1 core", s.PeakServedCores, r.PeakServedCores)
 	}
 }
+
+// The oracle share on the committed profile: static15's most served in
+// one period over its reservation (the figure docs/frontier.md quotes).
+func TestOracleShareOfTheRecordedProfile(t *testing.T) {
+	ps, err := ReadProfiles("testdata/offset-pair-burst.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := OracleShare(ps[0], 1); math.Abs(got-0.619) > 0.001 {
+		t.Errorf("oracle share %.4f, want 0.619", got)
+	}
+	if got := OracleShare(Profile{Workload: "w", Load: "l"}, 1); !math.IsNaN(got) {
+		t.Errorf("oracle share of an empty profile %v, want NaN", got)
+	}
+}
