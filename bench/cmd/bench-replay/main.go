@@ -149,14 +149,9 @@ func run(args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	// The oracle share: static15's peak Σ served over its reservation.
 	fmt.Println("\noracle share of static15 (the budget that serves every container as static15 does, period by period, ÷ static15's):")
-	for _, c := range out {
-		for _, r := range c.Results {
-			if r.Policy == "static15" && r.ReservedCores > 0 {
-				fmt.Printf("  %-24s %.3f\n", c.Cell, r.PeakServedCores/r.ReservedCores)
-			}
-		}
+	for _, p := range ps {
+		fmt.Printf("  %-24s %.3f\n", p.Cell(), replay.OracleShare(p, *appCores))
 	}
 	return nil
 }
