@@ -21,8 +21,8 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 		return errors.New("register: oversized container id or name")
 	}
 	h.mu.RLock()
-	_, dup := h.cont[r.GetHandle()]
-	n := len(h.cont)
+	_, dup := h.cont.get(r.GetHandle())
+	n := h.cont.len()
 	h.mu.RUnlock()
 	if dup {
 		return fmt.Errorf("register: handle %d already registered on this session", r.GetHandle())
@@ -100,7 +100,7 @@ func (s *Server) Register(ss *session.Session, r *pb.ContainerRegister) error {
 		s.forget(a)
 	}
 	h.mu.Lock()
-	h.cont[r.GetHandle()] = ref{app: a, key: k, appName: r.GetApp(), id: r.GetContainerId()}
+	h.cont.set(r.GetHandle(), ref{app: a, key: k, appName: r.GetApp(), id: r.GetContainerId()})
 	h.mu.Unlock()
 	joined = true
 	return nil
@@ -113,8 +113,8 @@ func (s *Server) Unregister(ss *session.Session, u *pb.ContainerUnregister) {
 		return
 	}
 	h.mu.Lock()
-	r, ok := h.cont[u.GetHandle()]
-	delete(h.cont, u.GetHandle())
+	r, ok := h.cont.get(u.GetHandle())
+	h.cont.del(u.GetHandle())
 	h.mu.Unlock()
 	if !ok {
 		s.BadInput(ss, "unknown_container", fmt.Errorf("unregister of unknown handle %d", u.GetHandle()))
@@ -133,7 +133,7 @@ func (s *Server) MemoryUsage(ss *session.Session, m *pb.MemoryUsage) {
 	}
 	for _, smp := range m.GetSamples() {
 		h.mu.RLock()
-		r, ok := h.cont[smp.GetHandle()]
+		r, ok := h.cont.get(smp.GetHandle())
 		h.mu.RUnlock()
 		if !ok {
 			s.met.bad("unknown_container", 1)
@@ -155,7 +155,7 @@ func (s *Server) containerRef(ss *session.Session, handle uint32) *ref {
 		return nil
 	}
 	h.mu.RLock()
-	r, ok := h.cont[handle]
+	r, ok := h.cont.get(handle)
 	h.mu.RUnlock()
 	if !ok {
 		return nil

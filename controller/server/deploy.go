@@ -376,12 +376,12 @@ func (s *Server) RemoveApp(ctx context.Context, app string) (int, error) {
 	s.hosts.Range(func(_, v any) bool {
 		h := v.(*host)
 		h.mu.Lock()
-		for k, r := range h.cont {
+		h.cont.each(func(k uint32, r ref) {
 			if r.app == a {
-				delete(h.cont, k)
+				h.cont.del(k)
 				s.releaseID(h.id, r.id)
 			}
-		}
+		})
 		h.mu.Unlock()
 		return true
 	})

@@ -30,7 +30,7 @@ type host struct {
 	mu sync.RWMutex
 	// cont holds refs by value: the UDP reader looks one up per
 	// statistic, and a pointer would cost one more cache miss each.
-	cont map[uint32]ref
+	cont refs
 
 	// deps is the host's image and layer state (dependency-aware
 	// scheduling), nil until its daemon reports it.
@@ -73,8 +73,7 @@ func (s *Server) Hello(ss *session.Session, h *pb.HostHello) (*pb.HelloAck, erro
 	if cores <= 0 || cores > 1<<16 {
 		cores = 1
 	}
-	hs := &host{id: ss.ID, sess: ss, hello: h, maxUs: cores * s.cfg.Params.PeriodUs(), since: time.Now(),
-		cont: map[uint32]ref{}}
+	hs := &host{id: ss.ID, sess: ss, hello: h, maxUs: cores * s.cfg.Params.PeriodUs(), since: time.Now()}
 	if s.cfg.TLS != nil {
 		cs, ok := ss.TLS()
 		if !ok {
@@ -145,8 +144,8 @@ func (s *Server) Closed(ss *session.Session) {
 	s.hosts.Delete(ss.ID)
 	s.udp.EndSession(ss.ID)
 	h.mu.Lock()
-	refs := h.cont
-	h.cont = map[uint32]ref{}
+	gone := h.cont
+	h.cont = refs{}
 	h.mu.Unlock()
 	// The host is silent: what its containers' cgroups may hold (its
 	// last limits, an OOM raised to a container's own limit, the own
@@ -154,18 +153,16 @@ func (s *Server) Closed(ss *session.Session) {
 	// they rejoin (allocator/hold.go). Otherwise a partitioned host and
 	// its siblings would exceed the budget together.
 	hold := s.cfg.DeadHold
-	for _, r := range refs {
+	gone.each(func(_ uint32, r ref) {
 		s.releaseID(ss.ID, r.id)
 		r.app.LeaveHeld(r.key, "daemon session closed", hold)
-	}
-	for _, r := range refs {
-		s.reap(r.app)
-	}
+	})
+	gone.each(func(_ uint32, r ref) { s.reap(r.app) })
 	// The daemon dropped its lease credit with the session (host-local leases).
 	for _, a := range s.appList() {
 		a.HostClosed(allocator.HostID(ss.ID), h.hello.GetHostId(), hold)
 	}
-	s.log.Info("daemon disconnected", "host", h.hello.GetHostId(), "session", ss.ID, "containers", len(refs))
+	s.log.Info("daemon disconnected", "host", h.hello.GetHostId(), "session", ss.ID, "containers", gone.len())
 }
 
 // BadInput counts and logs (rate-limited) a dropped message.

@@ -58,7 +58,7 @@ func (s *Server) Snapshot() State {
 	s.hosts.Range(func(_, v any) bool {
 		h := v.(*host)
 		h.mu.RLock()
-		n := len(h.cont)
+		n := h.cont.len()
 		h.mu.RUnlock()
 		st.Hosts = append(st.Hosts, HostState{HostID: h.hello.GetHostId(), SessionID: h.id, Peer: h.sess.Peer,
 			Cores: h.hello.GetCores(), MemoryBytes: h.hello.GetMemoryBytes(), Backend: h.hello.GetBackend().String(),

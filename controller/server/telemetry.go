@@ -18,7 +18,7 @@ func (s *Server) onTelemetry(sessionID uint32, stats []ingest.Stat, recv int64) 
 	unknown := 0
 	h.mu.RLock()
 	for _, st := range stats {
-		r, ok := h.cont[st.Handle]
+		r, ok := h.cont.get(st.Handle)
 		if !ok {
 			unknown++
 			continue

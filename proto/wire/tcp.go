@@ -80,5 +80,6 @@ func AppendEnvelope(b []byte, env *pb.Envelope) ([]byte, error) {
 		return b, fmt.Errorf("wire: envelope of %d bytes over limit %d", n, MaxEnvelopeBytes)
 	}
 	b = protowire.AppendVarint(b, uint64(n))
-	return proto.MarshalOptions{}.MarshalAppend(b, env)
+	// Size just cached every message's size: marshal need not size it again.
+	return proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, env)
 }
