@@ -30,6 +30,7 @@ var scenarios = []harness.Scenario{
 	{Name: "cgroupfs-oom-deny", Fn: scenarioCgroupfsOOMDeny, NoModule: true},
 	{Name: "cgroupfs-oom-absent", Fn: scenarioCgroupfsOOMAbsent, NoModule: true},
 	{Name: "bpf-telemetry", Fn: scenarioBPFTelemetry, NoModule: true, Explicit: true}, // stock boot only: needs BTF
+	{Name: "bpf-attach-cycles", Fn: scenarioBPFAttachCycles, NoModule: true, Explicit: true},
 	{Name: "throttle-alternate", Fn: scenarioThrottleAlternate},
 	{Name: "owner", Fn: scenarioOwner},
 	{Name: "pagecache-oom", Fn: scenarioPageCacheOOM},
