@@ -55,12 +55,11 @@ func scenarioBPFAttachCycles(*harness.Env) error {
 		if err != nil {
 			return fmt.Errorf("cycle %d: %w", i+1, err)
 		}
-		// Run on a cancelled context returns at once and detaches.
+		// Run on a cancelled context returns at once and detaches; its
+		// error is only the closed ring buffer.
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if err := src.Run(ctx, &recSink{}); err != nil && ctx.Err() == nil {
-			return fmt.Errorf("cycle %d: run: %w", i+1, err)
-		}
+		_ = src.Run(ctx, &recSink{})
 	}
 	fmt.Printf("    bpf attach cycles: %d attach/detach cycles in %.1fs under a throttled hog, no oops\n",
 		n, time.Since(start).Seconds())
